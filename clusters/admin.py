@@ -1,0 +1,33 @@
+from django.contrib import admin
+
+from .models import Cluster, KubernetesVersion, Region
+
+
+@admin.register(KubernetesVersion)
+class KubernetesVersionAdmin(admin.ModelAdmin):
+    list_display = ["version", "enabled", "is_default", "end_of_support"]
+    list_filter = ["enabled"]
+    list_editable = ["enabled", "is_default"]
+
+
+@admin.register(Region)
+class RegionAdmin(admin.ModelAdmin):
+    list_display = ["name", "display_name", "enabled"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "display_name"]
+
+    def get_inlines(self, request, obj):
+        from nodepools.admin import RegionInventoryInline
+
+        return [RegionInventoryInline]
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "tenant", "region", "kubernetes_version", "control_plane_nodes", "status",
+                    "status_reason", "created_at"]
+    list_filter = ["status", "region", "kubernetes_version", "tenant"]
+    search_fields = ["name", "tenant__name", "endpoint"]
+    readonly_fields = ["status", "status_reason", "status_message", "conditions", "endpoint", "created_at",
+                       "updated_at"]
+    list_select_related = ["tenant", "region", "kubernetes_version"]

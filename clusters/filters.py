@@ -1,0 +1,15 @@
+import django_filters
+
+from .models import Cluster
+
+
+class ClusterFilter(django_filters.FilterSet):
+    """Shared by the API list and the UI list."""
+
+    name = django_filters.CharFilter(lookup_expr="icontains")
+    region = django_filters.CharFilter(field_name="region__name")
+    kubernetes_version = django_filters.CharFilter(field_name="kubernetes_version__version")
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "status", "region", "kubernetes_version"]

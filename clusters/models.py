@@ -1,0 +1,65 @@
+from django.core.validators import RegexValidator
+from django.db import models
+
+from nvke.models import Conditions, TenantScopedQuerySet
+
+dns_label = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit (at most 63).",
+)
+
+
+class KubernetesVersion(models.Model):
+    """A Kubernetes minor version tenants may run (catalog)."""
+
+    version = models.CharField(max_length=16, unique=True, help_text="Minor version, e.g. 1.34")
+    enabled = models.BooleanField(default=True, help_text="Offered for new clusters.")
+    is_default = models.BooleanField(default=False)
+    end_of_support = models.DateField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-version"]
+
+    def __str__(self) -> str:
+        return self.version
+
+
+class Region(models.Model):
+    """A place clusters run in; its GPU inventory (per model) is finite."""
+
+    name = models.CharField(max_length=32, unique=True, validators=[dns_label])
+    display_name = models.CharField(max_length=100)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Cluster(Conditions):
+    class Status(models.TextChoices):
+        PROVISIONING = "provisioning"
+        RUNNING = "running"
+        FAILED = "failed"
+        DELETING = "deleting"
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="clusters")
+    name = models.CharField(max_length=63, validators=[dns_label])
+    kubernetes_version = models.ForeignKey(KubernetesVersion, on_delete=models.PROTECT)
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="clusters")
+    control_plane_nodes = models.PositiveSmallIntegerField(choices=[(1, "1"), (3, "3 (highly available)")])
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
+    endpoint = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="uniq_cluster_name_per_tenant")]
+
+    def __str__(self) -> str:
+        return self.name

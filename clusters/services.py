@@ -1,0 +1,129 @@
+"""Cluster lifecycle: create, provision (via the provider), delete. Writes only; reads are selectors."""
+
+from django.db import IntegrityError, transaction
+
+from nvke.errors import Conflict
+from nvke.providers import get_provider
+from nvke.providers.base import ProviderError
+from nvke.realtime import broadcast
+from nvke.tenancy.context import TenantContext
+
+from .models import Cluster, KubernetesVersion, Region
+
+
+def cluster_key(cluster: Cluster) -> str:
+    """The name the provider knows the cluster by."""
+    return f"c{cluster.pk}"
+
+
+def cluster_event(cluster: Cluster, type_: str = "cluster.status") -> dict:
+    return {
+        "type": type_,
+        "cluster": cluster.pk,
+        "name": cluster.name,
+        "status": cluster.status,
+        "reason": cluster.status_reason,
+        "message": cluster.status_message,
+    }
+
+
+def _publish(cluster: Cluster, type_: str = "cluster.status") -> None:
+    broadcast(cluster.tenant_id, cluster_event(cluster, type_), cluster_id=cluster.pk)
+
+
+def create_cluster(
+    *,
+    context: TenantContext,
+    name: str,
+    kubernetes_version: KubernetesVersion,
+    region: Region,
+    control_plane_nodes: int,
+) -> Cluster:
+    from .tasks import provision_cluster
+
+    if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
+        raise Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
+    try:
+        with transaction.atomic():
+            cluster = Cluster(
+                tenant=context.tenant,
+                name=name,
+                kubernetes_version=kubernetes_version,
+                region=region,
+                control_plane_nodes=control_plane_nodes,
+                status=Cluster.Status.PROVISIONING,
+            )
+            cluster.set_condition("Ready", False, "Provisioning", "Creating the control plane.")
+            cluster.save()
+            _publish(cluster)
+            provision_cluster.delay_on_commit(cluster.pk)
+    except IntegrityError:  # a concurrent create won the name
+        raise Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
+    return cluster
+
+
+def provision(cluster_id: int) -> None:
+    """One idempotent step: ask the provider for the control plane, record the outcome."""
+    from nodepools.tasks import reconcile_pool
+
+    cluster = Cluster.objects.select_related("region").filter(pk=cluster_id).first()
+    if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
+        return
+    try:
+        endpoint = get_provider().provision_cluster(
+            cluster_key(cluster), cluster.region.name, cluster.control_plane_nodes
+        )
+        failure = None
+    except ProviderError as error:
+        failure = error
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+        if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
+            return  # deleted meanwhile: the teardown owns it now
+        if failure:
+            cluster.status = Cluster.Status.FAILED
+            cluster.status_reason, cluster.status_message = failure.reason, failure.message
+            cluster.set_condition("Ready", False, failure.reason, failure.message)
+        else:
+            cluster.status = Cluster.Status.RUNNING
+            cluster.endpoint = endpoint
+            cluster.status_reason, cluster.status_message = "", ""
+            cluster.set_condition("Ready", True, "Provisioned", "The control plane is serving.")
+        cluster.save()
+        _publish(cluster)
+        if not failure:
+            for pool_id in cluster.node_pools.values_list("pk", flat=True):
+                reconcile_pool.delay_on_commit(pool_id)
+
+
+def delete_cluster(cluster: Cluster) -> Cluster:
+    """Mark the cluster and its pools for deletion; a task tears them down."""
+    from .tasks import teardown_cluster
+
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        if cluster.status == Cluster.Status.DELETING:
+            return cluster
+        cluster.status = Cluster.Status.DELETING
+        cluster.status_reason, cluster.status_message = "Deleting", "Tearing down node pools and control plane."
+        cluster.set_condition("Ready", False, "Deleting", cluster.status_message)
+        cluster.save()
+        cluster.node_pools.update(status="deleting")
+        _publish(cluster)
+        teardown_cluster.delay_on_commit(cluster.pk)
+    return cluster
+
+
+def teardown(cluster_id: int) -> None:
+    """Delete every pool's nodes, then the control plane, then the rows. Safe to repeat."""
+    cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.DELETING).first()
+    if cluster is None:
+        return
+    provider = get_provider()
+    key = cluster_key(cluster)
+    for pool_name in cluster.node_pools.values_list("name", flat=True):
+        provider.delete_pool(key, pool_name)
+    provider.delete_cluster(key)
+    with transaction.atomic():
+        _publish(cluster, "cluster.deleted")
+        cluster.delete()

@@ -1,0 +1,87 @@
+from django.contrib import admin
+
+from .models import Architecture, DriverRelease, Gpu, GpuModel, MigProfile, Node, NodePool, RegionInventory
+
+
+class RegionInventoryInline(admin.TabularInline):
+    model = RegionInventory
+    extra = 0
+
+
+class MigProfileInline(admin.TabularInline):
+    model = MigProfile
+    extra = 0
+
+
+@admin.register(Architecture)
+class ArchitectureAdmin(admin.ModelAdmin):
+    list_display = ["name", "compute_capabilities"]
+    search_fields = ["name"]
+
+
+@admin.register(GpuModel)
+class GpuModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "display_name", "architecture", "memory_mib", "form_factor", "nvlink",
+                    "mig_max_instances", "min_driver_version"]
+    list_filter = ["architecture", "form_factor", "nvlink"]
+    search_fields = ["name", "display_name", "product_name"]
+    inlines = [MigProfileInline]
+
+
+@admin.register(DriverRelease)
+class DriverReleaseAdmin(admin.ModelAdmin):
+    list_display = ["version", "branch", "branch_type", "branch_end_of_life", "release_date", "cuda_version",
+                    "enabled"]
+    list_filter = ["branch", "branch_type", "enabled", "architectures"]
+    search_fields = ["version"]
+    filter_horizontal = ["architectures"]
+
+
+@admin.register(RegionInventory)
+class RegionInventoryAdmin(admin.ModelAdmin):
+    list_display = ["region", "gpu_model", "total_gpus"]
+    list_filter = ["region", "gpu_model"]
+
+
+class NodeInline(admin.TabularInline):
+    model = Node
+    extra = 0
+    fields = ["name", "status", "cordoned", "driver_version"]
+    readonly_fields = fields
+    show_change_link = True
+
+
+@admin.register(NodePool)
+class NodePoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "tenant", "gpu_model", "gpus_per_node", "node_count", "driver_release",
+                    "sharing_mode", "status"]
+    list_filter = ["status", "sharing_mode", "gpu_model", "driver_release", "tenant"]
+    search_fields = ["name", "cluster__name", "tenant__name"]
+    readonly_fields = ["status", "status_reason", "status_message", "conditions", "created_at", "updated_at"]
+    list_select_related = ["cluster", "tenant", "gpu_model", "driver_release"]
+    inlines = [NodeInline]
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "uuid", "memory_mib", "nvlink_domain", "healthy"]
+    readonly_fields = ["index", "uuid", "memory_mib", "nvlink_domain"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "tenant", "status", "cordoned", "driver_version"]
+    list_filter = ["status", "cordoned", "driver_version", "tenant"]
+    search_fields = ["name", "pool__name"]
+    readonly_fields = ["labels", "created_at"]
+    list_select_related = ["pool__cluster", "tenant"]
+    inlines = [GpuInline]
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "uuid", "memory_mib", "nvlink_domain", "healthy", "tenant"]
+    list_filter = ["healthy", "tenant"]
+    search_fields = ["uuid", "node__name"]
+    list_select_related = ["node", "tenant"]

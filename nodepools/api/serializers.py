@@ -1,0 +1,135 @@
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from clusters.models import Cluster, Region
+from nodepools.models import (
+    Architecture, DriverRelease, Gpu, GpuModel, MigProfile, Node, NodePool, RegionInventory, SharingMode,
+)
+from nodepools.selectors import region_inventory
+from nvke.tenancy.context import resolve_tenant
+
+IMMUTABLE_POOL_FIELDS = ("cluster", "name", "gpu_model", "gpus_per_node")
+
+
+class MigProfileSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = MigProfile
+        fields = ["name", "profile_id", "compute_slices", "memory_slices", "memory_mib", "max_instances",
+                  "placements"]
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    architecture = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    mig_profiles = MigProfileSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = GpuModel
+        fields = [
+            "name", "display_name", "product_name", "architecture", "compute_capability", "memory_mib",
+            "memory_bandwidth_gbps", "max_power_w", "form_factor", "nvlink", "nvlink_bandwidth_gbps",
+            "max_gpus_per_node", "mig_max_instances", "min_driver_version", "mig_min_driver_version",
+            "mig_profiles",
+        ]
+
+
+class DriverReleaseSerializer(serializers.ModelSerializer):
+    architectures = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+
+    class Meta:
+        model = DriverRelease
+        fields = ["version", "branch", "branch_type", "branch_end_of_life", "release_date", "cuda_version",
+                  "architectures", "enabled"]
+
+
+class RefusalSerializer(serializers.Serializer):
+    rule = serializers.CharField()
+    message = serializers.CharField()
+
+
+class DriverCompatibilitySerializer(serializers.Serializer):
+    driver = DriverReleaseSerializer()
+    compatible = serializers.BooleanField()
+    refusals = RefusalSerializer(many=True)
+
+
+class ArchitectureSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Architecture
+        fields = ["name", "compute_capabilities"]
+
+
+class RegionInventorySerializer(serializers.ModelSerializer):
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    free_gpus = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RegionInventory
+        fields = ["gpu_model", "total_gpus", "free_gpus"]
+
+    def get_free_gpus(self, row) -> int:
+        return max(row.total_gpus - row.used, 0)
+
+
+class RegionSerializer(serializers.ModelSerializer):
+    inventory = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Region
+        fields = ["name", "display_name", "inventory"]
+
+    @extend_schema_field(RegionInventorySerializer(many=True))
+    def get_inventory(self, region: Region) -> list[dict]:
+        return RegionInventorySerializer(region_inventory(region.pk), many=True).data
+
+
+class NodePoolSerializer(serializers.ModelSerializer):
+    cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.none())
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    driver_release = serializers.SlugRelatedField(slug_field="version", queryset=DriverRelease.objects.all())
+    sharing_mode = serializers.ChoiceField(choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
+    mig_layout = serializers.ListField(child=serializers.CharField(max_length=24), required=False, max_length=7)
+    nodes_ready = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodePool
+        fields = [
+            "id", "cluster", "name", "gpu_model", "gpus_per_node", "node_count", "min_nodes", "max_nodes",
+            "driver_release", "sharing_mode", "mig_layout", "status", "status_reason", "status_message",
+            "conditions", "nodes_ready", "created_at", "updated_at",
+        ]
+        read_only_fields = ["status", "status_reason", "status_message", "conditions"]
+        validators = []  # uniqueness and bounds are the service's, answered with the field named
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            # Another tenant's cluster does not exist, as far as this request can tell.
+            self.fields["cluster"].queryset = Cluster.objects.restrict(resolve_tenant(request))
+
+    def get_nodes_ready(self, pool: NodePool) -> int:
+        return sum(1 for node in pool.nodes.all() if node.status == Node.Status.READY)
+
+    def validate(self, attrs):
+        if self.instance is not None:
+            for field in IMMUTABLE_POOL_FIELDS:
+                if field in attrs and attrs[field] != getattr(self.instance, field):
+                    raise serializers.ValidationError({field: "Fixed when the pool is created."}, code="immutable")
+                attrs.pop(field, None)
+        return attrs
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Gpu
+        fields = ["index", "uuid", "memory_mib", "nvlink_domain", "healthy"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    gpus = GpuSerializer(many=True, read_only=True)
+    cluster = serializers.IntegerField(source="pool.cluster_id", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "name", "cluster", "pool", "status", "cordoned", "driver_version", "cpu_millicores",
+                  "memory_mib", "labels", "gpus", "created_at"]

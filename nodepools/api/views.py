@@ -1,0 +1,100 @@
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from clusters.api.serializers import KubernetesVersionSerializer
+from clusters.models import KubernetesVersion, Region
+from nodepools import selectors, services
+from nodepools.filters import NodeFilter, NodePoolFilter
+from nodepools.models import DriverRelease, GpuModel, Node, NodePool, SharingMode
+from nvke.api.permissions import AuthenticatedReadOnly
+from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
+
+from .serializers import (
+    DriverCompatibilitySerializer, DriverReleaseSerializer, GpuModelSerializer, NodePoolSerializer,
+    NodeSerializer, RegionSerializer,
+)
+
+
+class NodePoolViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin, TenantScopedViewSet,
+):
+    """GPU node pools. Create, scale (PATCH node_count) and delete are asynchronous: watch `status`."""
+
+    queryset = NodePool.objects.select_related("cluster", "gpu_model", "driver_release").prefetch_related("nodes")
+    serializer_class = NodePoolSerializer
+    filterset_class = NodePoolFilter
+    ordering_fields = ["name", "created_at", "status", "node_count"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.create_pool(context=self.tenant_context, **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = services.update_pool(serializer.instance, **serializer.validated_data)
+
+    @extend_schema(responses={202: NodePoolSerializer})
+    def destroy(self, request, *args, **kwargs):
+        pool = services.delete_pool(self.get_object())
+        return Response(self.get_serializer(pool).data, status=status.HTTP_202_ACCEPTED)
+
+
+class NodeViewSet(ReadOnlyTenantViewSet):
+    """Nodes of the tenant's pools, with their GPUs, as the provider reports them."""
+
+    queryset = Node.objects.select_related("pool").prefetch_related("gpus")
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilter
+    ordering_fields = ["name", "created_at"]
+
+
+class CatalogViewSet(viewsets.ReadOnlyModelViewSet):
+    permission_classes = [AuthenticatedReadOnly]
+    pagination_class = None
+
+
+class GpuModelViewSet(CatalogViewSet):
+    """GPU models of the catalog with their MIG profiles."""
+
+    queryset = GpuModel.objects.select_related("architecture").prefetch_related("mig_profiles")
+    serializer_class = GpuModelSerializer
+    lookup_field = "name"
+    filterset_fields = ["form_factor", "nvlink"]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("sharing_mode", enum=SharingMode.values, default=SharingMode.EXCLUSIVE)],
+        responses=DriverCompatibilitySerializer(many=True),
+    )
+    @action(detail=True, url_path="drivers")
+    def drivers(self, request, name=None):
+        """Each driver release and, when it cannot run this GPU, every rule it breaks."""
+        sharing_mode = request.query_params.get("sharing_mode", SharingMode.EXCLUSIVE)
+        rows = [
+            {"driver": driver, "compatible": not refusals, "refusals": refusals}
+            for driver, refusals in selectors.driver_compatibility(self.get_object(), sharing_mode)
+        ]
+        return Response(DriverCompatibilitySerializer(rows, many=True).data)
+
+
+class DriverReleaseViewSet(CatalogViewSet):
+    queryset = DriverRelease.objects.prefetch_related("architectures")
+    serializer_class = DriverReleaseSerializer
+    lookup_field = "version"
+    lookup_value_regex = r"[0-9.]+"
+    filterset_fields = ["branch", "branch_type", "enabled"]
+
+
+class KubernetesVersionViewSet(CatalogViewSet):
+    queryset = KubernetesVersion.objects.all()
+    serializer_class = KubernetesVersionSerializer
+    lookup_field = "version"
+    lookup_value_regex = r"[0-9.]+"
+
+
+class RegionViewSet(CatalogViewSet):
+    """Regions and how many GPUs of each model they have free."""
+
+    queryset = Region.objects.filter(enabled=True)
+    serializer_class = RegionSerializer
+    lookup_field = "name"

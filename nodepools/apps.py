@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class NodepoolsConfig(AppConfig):
+    name = "nodepools"
+    verbose_name = "GPU node pools"

@@ -1,0 +1,81 @@
+"""Which drivers, sharing modes and MIG layouts a GPU model admits. Each refusal names its rule."""
+
+import datetime
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from .allocation.mig import Profile, place_layout
+from .models import DriverRelease, GpuModel, SharingMode
+from .versions import version_key
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rule: str
+    message: str
+
+
+def driver_refusals(
+    driver: DriverRelease, gpu_model: GpuModel, sharing_mode: str, today: datetime.date | None = None
+) -> list[Refusal]:
+    """Why `driver` cannot run `gpu_model` in `sharing_mode`; empty when it can."""
+    today = today or timezone.localdate()
+    refusals = []
+    arch = gpu_model.architecture
+    if not driver.enabled:
+        refusals.append(Refusal("driver_disabled", f"Driver {driver.version} is not offered by this platform."))
+    if not any(a.pk == arch.pk for a in driver.architectures.all()):
+        refusals.append(
+            Refusal("architecture", f"Driver branch {driver.branch} ({driver.version}) does not support {arch.name}.")
+        )
+    if version_key(driver.version) < version_key(gpu_model.min_driver_version):
+        refusals.append(
+            Refusal(
+                "gpu_minimum",
+                f"{gpu_model.display_name} needs driver {gpu_model.min_driver_version} or newer; "
+                f"{driver.version} is older.",
+            )
+        )
+    if (
+        sharing_mode == SharingMode.MIG
+        and gpu_model.mig_min_driver_version
+        and version_key(driver.version) < version_key(gpu_model.mig_min_driver_version)
+    ):
+        refusals.append(
+            Refusal(
+                "mig_minimum",
+                f"MIG on {gpu_model.display_name} needs driver {gpu_model.mig_min_driver_version} or newer.",
+            )
+        )
+    if driver.branch_end_of_life and driver.branch_end_of_life <= today:
+        refusals.append(
+            Refusal(
+                "end_of_life",
+                f"Driver branch {driver.branch} reached end of life on {driver.branch_end_of_life.isoformat()}.",
+            )
+        )
+    return refusals
+
+
+def sharing_refusal(gpu_model: GpuModel, sharing_mode: str) -> Refusal | None:
+    if sharing_mode == SharingMode.MIG and not gpu_model.supports_mig:
+        return Refusal("mig_unsupported", f"{gpu_model.display_name} does not support MIG.")
+    return None
+
+
+def mig_layout_refusal(gpu_model: GpuModel, layout: list[str]) -> Refusal | None:
+    """A layout is a list of profile names created on every GPU; it must fit by the placement rules."""
+    profiles = {
+        p.name: Profile(p.name, p.compute_slices, p.memory_slices, tuple(p.placements), p.max_instances)
+        for p in gpu_model.mig_profiles.all()
+    }
+    unknown = [name for name in layout if name not in profiles]
+    if unknown:
+        return Refusal(
+            "unknown_mig_profile",
+            f"{gpu_model.display_name} has no MIG profile {unknown[0]!r}; it has {', '.join(sorted(profiles))}.",
+        )
+    if layout and place_layout([profiles[n] for n in layout], list(profiles.values())) is None:
+        return Refusal("mig_layout_does_not_fit", f"MIG layout {' + '.join(layout)} does not fit on one GPU.")
+    return None

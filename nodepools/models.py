@@ -1,0 +1,231 @@
+import uuid
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from clusters.models import dns_label
+from nvke.models import Conditions, TenantScopedQuerySet
+
+from .versions import is_valid_version, version_key
+
+
+def validate_version(value: str) -> None:
+    if not is_valid_version(value):
+        raise ValidationError(f"{value!r} is not a dotted numeric version like 570.133.20.")
+
+
+# --- Catalog (operators) ---------------------------------------------------------------------------
+
+
+class Architecture(models.Model):
+    """A GPU architecture (Turing, Ampere, Hopper, ...), the unit drivers declare support for."""
+
+    name = models.CharField(max_length=32, unique=True)
+    compute_capabilities = models.CharField(max_length=32, help_text="e.g. 8.0, 8.6")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuModel(models.Model):
+    class FormFactor(models.TextChoices):
+        SXM = "sxm", "SXM (NVLink board)"
+        PCIE = "pcie", "PCIe"
+
+    name = models.CharField(max_length=48, unique=True, validators=[dns_label], help_text="e.g. h100-sxm5-80gb")
+    display_name = models.CharField(max_length=64)
+    product_name = models.CharField(max_length=64, help_text="As NVML reports it, e.g. NVIDIA H100 80GB HBM3")
+    architecture = models.ForeignKey(Architecture, on_delete=models.PROTECT, related_name="gpu_models")
+    compute_capability = models.CharField(max_length=8)
+    memory_mib = models.PositiveIntegerField()
+    memory_bandwidth_gbps = models.PositiveIntegerField(help_text="GB/s")
+    max_power_w = models.PositiveIntegerField()
+    form_factor = models.CharField(max_length=8, choices=FormFactor.choices)
+    nvlink = models.BooleanField(default=False, help_text="GPUs on one node are NVLink-connected.")
+    nvlink_bandwidth_gbps = models.PositiveIntegerField(default=0, help_text="Per GPU, GB/s")
+    max_gpus_per_node = models.PositiveSmallIntegerField(default=8)
+    mig_max_instances = models.PositiveSmallIntegerField(default=0, help_text="0 = no MIG")
+    min_driver_version = models.CharField(
+        max_length=24, validators=[validate_version], help_text="Oldest driver that runs this GPU."
+    )
+    mig_min_driver_version = models.CharField(max_length=24, blank=True, help_text="Oldest driver for MIG.")
+    host_cpus_per_gpu = models.PositiveSmallIntegerField(default=16, help_text="vCPUs a node has per GPU")
+    host_memory_gib_per_gpu = models.PositiveSmallIntegerField(default=128)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.display_name
+
+    @property
+    def supports_mig(self) -> bool:
+        return self.mig_max_instances > 0
+
+
+class MigProfile(models.Model):
+    """A MIG GPU-instance profile and where it may be placed, on the memory-slice axis."""
+
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="mig_profiles")
+    name = models.CharField(max_length=24, help_text="e.g. 3g.40gb")
+    profile_id = models.PositiveSmallIntegerField(help_text="As nvidia-smi prints it")
+    compute_slices = models.PositiveSmallIntegerField()
+    memory_slices = models.PositiveSmallIntegerField(help_text="Size on the memory-slice axis")
+    memory_mib = models.PositiveIntegerField()
+    max_instances = models.PositiveSmallIntegerField()
+    placements = models.JSONField(help_text="Valid start indexes, e.g. [0, 4]")
+
+    class Meta:
+        ordering = ["gpu_model", "-memory_slices", "name"]
+        constraints = [models.UniqueConstraint(fields=["gpu_model", "name"], name="uniq_mig_profile")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model.name} {self.name}"
+
+
+class DriverRelease(models.Model):
+    class BranchType(models.TextChoices):
+        LTSB = "ltsb", "Long Term Support"
+        PB = "pb", "Production"
+        NFB = "nfb", "New Feature"
+
+    version = models.CharField(max_length=24, unique=True, validators=[validate_version])
+    branch = models.PositiveIntegerField(help_text="e.g. 570")
+    branch_type = models.CharField(max_length=4, choices=BranchType.choices)
+    branch_end_of_life = models.DateField(null=True, blank=True)
+    release_date = models.DateField(null=True, blank=True)
+    cuda_version = models.CharField(max_length=8, help_text="Highest CUDA version it supports, e.g. 12.8")
+    architectures = models.ManyToManyField(Architecture, related_name="driver_releases")
+    enabled = models.BooleanField(default=True, help_text="Offered for new pools and upgrades.")
+
+    class Meta:
+        ordering = ["-branch", "-release_date", "-version"]
+
+    def __str__(self) -> str:
+        return self.version
+
+    @property
+    def version_key(self) -> tuple[int, ...]:
+        return version_key(self.version)
+
+
+class RegionInventory(models.Model):
+    """How many GPUs of a model a region has. Pools draw nodes from it until it runs out."""
+
+    region = models.ForeignKey("clusters.Region", on_delete=models.CASCADE, related_name="inventory")
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="inventory")
+    total_gpus = models.PositiveIntegerField()
+
+    class Meta:
+        verbose_name_plural = "region inventory"
+        ordering = ["region", "gpu_model"]
+        constraints = [models.UniqueConstraint(fields=["region", "gpu_model"], name="uniq_region_gpu_model")]
+
+    def __str__(self) -> str:
+        return f"{self.region}: {self.total_gpus} × {self.gpu_model.name}"
+
+
+# --- Tenant resources ------------------------------------------------------------------------------
+
+
+class SharingMode(models.TextChoices):
+    EXCLUSIVE = "exclusive"
+    TIME_SLICING = "time-slicing"
+    MPS = "mps"
+    MIG = "mig"
+    FRACTIONAL = "fractional"
+
+
+class NodePool(Conditions):
+    class Status(models.TextChoices):
+        PROVISIONING = "provisioning"
+        SCALING = "scaling"
+        READY = "ready"
+        PENDING = "pending"  # waiting for capacity
+        FAILED = "failed"
+        DELETING = "deleting"
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="node_pools")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="node_pools")
+    name = models.CharField(max_length=63, validators=[dns_label])
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="node_pools")
+    gpus_per_node = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(8)])
+    node_count = models.PositiveIntegerField(help_text="Desired number of nodes")
+    min_nodes = models.PositiveIntegerField(default=0)
+    max_nodes = models.PositiveIntegerField()
+    driver_release = models.ForeignKey(DriverRelease, on_delete=models.PROTECT, related_name="node_pools")
+    sharing_mode = models.CharField(max_length=16, choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
+    mig_layout = models.JSONField(
+        default=list, blank=True, help_text="MIG profiles created on every GPU (mig mode); empty = on demand"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="uniq_pool_name_per_cluster"),
+            models.CheckConstraint(
+                condition=models.Q(min_nodes__lte=models.F("node_count"))
+                & models.Q(node_count__lte=models.F("max_nodes")),
+                name="pool_node_count_within_bounds",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class Node(models.Model):
+    """A node of a pool as the provider reports it (synced from `Provider.list_nodes`)."""
+
+    class Status(models.TextChoices):
+        READY = "ready"
+        NOT_READY = "not-ready"
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="nodes")
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
+    cordoned = models.BooleanField(default=False)
+    driver_version = models.CharField(max_length=24)
+    cpu_millicores = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    labels = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="gpus")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True)
+    memory_mib = models.PositiveIntegerField()
+    nvlink_domain = models.CharField(
+        max_length=64, blank=True, help_text="GPUs sharing a value are NVLink-connected; blank = PCIe only"
+    )
+    healthy = models.BooleanField(default=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="uniq_gpu_index_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"

@@ -1,0 +1,203 @@
+"""Node pool lifecycle: create, update (scale), delete, and the reconcile step that drives the provider
+towards the desired node count and mirrors what it reports into Node and Gpu rows."""
+
+from django.db import IntegrityError, transaction
+
+from clusters.models import Cluster
+from clusters.services import cluster_key
+from nvke.errors import Conflict, DomainError, Incompatible
+from nvke.providers import get_provider
+from nvke.providers.base import NodeInfo, PoolSpec, ProviderError
+from nvke.realtime import broadcast
+from nvke.tenancy.context import TenantContext
+
+from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
+from .models import Gpu, Node, NodePool, SharingMode
+
+MUTABLE_FIELDS = ("node_count", "min_nodes", "max_nodes", "driver_release", "sharing_mode", "mig_layout")
+
+
+def pool_event(pool: NodePool, type_: str = "pool.status") -> dict:
+    return {
+        "type": type_,
+        "pool": pool.pk,
+        "cluster": pool.cluster_id,
+        "name": pool.name,
+        "status": pool.status,
+        "reason": pool.status_reason,
+        "message": pool.status_message,
+        "nodes": pool.nodes.count() if pool.pk else 0,
+        "node_count": pool.node_count,
+    }
+
+
+def _publish(pool: NodePool, type_: str = "pool.status") -> None:
+    broadcast(pool.tenant_id, pool_event(pool, type_), cluster_id=pool.cluster_id)
+
+
+def validate_pool(pool: NodePool) -> None:
+    """Bounds and compatibility; raises a DomainError naming the field."""
+    if not pool.min_nodes <= pool.node_count <= pool.max_nodes:
+        raise DomainError(
+            f"node_count {pool.node_count} must lie within min_nodes {pool.min_nodes} and max_nodes "
+            f"{pool.max_nodes}.",
+            field="node_count",
+            code="out_of_bounds",
+        )
+    model = pool.gpu_model
+    if pool.gpus_per_node > model.max_gpus_per_node:
+        raise DomainError(
+            f"{model.display_name} nodes carry at most {model.max_gpus_per_node} GPUs.", field="gpus_per_node"
+        )
+    if refusal := sharing_refusal(model, pool.sharing_mode):
+        raise Incompatible(refusal.message, field="sharing_mode", code=refusal.rule)
+    if pool.sharing_mode != SharingMode.MIG and pool.mig_layout:
+        raise DomainError("mig_layout applies only to sharing_mode mig.", field="mig_layout")
+    if refusal := mig_layout_refusal(model, pool.mig_layout):
+        raise Incompatible(refusal.message, field="mig_layout", code=refusal.rule)
+    if refusals := driver_refusals(pool.driver_release, model, pool.sharing_mode):
+        raise Incompatible(
+            refusals[0].message,
+            field="driver_release",
+            code=refusals[0].rule,
+            rules=[{"rule": r.rule, "message": r.message} for r in refusals],
+        )
+
+
+def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
+    from .tasks import reconcile_pool
+
+    if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
+        raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no new pools.", field="cluster")
+    pool = NodePool(tenant=context.tenant, cluster=cluster, status=NodePool.Status.PROVISIONING, **fields)
+    validate_pool(pool)
+    if NodePool.objects.filter(cluster=cluster, name=pool.name).exists():
+        raise Conflict(f"Cluster {cluster.name} already has a pool named {pool.name!r}.", field="name",
+                       code="duplicate")
+    try:
+        with transaction.atomic():
+            pool.set_condition("Ready", False, "Provisioning", f"Creating {pool.node_count} nodes.")
+            pool.save()
+            _publish(pool)
+            reconcile_pool.delay_on_commit(pool.pk)
+    except IntegrityError:
+        raise Conflict(f"Cluster {cluster.name} already has a pool named {pool.name!r}.", field="name",
+                       code="duplicate")
+    return pool
+
+
+def update_pool(pool: NodePool, **changes) -> NodePool:
+    from .tasks import reconcile_pool
+
+    unknown = set(changes) - set(MUTABLE_FIELDS)
+    if unknown:
+        field = sorted(unknown)[0]
+        raise DomainError(f"{field} is fixed when the pool is created.", field=field, code="immutable")
+    with transaction.atomic():
+        pool = NodePool.objects.select_for_update().select_related("gpu_model", "cluster").get(pk=pool.pk)
+        if pool.status == NodePool.Status.DELETING:
+            raise Conflict(f"Pool {pool.name} is being deleted.", code="deleting")
+        for name, value in changes.items():
+            setattr(pool, name, value)
+        validate_pool(pool)
+        if "node_count" in changes:
+            pool.status = NodePool.Status.SCALING
+            pool.set_condition("Ready", False, "Scaling", f"Scaling to {pool.node_count} nodes.")
+        pool.save()
+        _publish(pool)
+        reconcile_pool.delay_on_commit(pool.pk)
+    return pool
+
+
+def delete_pool(pool: NodePool) -> NodePool:
+    from .tasks import reconcile_pool
+
+    with transaction.atomic():
+        pool = NodePool.objects.select_for_update().get(pk=pool.pk)
+        pool.status = NodePool.Status.DELETING
+        pool.set_condition("Ready", False, "Deleting", "Removing the pool's nodes.")
+        pool.save()
+        _publish(pool)
+        reconcile_pool.delay_on_commit(pool.pk)
+    return pool
+
+
+def pool_spec(pool: NodePool) -> PoolSpec:
+    model = pool.gpu_model
+    return PoolSpec(
+        cluster=cluster_key(pool.cluster),
+        region=pool.cluster.region.name,
+        name=pool.name,
+        gpu_model=model.name,
+        gpu_memory_mib=model.memory_mib,
+        gpus_per_node=pool.gpus_per_node,
+        nvlink=model.nvlink,
+        driver_version=pool.driver_release.version,
+        cpu_millicores_per_node=model.host_cpus_per_gpu * pool.gpus_per_node * 1000,
+        memory_mib_per_node=model.host_memory_gib_per_gpu * pool.gpus_per_node * 1024,
+        labels={"nvke.io/pool": pool.name, "nvke.io/sharing-mode": pool.sharing_mode},
+    )
+
+
+def reconcile(pool_id: int) -> None:
+    """One level-triggered step: compare desired and actual nodes, act once, record the outcome."""
+    pool = (
+        NodePool.objects.select_related("cluster__region", "gpu_model", "driver_release").filter(pk=pool_id).first()
+    )
+    if pool is None:
+        return
+    provider = get_provider()
+    key = cluster_key(pool.cluster)
+    if pool.status == NodePool.Status.DELETING:
+        provider.delete_pool(key, pool.name)
+        with transaction.atomic():
+            _publish(pool, "pool.deleted")
+            pool.delete()
+        return
+    if pool.cluster.status != Cluster.Status.RUNNING:
+        return  # the cluster's provisioning re-queues its pools when it is up
+    try:
+        result = provider.scale_pool(pool_spec(pool), pool.node_count)
+        failure = None
+    except ProviderError as error:
+        failure, result = error, None
+    nodes = provider.list_nodes(key, pool.name)
+    with transaction.atomic():
+        pool = NodePool.objects.select_for_update().filter(pk=pool_id).first()
+        if pool is None or pool.status == NodePool.Status.DELETING:
+            return
+        sync_nodes(pool, nodes)
+        if failure:
+            pool.status, pool.status_reason, pool.status_message = "failed", failure.reason, failure.message
+            pool.set_condition("Ready", False, failure.reason, failure.message)
+        elif not result.complete:
+            pool.status, pool.status_reason, pool.status_message = "pending", result.reason, result.message
+            pool.set_condition("Ready", False, result.reason, result.message)
+        else:
+            pool.status, pool.status_reason, pool.status_message = "ready", "", ""
+            pool.set_condition("Ready", True, "NodesReady", f"{result.nodes} of {result.wanted} nodes ready.")
+        pool.save()
+        _publish(pool)
+
+
+def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
+    """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove)."""
+    existing = {node.name: node for node in pool.nodes.all()}
+    Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported]).delete()
+    for info in reported:
+        node = existing.get(info.name) or Node(tenant_id=pool.tenant_id, pool=pool, name=info.name)
+        node.status = Node.Status.READY if info.ready else Node.Status.NOT_READY
+        node.cordoned = info.unschedulable
+        node.driver_version = info.driver_version
+        node.cpu_millicores = info.cpu_millicores
+        node.memory_mib = info.memory_mib
+        node.labels = info.labels
+        node.save()
+        have = {gpu.index: gpu for gpu in node.gpus.all()} if info.name in existing else {}
+        for gpu_info in info.gpus:
+            gpu = have.get(gpu_info.index) or Gpu(tenant_id=pool.tenant_id, node=node, index=gpu_info.index)
+            gpu.uuid = gpu_info.uuid.removeprefix("GPU-")
+            gpu.memory_mib = gpu_info.memory_mib
+            gpu.nvlink_domain = gpu_info.nvlink_domain
+            gpu.healthy = gpu_info.healthy
+            gpu.save()

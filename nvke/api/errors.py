@@ -1,0 +1,51 @@
+"""Every API error is JSON {code, message, details}; validation messages name the field."""
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from nvke.errors import DomainError
+
+
+def _first_message(detail, path: str = "") -> str:
+    if isinstance(detail, dict):
+        key, value = next(iter(detail.items()))
+        name = key if key != "non_field_errors" else ""
+        return _first_message(value, f"{path}.{name}" if path and name else (name or path))
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0], path)
+    return f"{path}: {detail}" if path else str(detail)
+
+
+def _codes(detail):
+    if isinstance(detail, dict):
+        return {key: _codes(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        return [_codes(item) for item in detail]
+    return {"message": str(detail), "code": getattr(detail, "code", "invalid")}
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, DomainError):
+        return Response({"code": exc.code, "message": exc.message, "details": exc.details}, status=exc.status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        body = {"code": "invalid", "message": _first_message(exc.detail), "details": {"fields": _codes(exc.detail)}}
+    else:
+        detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
+        body = {"code": code if isinstance(code, str) else "error", "message": str(detail), "details": {}}
+        if isinstance(exc, exceptions.Throttled) and exc.wait:
+            body["details"]["retry_after_s"] = int(exc.wait)
+    response.data = body
+    if response.status_code == status.HTTP_401_UNAUTHORIZED:
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response

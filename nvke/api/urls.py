@@ -1,0 +1,23 @@
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from clusters.api.views import ClusterViewSet
+from nodepools.api.views import (
+    DriverReleaseViewSet, GpuModelViewSet, KubernetesVersionViewSet, NodePoolViewSet, NodeViewSet, RegionViewSet,
+)
+from nvke.tenancy.views import ApiTokenViewSet, me
+
+router = DefaultRouter()
+router.register("clusters", ClusterViewSet)
+router.register("node-pools", NodePoolViewSet)
+router.register("nodes", NodeViewSet)
+router.register("gpu-models", GpuModelViewSet)
+router.register("driver-releases", DriverReleaseViewSet)
+router.register("kubernetes-versions", KubernetesVersionViewSet)
+router.register("regions", RegionViewSet)
+router.register("tokens", ApiTokenViewSet)
+
+urlpatterns = [
+    path("me/", me, name="me"),
+    path("", include(router.urls)),
+]

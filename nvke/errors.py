@@ -1,0 +1,23 @@
+"""Domain errors. Each has a code and an HTTP status; the API renders them as {code, message, details}."""
+
+
+class DomainError(Exception):
+    status = 400
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None, **details):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code:
+            self.code = code
+        self.details = {"field": field, **details} if field else details
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+
+
+class Incompatible(DomainError):
+    code = "incompatible"

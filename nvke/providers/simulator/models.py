@@ -1,0 +1,56 @@
+"""The simulator's virtual cloud. It lives in the database so that every web and worker process sees
+one fleet; the control plane reaches it only through the Provider interface."""
+
+from django.db import models
+
+
+class SimCluster(models.Model):
+    key = models.CharField(max_length=64, unique=True)
+    region = models.CharField(max_length=32)
+    control_plane_nodes = models.PositiveSmallIntegerField()
+    endpoint = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class SimNode(models.Model):
+    cluster = models.ForeignKey(SimCluster, on_delete=models.CASCADE, related_name="nodes")
+    pool = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    region = models.CharField(max_length=32)
+    gpu_model = models.CharField(max_length=48)
+    ready = models.BooleanField(default=True)
+    unschedulable = models.BooleanField(default=False)
+    driver_version = models.CharField(max_length=24)
+    cpu_millicores = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    labels = models.JSONField(default=dict)
+    gpus = models.JSONField(default=list, help_text="[{index, uuid, memory_mib, nvlink_domain, healthy}]")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="uniq_simnode_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SimFault(models.Model):
+    """An injected failure: the next `remaining` calls of `operation` whose target name matches fail."""
+
+    class Operation(models.TextChoices):
+        PROVISION_CLUSTER = "provision_cluster"
+        SCALE_POOL = "scale_pool"
+        CORDON = "cordon"
+        EVICT = "evict"
+
+    operation = models.CharField(max_length=32, choices=Operation.choices)
+    target = models.CharField(max_length=253, blank=True, help_text="Cluster/pool/node key; blank = any")
+    reason = models.CharField(max_length=64, default="SimulatedFault")
+    message = models.CharField(max_length=300, default="Injected failure")
+    remaining = models.PositiveIntegerField(default=1)
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.target or '*'} ×{self.remaining}"

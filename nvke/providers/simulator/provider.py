@@ -1,0 +1,169 @@
+import secrets
+import uuid
+
+from django.db import transaction
+from django.db.models import F
+
+from nodepools.models import RegionInventory
+
+from ..base import GpuInfo, NodeInfo, PoolSpec, Provider, ProviderError, ScaleResult
+from .models import SimCluster, SimFault, SimNode
+
+
+def _raise_injected_fault(operation: str, target: str) -> None:
+    with transaction.atomic():
+        fault = (
+            SimFault.objects.select_for_update()
+            .filter(operation=operation, remaining__gt=0)
+            .filter(target__in=["", target])
+            .order_by("pk")
+            .first()
+        )
+        if fault is None:
+            return
+        SimFault.objects.filter(pk=fault.pk).update(remaining=F("remaining") - 1)
+    raise ProviderError(fault.reason, fault.message)
+
+
+def _node_info(node: SimNode) -> NodeInfo:
+    return NodeInfo(
+        name=node.name,
+        pool=node.pool,
+        ready=node.ready,
+        unschedulable=node.unschedulable,
+        driver_version=node.driver_version,
+        cpu_millicores=node.cpu_millicores,
+        memory_mib=node.memory_mib,
+        labels=dict(node.labels),
+        gpus=tuple(GpuInfo(**gpu) for gpu in node.gpus),
+    )
+
+
+class SimulatorProvider(Provider):
+    """A virtual fleet with real GPU figures from the catalog and finite regional inventory."""
+
+    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> str:
+        _raise_injected_fault(SimFault.Operation.PROVISION_CLUSTER, cluster)
+        sim, _ = SimCluster.objects.get_or_create(
+            key=cluster,
+            defaults={
+                "region": region,
+                "control_plane_nodes": control_plane_nodes,
+                "endpoint": f"https://{cluster}.{region}.k8s.nvke.local:6443",
+            },
+        )
+        return sim.endpoint
+
+    def delete_cluster(self, cluster: str) -> None:
+        SimCluster.objects.filter(key=cluster).delete()
+
+    def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
+        _raise_injected_fault(SimFault.Operation.SCALE_POOL, f"{spec.cluster}/{spec.name}")
+        with transaction.atomic():
+            sim_cluster = SimCluster.objects.get(key=spec.cluster)
+            # One lock per region and GPU model serialises every pool drawing on that inventory.
+            inventory = (
+                RegionInventory.objects.select_for_update()
+                .filter(region__name=spec.region, gpu_model__name=spec.gpu_model)
+                .first()
+            )
+            nodes = list(SimNode.objects.filter(cluster=sim_cluster, pool=spec.name).order_by("-created_at"))
+            if count < len(nodes):
+                SimNode.objects.filter(pk__in=[n.pk for n in nodes[: len(nodes) - count]]).delete()
+                return ScaleResult(nodes=count, wanted=count)
+            total = inventory.total_gpus if inventory else 0
+            used = sum(
+                len(gpus)
+                for gpus in SimNode.objects.filter(region=spec.region, gpu_model=spec.gpu_model).values_list(
+                    "gpus", flat=True
+                )
+            )
+            can_add = min(count - len(nodes), (total - used) // spec.gpus_per_node)
+            for _ in range(max(can_add, 0)):
+                self._create_node(sim_cluster, spec)
+            have = len(nodes) + max(can_add, 0)
+        if have < count:
+            return ScaleResult(
+                nodes=have,
+                wanted=count,
+                reason="InsufficientCapacity",
+                message=(
+                    f"Region {spec.region} has {max(total - used, 0)} of {total} {spec.gpu_model} GPUs free; "
+                    f"{count - have} of {count} nodes ({spec.gpus_per_node} GPUs each) are waiting for capacity."
+                ),
+            )
+        return ScaleResult(nodes=have, wanted=count)
+
+    def _create_node(self, sim_cluster: SimCluster, spec: PoolSpec) -> SimNode:
+        name = f"{spec.cluster}-{spec.name}-{secrets.token_hex(4)}"
+        nvlink_domain = f"{name}-nvlink" if spec.nvlink and spec.gpus_per_node > 1 else ""
+        gpus = [
+            {
+                "index": index,
+                "uuid": f"GPU-{uuid.uuid4()}",
+                "memory_mib": spec.gpu_memory_mib,
+                "nvlink_domain": nvlink_domain,
+                "healthy": True,
+            }
+            for index in range(spec.gpus_per_node)
+        ]
+        labels = {
+            **spec.labels,
+            "kubernetes.io/hostname": name,
+            "topology.kubernetes.io/region": spec.region,
+            "nvidia.com/gpu.product": spec.gpu_model,
+            "nvidia.com/gpu.count": str(spec.gpus_per_node),
+            "nvidia.com/gpu.memory": str(spec.gpu_memory_mib),
+            "nvidia.com/cuda.driver.major": spec.driver_version.split(".")[0],
+        }
+        return SimNode.objects.create(
+            cluster=sim_cluster,
+            pool=spec.name,
+            name=name,
+            region=spec.region,
+            gpu_model=spec.gpu_model,
+            driver_version=spec.driver_version,
+            cpu_millicores=spec.cpu_millicores_per_node,
+            memory_mib=spec.memory_mib_per_node,
+            labels=labels,
+            gpus=gpus,
+        )
+
+    def delete_pool(self, cluster: str, pool: str) -> None:
+        SimNode.objects.filter(cluster__key=cluster, pool=pool).delete()
+
+    def list_nodes(self, cluster: str, pool: str | None = None) -> list[NodeInfo]:
+        nodes = SimNode.objects.filter(cluster__key=cluster)
+        if pool is not None:
+            nodes = nodes.filter(pool=pool)
+        return [_node_info(node) for node in nodes]
+
+    def _node(self, cluster: str, node: str) -> SimNode:
+        try:
+            return SimNode.objects.get(cluster__key=cluster, name=node)
+        except SimNode.DoesNotExist:
+            raise ProviderError("NodeNotFound", f"Node {node} does not exist in cluster {cluster}.")
+
+    def cordon(self, cluster: str, node: str) -> None:
+        _raise_injected_fault(SimFault.Operation.CORDON, node)
+        SimNode.objects.filter(pk=self._node(cluster, node).pk).update(unschedulable=True)
+
+    def uncordon(self, cluster: str, node: str) -> None:
+        SimNode.objects.filter(pk=self._node(cluster, node).pk).update(unschedulable=False)
+
+    def evict(self, cluster: str, node: str, namespace: str, pod: str) -> None:
+        self._node(cluster, node)
+        _raise_injected_fault(SimFault.Operation.EVICT, node)
+
+    def set_node_labels(self, cluster: str, node: str, labels: dict[str, str | None]) -> None:
+        with transaction.atomic():
+            sim = SimNode.objects.select_for_update().get(pk=self._node(cluster, node).pk)
+            for key, value in labels.items():
+                if value is None:
+                    sim.labels.pop(key, None)
+                else:
+                    sim.labels[key] = value
+            sim.save(update_fields=["labels"])
+
+    def driver_version(self, cluster: str, node: str) -> str:
+        return self._node(cluster, node).driver_version

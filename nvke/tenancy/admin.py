@@ -1,0 +1,48 @@
+from django.contrib import admin
+
+from .models import ApiToken, Membership, Tenant
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "member_count", "cluster_count", "created_at"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+    @admin.display(description="members")
+    def member_count(self, tenant: Tenant) -> int:
+        return tenant.memberships.count()
+
+    @admin.display(description="clusters")
+    def cluster_count(self, tenant: Tenant) -> int:
+        return tenant.clusters.count()
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "tenant", "role", "created_at"]
+    list_filter = ["role", "tenant"]
+    search_fields = ["user__username", "user__email", "tenant__name"]
+    autocomplete_fields = ["user", "tenant"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are issued through the API or UI (the secret is shown once); here they can be revoked."""
+
+    list_display = ["name", "key_prefix", "user", "tenant", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_filter = ["tenant", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "key_prefix", "user__username", "tenant__name"]
+    readonly_fields = ["key_prefix", "key_hash", "created_at", "last_used_at"]
+    fields = ["name", "user", "tenant", "key_prefix", "key_hash", "created_at", "expires_at", "last_used_at",
+              "revoked_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False

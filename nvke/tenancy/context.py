@@ -1,0 +1,47 @@
+"""Which tenant a request acts in, and in which role.
+
+A token fixes its tenant. A browser session keeps the tenant the user last switched to, or the first
+one the user belongs to. Every tenant-scoped query starts from this."""
+
+from dataclasses import dataclass
+
+from .models import ApiToken, Membership, Tenant
+from .roles import Action, role_allows
+
+SESSION_KEY = "nvke_tenant_id"
+
+
+@dataclass(frozen=True)
+class TenantContext:
+    tenant: Tenant
+    role: str
+
+    def allows(self, action: Action) -> bool:
+        return role_allows(self.role, action)
+
+
+def find_context(user, *, session=None, token: ApiToken | None = None) -> TenantContext | None:
+    """The user's tenant: the token's, else the session's choice if still a member, else the first."""
+    if not user.is_authenticated:
+        return None
+    memberships = Membership.objects.select_related("tenant").filter(user=user)
+    if token is not None:
+        memberships = memberships.filter(tenant_id=token.tenant_id)
+    else:
+        wanted = session.get(SESSION_KEY) if session is not None else None
+        if wanted and memberships.filter(tenant_id=wanted).exists():
+            memberships = memberships.filter(tenant_id=wanted)
+    membership = memberships.order_by("tenant__name").first()
+    return TenantContext(membership.tenant, membership.role) if membership else None
+
+
+def resolve_tenant(request) -> TenantContext | None:
+    """The request's tenant context, computed once per request."""
+    if not hasattr(request, "_nvke_tenant"):
+        auth = getattr(request, "auth", None)
+        request._nvke_tenant = find_context(
+            request.user,
+            session=getattr(request, "session", None),
+            token=auth if isinstance(auth, ApiToken) else None,
+        )
+    return request._nvke_tenant
