@@ -23,13 +23,14 @@ def env_list(name: str, default: str) -> list[str]:
 
 
 DATA_DIR = Path(os.environ.get("NVKE_DATA_DIR", BASE_DIR / "var"))
+STATIC_ROOT = DATA_DIR / "static"  # collectstatic's target; whitenoise also serves from the apps
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 
 def _secret_key() -> str:
     """NVKE_SECRET_KEY in production; the embedded default keeps a generated key in its data dir."""
     if key := os.environ.get("NVKE_SECRET_KEY"):
         return key
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
     key_file = DATA_DIR / "secret_key"
     if not key_file.exists():
         key_file.write_text(secrets.token_urlsafe(50))
@@ -126,7 +127,6 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
 # Serve assets straight from the apps when collectstatic has not run (embedded default, tests).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG

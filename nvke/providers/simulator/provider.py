@@ -60,7 +60,9 @@ class SimulatorProvider(Provider):
     def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
         _raise_injected_fault(SimFault.Operation.SCALE_POOL, f"{spec.cluster}/{spec.name}")
         with transaction.atomic():
-            sim_cluster = SimCluster.objects.get(key=spec.cluster)
+            sim_cluster = SimCluster.objects.filter(key=spec.cluster).first()
+            if sim_cluster is None:
+                raise ProviderError("ClusterNotFound", f"Cluster {spec.cluster} does not exist.")
             # One lock per region and GPU model serialises every pool drawing on that inventory.
             inventory = (
                 RegionInventory.objects.select_for_update()
@@ -78,17 +80,18 @@ class SimulatorProvider(Provider):
                     "gpus", flat=True
                 )
             )
-            can_add = min(count - len(nodes), (total - used) // spec.gpus_per_node)
-            for _ in range(max(can_add, 0)):
+            can_add = max(min(count - len(nodes), (total - used) // spec.gpus_per_node), 0)
+            for _ in range(can_add):
                 self._create_node(sim_cluster, spec)
-            have = len(nodes) + max(can_add, 0)
+            have = len(nodes) + can_add
+            free = max(total - used - can_add * spec.gpus_per_node, 0)
         if have < count:
             return ScaleResult(
                 nodes=have,
                 wanted=count,
                 reason="InsufficientCapacity",
                 message=(
-                    f"Region {spec.region} has {max(total - used, 0)} of {total} {spec.gpu_model} GPUs free; "
+                    f"Region {spec.region} has {free} of {total} {spec.gpu_model} GPUs free; "
                     f"{count - have} of {count} nodes ({spec.gpus_per_node} GPUs each) are waiting for capacity."
                 ),
             )

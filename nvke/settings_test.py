@@ -1,0 +1,12 @@
+"""Settings for the test suite: real PostgreSQL and Redis on this machine (override with the same
+variables as production). Tasks run eagerly unless a test starts a real worker (tests/integration)."""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/nvke")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+
+from .settings import *  # noqa: E402,F403
+
+CELERY_TASK_ALWAYS_EAGER = True
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests

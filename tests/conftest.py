@@ -1,0 +1,91 @@
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from clusters.models import Cluster, KubernetesVersion, Region
+from clusters.services import provision
+from nodepools.catalog import seed_catalog
+from nodepools.models import DriverRelease, GpuModel, NodePool
+from nvke.tenancy.models import ApiToken, Membership, Tenant
+
+
+@pytest.fixture
+def catalog(db):
+    seed_catalog()
+
+
+@pytest.fixture
+def make_member(db):
+    """make_member(tenant_name, role) -> user in that tenant (tenant created if new)."""
+
+    def make(tenant_name: str = "acme", role: str = "owner", username: str | None = None):
+        tenant, _ = Tenant.objects.get_or_create(slug=tenant_name, defaults={"name": tenant_name.title()})
+        user = get_user_model().objects.create_user(
+            username=username or f"{tenant_name}-{role}-{Membership.objects.count()}", password="pw-secret-123"
+        )
+        Membership.objects.create(tenant=tenant, user=user, role=role)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def owner(make_member):
+    return make_member("acme", "owner")
+
+
+@pytest.fixture
+def api(owner):
+    """An API client acting as an owner of tenant 'acme' (session auth)."""
+    client = APIClient()
+    client.force_authenticate(owner)
+    return client
+
+
+@pytest.fixture
+def client_for():
+    """client_for(user) -> API client authenticated as that user; client_for(user, token=True) uses a
+    real bearer token."""
+
+    def make(user, token: bool = False):
+        client = APIClient()
+        if token:
+            membership = user.memberships.first()
+            _, raw = ApiToken.issue(tenant=membership.tenant, user=user, name="test")
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        else:
+            client.force_authenticate(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def make_cluster(catalog):
+    """make_cluster(tenant, name, status): a running cluster is provisioned through the simulator."""
+
+    def make(tenant: Tenant, name: str = "prod", status: str = Cluster.Status.RUNNING, region: str = "us-east-1"):
+        cluster = Cluster.objects.create(
+            tenant=tenant, name=name, kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
+            region=Region.objects.get(name=region), control_plane_nodes=1,
+            status=Cluster.Status.PROVISIONING if status == Cluster.Status.RUNNING else status,
+        )
+        if status == Cluster.Status.RUNNING:
+            provision(cluster.pk)
+            cluster.refresh_from_db()
+        return cluster
+
+    return make
+
+
+@pytest.fixture
+def make_pool(catalog):
+    def make(cluster: Cluster, name: str = "gpu", gpu_model: str = "l4", nodes: int = 2, gpus_per_node: int = 4,
+             driver: str = "580.105.08", sharing_mode: str = "exclusive", status: str = NodePool.Status.READY):
+        return NodePool.objects.create(
+            tenant=cluster.tenant, cluster=cluster, name=name, gpu_model=GpuModel.objects.get(name=gpu_model),
+            gpus_per_node=gpus_per_node, node_count=nodes, min_nodes=0, max_nodes=max(nodes, 8),
+            driver_release=DriverRelease.objects.get(version=driver), sharing_mode=sharing_mode, status=status,
+        )
+
+    return make
