@@ -1,0 +1,77 @@
+"""A real websocket client, connected to a real ASGI server, receives status changes."""
+
+import json
+
+import pytest
+from django.test import Client
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from clusters.models import KubernetesVersion, Region
+from clusters.services import create_cluster
+from nvke.tenancy.context import TenantContext
+
+pytestmark = pytest.mark.integration
+
+
+def open_socket(server, user, path="/ws/events/"):
+    browser = Client()
+    browser.force_login(user)
+    origin = f"http://127.0.0.1:{server.port}"
+    return connect(
+        f"ws://127.0.0.1:{server.port}{path}",
+        additional_headers={"Cookie": f"sessionid={browser.cookies['sessionid'].value}", "Origin": origin},
+        open_timeout=10,
+    )
+
+
+def receive_until(socket, predicate, limit=20):
+    seen = []
+    for _ in range(limit):
+        event = json.loads(socket.recv(timeout=10))
+        seen.append(event)
+        if predicate(event):
+            return event, seen
+    raise AssertionError(f"no matching event among {seen}")
+
+
+def test_client_receives_cluster_status_changes(asgi_server, owner, make_member, catalog):
+    tenant = owner.memberships.get().tenant
+    outsider = make_member("globex", "owner")
+    with open_socket(asgi_server, owner) as mine, open_socket(asgi_server, outsider) as theirs:
+        cluster = create_cluster(
+            context=TenantContext(tenant, "owner"), name="live",
+            kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
+            region=Region.objects.get(name="us-east-1"), control_plane_nodes=1,
+        )
+        event, seen = receive_until(mine, lambda e: e["status"] == "running")
+        assert event == {
+            "type": "cluster.status", "cluster": cluster.pk, "name": "live", "status": "running",
+            "reason": "", "message": "",
+        }
+        assert seen[0]["status"] == "provisioning"
+        # The other tenant's socket hears nothing of it.
+        with pytest.raises(TimeoutError):
+            theirs.recv(timeout=1)
+
+
+def assert_refused(server, path, user=None):
+    """Closing before accept: the server answers the handshake with HTTP 403."""
+    with pytest.raises(InvalidStatus) as refused:
+        if user is None:
+            connect(f"ws://127.0.0.1:{server.port}{path}",
+                    additional_headers={"Origin": f"http://127.0.0.1:{server.port}"}, open_timeout=10)
+        else:
+            open_socket(server, user, path)
+    assert refused.value.response.status_code == 403
+
+
+def test_sockets_refuse_strangers(asgi_server, owner, make_member, make_cluster):
+    foreign = make_cluster(make_member("globex", "owner").memberships.get().tenant, "secret")
+    mine = make_cluster(owner.memberships.get().tenant, "mine")
+    assert_refused(asgi_server, f"/ws/events/?cluster={foreign.pk}", owner)
+    assert_refused(asgi_server, "/ws/events/?cluster=not-a-number", owner)
+    assert_refused(asgi_server, "/ws/events/")  # anonymous
+    with open_socket(asgi_server, owner, f"/ws/events/?cluster={mine.pk}") as ws:
+        with pytest.raises(TimeoutError):
+            ws.recv(timeout=0.5)  # accepted, and quiet until something changes
