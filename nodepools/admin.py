@@ -28,6 +28,14 @@ class GpuModelAdmin(admin.ModelAdmin):
     inlines = [MigProfileInline]
 
 
+@admin.register(MigProfile)
+class MigProfileAdmin(admin.ModelAdmin):
+    list_display = ["name", "gpu_model", "profile_id", "compute_slices", "memory_slices", "memory_mib",
+                    "max_instances", "placements"]
+    list_filter = ["gpu_model", "compute_slices"]
+    search_fields = ["name", "gpu_model__name"]
+
+
 @admin.register(DriverRelease)
 class DriverReleaseAdmin(admin.ModelAdmin):
     list_display = ["version", "branch", "branch_type", "branch_end_of_life", "release_date", "cuda_version",
