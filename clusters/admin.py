@@ -24,10 +24,25 @@ class RegionAdmin(admin.ModelAdmin):
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
-    list_display = ["name", "tenant", "region", "kubernetes_version", "control_plane_nodes", "status",
-                    "status_reason", "created_at"]
+    list_display = [
+        "name",
+        "tenant",
+        "region",
+        "kubernetes_version",
+        "control_plane_nodes",
+        "status",
+        "status_reason",
+        "created_at",
+    ]
     list_filter = ["status", "region", "kubernetes_version", "tenant"]
     search_fields = ["name", "tenant__name", "endpoint"]
-    readonly_fields = ["status", "status_reason", "status_message", "conditions", "endpoint", "created_at",
-                       "updated_at"]
+    readonly_fields = [
+        "status",
+        "status_reason",
+        "status_message",
+        "conditions",
+        "endpoint",
+        "created_at",
+        "updated_at",
+    ]
     list_select_related = ["tenant", "region", "kubernetes_version"]

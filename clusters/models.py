@@ -59,7 +59,9 @@ class Cluster(Conditions):
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="uniq_cluster_name_per_tenant")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="uniq_cluster_name_per_tenant")
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -41,8 +41,9 @@ def create_cluster(
 ) -> Cluster:
     from .tasks import provision_cluster
 
+    duplicate = Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
     if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
-        raise Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
+        raise duplicate
     try:
         with transaction.atomic():
             cluster = Cluster(
@@ -58,7 +59,7 @@ def create_cluster(
             _publish(cluster)
             provision_cluster.delay_on_commit(cluster.pk)
     except IntegrityError:  # a concurrent create won the name
-        raise Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
+        raise duplicate from None
     return cluster
 
 
@@ -105,7 +106,10 @@ def delete_cluster(cluster: Cluster) -> Cluster:
         if cluster.status == Cluster.Status.DELETING:
             return cluster
         cluster.status = Cluster.Status.DELETING
-        cluster.status_reason, cluster.status_message = "Deleting", "Tearing down node pools and control plane."
+        cluster.status_reason, cluster.status_message = (
+            "Deleting",
+            "Tearing down node pools and control plane.",
+        )
         cluster.set_condition("Ready", False, "Deleting", cluster.status_message)
         cluster.save()
         cluster.node_pools.update(status="deleting")

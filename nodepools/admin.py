@@ -21,8 +21,16 @@ class ArchitectureAdmin(admin.ModelAdmin):
 
 @admin.register(GpuModel)
 class GpuModelAdmin(admin.ModelAdmin):
-    list_display = ["name", "display_name", "architecture", "memory_mib", "form_factor", "nvlink",
-                    "mig_max_instances", "min_driver_version"]
+    list_display = [
+        "name",
+        "display_name",
+        "architecture",
+        "memory_mib",
+        "form_factor",
+        "nvlink",
+        "mig_max_instances",
+        "min_driver_version",
+    ]
     list_filter = ["architecture", "form_factor", "nvlink"]
     search_fields = ["name", "display_name", "product_name"]
     inlines = [MigProfileInline]
@@ -30,16 +38,31 @@ class GpuModelAdmin(admin.ModelAdmin):
 
 @admin.register(MigProfile)
 class MigProfileAdmin(admin.ModelAdmin):
-    list_display = ["name", "gpu_model", "profile_id", "compute_slices", "memory_slices", "memory_mib",
-                    "max_instances", "placements"]
+    list_display = [
+        "name",
+        "gpu_model",
+        "profile_id",
+        "compute_slices",
+        "memory_slices",
+        "memory_mib",
+        "max_instances",
+        "placements",
+    ]
     list_filter = ["gpu_model", "compute_slices"]
     search_fields = ["name", "gpu_model__name"]
 
 
 @admin.register(DriverRelease)
 class DriverReleaseAdmin(admin.ModelAdmin):
-    list_display = ["version", "branch", "branch_type", "branch_end_of_life", "release_date", "cuda_version",
-                    "enabled"]
+    list_display = [
+        "version",
+        "branch",
+        "branch_type",
+        "branch_end_of_life",
+        "release_date",
+        "cuda_version",
+        "enabled",
+    ]
     list_filter = ["branch", "branch_type", "enabled", "architectures"]
     search_fields = ["version"]
     filter_horizontal = ["architectures"]
@@ -61,8 +84,17 @@ class NodeInline(admin.TabularInline):
 
 @admin.register(NodePool)
 class NodePoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "cluster", "tenant", "gpu_model", "gpus_per_node", "node_count", "driver_release",
-                    "sharing_mode", "status"]
+    list_display = [
+        "name",
+        "cluster",
+        "tenant",
+        "gpu_model",
+        "gpus_per_node",
+        "node_count",
+        "driver_release",
+        "sharing_mode",
+        "status",
+    ]
     list_filter = ["status", "sharing_mode", "gpu_model", "driver_release", "tenant"]
     search_fields = ["name", "cluster__name", "tenant__name"]
     readonly_fields = ["status", "status_reason", "status_message", "conditions", "created_at", "updated_at"]

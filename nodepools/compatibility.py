@@ -24,10 +24,15 @@ def driver_refusals(
     refusals = []
     arch = gpu_model.architecture
     if not driver.enabled:
-        refusals.append(Refusal("driver_disabled", f"Driver {driver.version} is not offered by this platform."))
+        refusals.append(
+            Refusal("driver_disabled", f"Driver {driver.version} is not offered by this platform.")
+        )
     if not any(a.pk == arch.pk for a in driver.architectures.all()):
         refusals.append(
-            Refusal("architecture", f"Driver branch {driver.branch} ({driver.version}) does not support {arch.name}.")
+            Refusal(
+                "architecture",
+                f"Driver branch {driver.branch} ({driver.version}) does not support {arch.name}.",
+            )
         )
     if version_key(driver.version) < version_key(gpu_model.min_driver_version):
         refusals.append(
@@ -52,7 +57,7 @@ def driver_refusals(
         refusals.append(
             Refusal(
                 "end_of_life",
-                f"Driver branch {driver.branch} reached end of life on {driver.branch_end_of_life.isoformat()}.",
+                f"Driver branch {driver.branch} reached end of life on {driver.branch_end_of_life:%Y-%m-%d}.",
             )
         )
     return refusals
@@ -74,7 +79,8 @@ def mig_layout_refusal(gpu_model: GpuModel, layout: list[str]) -> Refusal | None
     if unknown:
         return Refusal(
             "unknown_mig_profile",
-            f"{gpu_model.display_name} has no MIG profile {unknown[0]!r}; it has {', '.join(sorted(profiles))}.",
+            f"{gpu_model.display_name} has no MIG profile {unknown[0]!r}; "
+            f"it has {', '.join(sorted(profiles))}.",
         )
     if layout and place_layout([profiles[n] for n in layout], list(profiles.values())) is None:
         return Refusal("mig_layout_does_not_fit", f"MIG layout {' + '.join(layout)} does not fit on one GPU.")

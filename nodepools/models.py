@@ -36,7 +36,9 @@ class GpuModel(models.Model):
         SXM = "sxm", "SXM (NVLink board)"
         PCIE = "pcie", "PCIe"
 
-    name = models.CharField(max_length=48, unique=True, validators=[dns_label], help_text="e.g. h100-sxm5-80gb")
+    name = models.CharField(
+        max_length=48, unique=True, validators=[dns_label], help_text="e.g. h100-sxm5-80gb"
+    )
     display_name = models.CharField(max_length=64)
     product_name = models.CharField(max_length=64, help_text="As NVML reports it, e.g. NVIDIA H100 80GB HBM3")
     architecture = models.ForeignKey(Architecture, on_delete=models.PROTECT, related_name="gpu_models")

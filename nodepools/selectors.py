@@ -10,7 +10,9 @@ from .models import DriverRelease, Gpu, GpuModel, RegionInventory
 def region_inventory(region_id: int) -> QuerySet[RegionInventory]:
     """Each GPU model's total and free GPUs in the region (free = not in any pool's nodes)."""
     used = (
-        Gpu.objects.filter(node__pool__cluster__region_id=region_id, node__pool__gpu_model=OuterRef("gpu_model"))
+        Gpu.objects.filter(
+            node__pool__cluster__region_id=region_id, node__pool__gpu_model=OuterRef("gpu_model")
+        )
         .values("node__pool__gpu_model")
         .annotate(n=Count("pk"))
         .values("n")

@@ -71,18 +71,19 @@ def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePo
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no new pools.", field="cluster")
     pool = NodePool(tenant=context.tenant, cluster=cluster, status=NodePool.Status.PROVISIONING, **fields)
     validate_pool(pool)
+    duplicate = Conflict(
+        f"Cluster {cluster.name} already has a pool named {pool.name!r}.", field="name", code="duplicate"
+    )
     if NodePool.objects.filter(cluster=cluster, name=pool.name).exists():
-        raise Conflict(f"Cluster {cluster.name} already has a pool named {pool.name!r}.", field="name",
-                       code="duplicate")
+        raise duplicate
     try:
         with transaction.atomic():
             pool.set_condition("Ready", False, "Provisioning", f"Creating {pool.node_count} nodes.")
             pool.save()
             _publish(pool)
             reconcile_pool.delay_on_commit(pool.pk)
-    except IntegrityError:
-        raise Conflict(f"Cluster {cluster.name} already has a pool named {pool.name!r}.", field="name",
-                       code="duplicate")
+    except IntegrityError:  # a concurrent create won the name
+        raise duplicate from None
     return pool
 
 
@@ -142,7 +143,9 @@ def pool_spec(pool: NodePool) -> PoolSpec:
 def reconcile(pool_id: int) -> None:
     """One level-triggered step: compare desired and actual nodes, act once, record the outcome."""
     pool = (
-        NodePool.objects.select_related("cluster__region", "gpu_model", "driver_release").filter(pk=pool_id).first()
+        NodePool.objects.select_related("cluster__region", "gpu_model", "driver_release")
+        .filter(pk=pool_id)
+        .first()
     )
     if pool is None:
         return

@@ -26,5 +26,7 @@ def reachable(url: str, timeout_s: float) -> bool:
 
 missing = [name for name, url in SERVICES.items() if not reachable(url, 20)]
 if missing:
-    sys.exit(f"Not reachable: {', '.join(missing)}. The tests need PostgreSQL (DATABASE_URL) and Redis "
-             "(REDIS_URL); .ci/run starts local ones, docs/operations.md says how.")
+    sys.exit(
+        f"Not reachable: {', '.join(missing)}. The tests need PostgreSQL (DATABASE_URL) and Redis "
+        "(REDIS_URL); .ci/run starts local ones, docs/operations.md says how."
+    )

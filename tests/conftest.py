@@ -21,7 +21,8 @@ def make_member(db):
     def make(tenant_name: str = "acme", role: str = "owner", username: str | None = None):
         tenant, _ = Tenant.objects.get_or_create(slug=tenant_name, defaults={"name": tenant_name.title()})
         user = get_user_model().objects.create_user(
-            username=username or f"{tenant_name}-{role}-{Membership.objects.count()}", password="pw-secret-123"
+            username=username or f"{tenant_name}-{role}-{Membership.objects.count()}",
+            password="pw-secret-123",
         )
         Membership.objects.create(tenant=tenant, user=user, role=role)
         return user
@@ -64,10 +65,15 @@ def client_for():
 def make_cluster(catalog):
     """make_cluster(tenant, name, status): a running cluster is provisioned through the simulator."""
 
-    def make(tenant: Tenant, name: str = "prod", status: str = Cluster.Status.RUNNING, region: str = "us-east-1"):
+    def make(
+        tenant: Tenant, name: str = "prod", status: str = Cluster.Status.RUNNING, region: str = "us-east-1"
+    ):
         cluster = Cluster.objects.create(
-            tenant=tenant, name=name, kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
-            region=Region.objects.get(name=region), control_plane_nodes=1,
+            tenant=tenant,
+            name=name,
+            kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
+            region=Region.objects.get(name=region),
+            control_plane_nodes=1,
             status=Cluster.Status.PROVISIONING if status == Cluster.Status.RUNNING else status,
         )
         if status == Cluster.Status.RUNNING:
@@ -80,12 +86,28 @@ def make_cluster(catalog):
 
 @pytest.fixture
 def make_pool(catalog):
-    def make(cluster: Cluster, name: str = "gpu", gpu_model: str = "l4", nodes: int = 2, gpus_per_node: int = 4,
-             driver: str = "580.105.08", sharing_mode: str = "exclusive", status: str = NodePool.Status.READY):
+    def make(
+        cluster: Cluster,
+        name: str = "gpu",
+        gpu_model: str = "l4",
+        nodes: int = 2,
+        gpus_per_node: int = 4,
+        driver: str = "580.105.08",
+        sharing_mode: str = "exclusive",
+        status: str = NodePool.Status.READY,
+    ):
         return NodePool.objects.create(
-            tenant=cluster.tenant, cluster=cluster, name=name, gpu_model=GpuModel.objects.get(name=gpu_model),
-            gpus_per_node=gpus_per_node, node_count=nodes, min_nodes=0, max_nodes=max(nodes, 8),
-            driver_release=DriverRelease.objects.get(version=driver), sharing_mode=sharing_mode, status=status,
+            tenant=cluster.tenant,
+            cluster=cluster,
+            name=name,
+            gpu_model=GpuModel.objects.get(name=gpu_model),
+            gpus_per_node=gpus_per_node,
+            node_count=nodes,
+            min_nodes=0,
+            max_nodes=max(nodes, 8),
+            driver_release=DriverRelease.objects.get(version=driver),
+            sharing_mode=sharing_mode,
+            status=status,
         )
 
     return make

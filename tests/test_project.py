@@ -28,7 +28,11 @@ def test_check_deploy_is_clean_under_production_settings(tmp_path):
     )
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
@@ -39,7 +43,11 @@ def test_check_deploy_flags_the_embedded_default(tmp_path):
     env = process_env(DATABASE_URL=None, REDIS_URL=None, NVKE_DATA_DIR=str(tmp_path), NVKE_SECRET_KEY=None)
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode != 0
     assert "security.W004" in result.stderr + result.stdout  # HSTS unset

@@ -19,8 +19,19 @@ class ClusterSerializer(serializers.ModelSerializer):
     class Meta:
         model = Cluster
         fields = [
-            "id", "name", "kubernetes_version", "region", "control_plane_nodes", "status", "status_reason",
-            "status_message", "conditions", "endpoint", "node_pools", "created_at", "updated_at",
+            "id",
+            "name",
+            "kubernetes_version",
+            "region",
+            "control_plane_nodes",
+            "status",
+            "status_reason",
+            "status_message",
+            "conditions",
+            "endpoint",
+            "node_pools",
+            "created_at",
+            "updated_at",
         ]
         read_only_fields = ["status", "status_reason", "status_message", "conditions", "endpoint"]
         validators = []  # uniqueness is the service's, answered with 409 naming the field

@@ -11,7 +11,10 @@ from .serializers import ClusterSerializer
 
 
 class ClusterViewSet(
-    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
     TenantScopedViewSet,
 ):
     """Kubernetes clusters of the tenant. Create and delete are asynchronous: watch `status`."""
@@ -22,7 +25,9 @@ class ClusterViewSet(
     ordering_fields = ["name", "created_at", "status"]
 
     def perform_create(self, serializer):
-        serializer.instance = services.create_cluster(context=self.tenant_context, **serializer.validated_data)
+        serializer.instance = services.create_cluster(
+            context=self.tenant_context, **serializer.validated_data
+        )
 
     @extend_schema(responses={202: ClusterSerializer})
     def destroy(self, request, *args, **kwargs):

@@ -3,7 +3,15 @@ from rest_framework import serializers
 
 from clusters.models import Cluster, Region
 from nodepools.models import (
-    Architecture, DriverRelease, Gpu, GpuModel, MigProfile, Node, NodePool, RegionInventory, SharingMode,
+    Architecture,
+    DriverRelease,
+    Gpu,
+    GpuModel,
+    MigProfile,
+    Node,
+    NodePool,
+    RegionInventory,
+    SharingMode,
 )
 from nodepools.selectors import region_inventory
 from nvke.tenancy.context import resolve_tenant
@@ -14,8 +22,15 @@ IMMUTABLE_POOL_FIELDS = ("cluster", "name", "gpu_model", "gpus_per_node")
 class MigProfileSerializer(serializers.ModelSerializer):
     class Meta:
         model = MigProfile
-        fields = ["name", "profile_id", "compute_slices", "memory_slices", "memory_mib", "max_instances",
-                  "placements"]
+        fields = [
+            "name",
+            "profile_id",
+            "compute_slices",
+            "memory_slices",
+            "memory_mib",
+            "max_instances",
+            "placements",
+        ]
 
 
 class GpuModelSerializer(serializers.ModelSerializer):
@@ -25,9 +40,21 @@ class GpuModelSerializer(serializers.ModelSerializer):
     class Meta:
         model = GpuModel
         fields = [
-            "name", "display_name", "product_name", "architecture", "compute_capability", "memory_mib",
-            "memory_bandwidth_gbps", "max_power_w", "form_factor", "nvlink", "nvlink_bandwidth_gbps",
-            "max_gpus_per_node", "mig_max_instances", "min_driver_version", "mig_min_driver_version",
+            "name",
+            "display_name",
+            "product_name",
+            "architecture",
+            "compute_capability",
+            "memory_mib",
+            "memory_bandwidth_gbps",
+            "max_power_w",
+            "form_factor",
+            "nvlink",
+            "nvlink_bandwidth_gbps",
+            "max_gpus_per_node",
+            "mig_max_instances",
+            "min_driver_version",
+            "mig_min_driver_version",
             "mig_profiles",
         ]
 
@@ -37,8 +64,16 @@ class DriverReleaseSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = DriverRelease
-        fields = ["version", "branch", "branch_type", "branch_end_of_life", "release_date", "cuda_version",
-                  "architectures", "enabled"]
+        fields = [
+            "version",
+            "branch",
+            "branch_type",
+            "branch_end_of_life",
+            "release_date",
+            "cuda_version",
+            "architectures",
+            "enabled",
+        ]
 
 
 class RefusalSerializer(serializers.Serializer):
@@ -87,15 +122,32 @@ class NodePoolSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
     driver_release = serializers.SlugRelatedField(slug_field="version", queryset=DriverRelease.objects.all())
     sharing_mode = serializers.ChoiceField(choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
-    mig_layout = serializers.ListField(child=serializers.CharField(max_length=24), required=False, max_length=7)
+    mig_layout = serializers.ListField(
+        child=serializers.CharField(max_length=24), required=False, max_length=7
+    )
     nodes_ready = serializers.SerializerMethodField()
 
     class Meta:
         model = NodePool
         fields = [
-            "id", "cluster", "name", "gpu_model", "gpus_per_node", "node_count", "min_nodes", "max_nodes",
-            "driver_release", "sharing_mode", "mig_layout", "status", "status_reason", "status_message",
-            "conditions", "nodes_ready", "created_at", "updated_at",
+            "id",
+            "cluster",
+            "name",
+            "gpu_model",
+            "gpus_per_node",
+            "node_count",
+            "min_nodes",
+            "max_nodes",
+            "driver_release",
+            "sharing_mode",
+            "mig_layout",
+            "status",
+            "status_reason",
+            "status_message",
+            "conditions",
+            "nodes_ready",
+            "created_at",
+            "updated_at",
         ]
         read_only_fields = ["status", "status_reason", "status_message", "conditions"]
         validators = []  # uniqueness and bounds are the service's, answered with the field named
@@ -114,7 +166,9 @@ class NodePoolSerializer(serializers.ModelSerializer):
         if self.instance is not None:
             for field in IMMUTABLE_POOL_FIELDS:
                 if field in attrs and attrs[field] != getattr(self.instance, field):
-                    raise serializers.ValidationError({field: "Fixed when the pool is created."}, code="immutable")
+                    raise serializers.ValidationError(
+                        {field: "Fixed when the pool is created."}, code="immutable"
+                    )
                 attrs.pop(field, None)
         return attrs
 
@@ -131,5 +185,17 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["id", "name", "cluster", "pool", "status", "cordoned", "driver_version", "cpu_millicores",
-                  "memory_mib", "labels", "gpus", "created_at"]
+        fields = [
+            "id",
+            "name",
+            "cluster",
+            "pool",
+            "status",
+            "cordoned",
+            "driver_version",
+            "cpu_millicores",
+            "memory_mib",
+            "labels",
+            "gpus",
+            "created_at",
+        ]

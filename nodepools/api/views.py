@@ -12,18 +12,28 @@ from nvke.api.permissions import AuthenticatedReadOnly
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 
 from .serializers import (
-    DriverCompatibilitySerializer, DriverReleaseSerializer, GpuModelSerializer, NodePoolSerializer,
-    NodeSerializer, RegionSerializer,
+    DriverCompatibilitySerializer,
+    DriverReleaseSerializer,
+    GpuModelSerializer,
+    NodePoolSerializer,
+    NodeSerializer,
+    RegionSerializer,
 )
 
 
 class NodePoolViewSet(
-    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
-    mixins.DestroyModelMixin, TenantScopedViewSet,
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    TenantScopedViewSet,
 ):
     """GPU node pools. Create, scale (PATCH node_count) and delete are asynchronous: watch `status`."""
 
-    queryset = NodePool.objects.select_related("cluster", "gpu_model", "driver_release").prefetch_related("nodes")
+    queryset = NodePool.objects.select_related("cluster", "gpu_model", "driver_release").prefetch_related(
+        "nodes"
+    )
     serializer_class = NodePoolSerializer
     filterset_class = NodePoolFilter
     ordering_fields = ["name", "created_at", "status", "node_count"]

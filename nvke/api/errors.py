@@ -38,7 +38,11 @@ def exception_handler(exc, context):
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        body = {"code": "invalid", "message": _first_message(exc.detail), "details": {"fields": _codes(exc.detail)}}
+        body = {
+            "code": "invalid",
+            "message": _first_message(exc.detail),
+            "details": {"fields": _codes(exc.detail)},
+        }
     else:
         detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
         code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"

@@ -17,7 +17,9 @@ class TenantRolePermission(BasePermission):
         if context is None:
             self.message = "You are not a member of any tenant."
             return False
-        action = Action.VIEW if request.method in SAFE_METHODS else getattr(view, "write_action", Action.CHANGE)
+        action = (
+            Action.VIEW if request.method in SAFE_METHODS else getattr(view, "write_action", Action.CHANGE)
+        )
         return context.allows(action)
 
 

@@ -3,7 +3,12 @@ from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import ClusterViewSet
 from nodepools.api.views import (
-    DriverReleaseViewSet, GpuModelViewSet, KubernetesVersionViewSet, NodePoolViewSet, NodeViewSet, RegionViewSet,
+    DriverReleaseViewSet,
+    GpuModelViewSet,
+    KubernetesVersionViewSet,
+    NodePoolViewSet,
+    NodeViewSet,
+    RegionViewSet,
 )
 from nvke.tenancy.views import ApiTokenViewSet, me
 

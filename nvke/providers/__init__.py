@@ -11,5 +11,7 @@ def get_provider() -> Provider:
     try:
         path = PROVIDERS[settings.NVKE_PROVIDER]
     except KeyError:
-        raise RuntimeError(f"Unknown NVKE_PROVIDER {settings.NVKE_PROVIDER!r}; known: {sorted(PROVIDERS)}")
+        raise RuntimeError(
+            f"Unknown NVKE_PROVIDER {settings.NVKE_PROVIDER!r}; known: {sorted(PROVIDERS)}"
+        ) from None
     return import_string(path)()

@@ -37,12 +37,30 @@ class MembershipAdmin(admin.ModelAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are issued through the API or UI (the secret is shown once); here they can be revoked."""
 
-    list_display = ["name", "key_prefix", "user", "tenant", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_display = [
+        "name",
+        "key_prefix",
+        "user",
+        "tenant",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     list_filter = ["tenant", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["name", "key_prefix", "user__username", "tenant__name"]
     readonly_fields = ["key_prefix", "key_hash", "created_at", "last_used_at"]
-    fields = ["name", "user", "tenant", "key_prefix", "key_hash", "created_at", "expires_at", "last_used_at",
-              "revoked_at"]
+    fields = [
+        "name",
+        "user",
+        "tenant",
+        "key_prefix",
+        "key_hash",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -66,7 +66,11 @@ class ApiToken(models.Model):
     def issue(cls, *, tenant: Tenant, user, name: str, expires_at=None) -> tuple["ApiToken", str]:
         raw = cls.PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            tenant=tenant, user=user, name=name, key_prefix=raw[:12], key_hash=hash_token(raw),
+            tenant=tenant,
+            user=user,
+            name=name,
+            key_prefix=raw[:12],
+            key_hash=hash_token(raw),
             expires_at=expires_at,
         )
         return token, raw

@@ -12,7 +12,9 @@ from .roles import Action
 from .serializers import ApiTokenSerializer, MeSerializer, NewApiTokenSerializer
 
 
-class ApiTokenViewSet(mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet):
+class ApiTokenViewSet(
+    mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
+):
     """Your API tokens in this tenant. The secret appears once, in the create response; delete revokes."""
 
     queryset = ApiToken.objects.all()
@@ -50,7 +52,11 @@ def me(request):
     ]
     return Response(
         MeSerializer(
-            {"username": request.user.get_username(), "tenant": context.tenant.name, "role": context.role,
-             "tenants": tenants}
+            {
+                "username": request.user.get_username(),
+                "tenant": context.tenant.name,
+                "role": context.role,
+                "tenants": tenants,
+            }
         ).data
     )

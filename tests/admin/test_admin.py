@@ -32,13 +32,13 @@ def test_changelists_search_and_change_pages_render(operator, make_member, make_
         if model._meta.app_label not in PROJECT_APPS:
             continue
         info = (model._meta.app_label, model._meta.model_name)
-        changelist = reverse("admin:%s_%s_changelist" % info)
+        changelist = reverse("admin:{}_{}_changelist".format(*info))
         assert operator.get(changelist).status_code == 200, changelist
         if model_admin.search_fields:
             assert operator.get(changelist, {"q": "a"}).status_code == 200, changelist
         obj = model.objects.first()
         if obj is not None:
-            assert operator.get(reverse("admin:%s_%s_change" % info, args=[obj.pk])).status_code == 200
+            assert operator.get(reverse("admin:{}_{}_change".format(*info), args=[obj.pk])).status_code == 200
 
 
 def test_operator_disables_a_kubernetes_version_and_tenants_can_no_longer_pick_it(operator, api, catalog):
@@ -50,8 +50,10 @@ def test_operator_disables_a_kubernetes_version_and_tenants_can_no_longer_pick_i
     assert response.status_code == 302
     version.refresh_from_db()
     assert version.enabled is False
-    refused = api.post("/api/v1/clusters/", {"name": "old", "kubernetes_version": "1.34", "region": "us-east-1",
-                                             "control_plane_nodes": 1})
+    refused = api.post(
+        "/api/v1/clusters/",
+        {"name": "old", "kubernetes_version": "1.34", "region": "us-east-1", "control_plane_nodes": 1},
+    )
     assert refused.status_code == 400 and refused.data["message"].startswith("kubernetes_version:")
 
 

@@ -5,8 +5,16 @@ pytestmark = pytest.mark.django_db
 
 def test_gpu_models_carry_reference_figures(api, catalog):
     models = {m["name"]: m for m in api.get("/api/v1/gpu-models/").data}
-    assert {"t4", "a10", "l4", "l40s", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb",
-            "h200-sxm-141gb"} <= set(models)
+    assert {
+        "t4",
+        "a10",
+        "l4",
+        "l40s",
+        "a100-sxm4-40gb",
+        "a100-sxm4-80gb",
+        "h100-sxm5-80gb",
+        "h200-sxm-141gb",
+    } <= set(models)
     h100 = models["h100-sxm5-80gb"]
     assert (h100["architecture"], h100["compute_capability"], h100["nvlink"]) == ("Hopper", "9.0", True)
     assert h100["mig_min_driver_version"] == "525.85.12"
@@ -59,10 +67,14 @@ def test_openapi_schema_and_docs(api, client):
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert schema.status_code == 200
     paths = schema.json()["paths"]
-    assert {"/api/v1/clusters/", "/api/v1/node-pools/{id}/", "/api/v1/gpu-models/{name}/drivers/"} <= set(paths)
+    assert {"/api/v1/clusters/", "/api/v1/node-pools/{id}/", "/api/v1/gpu-models/{name}/drivers/"} <= set(
+        paths
+    )
     assert client.get("/api/docs/").status_code == 200
 
 
 def test_api_root_lists_resources(api):
     root = api.get("/api/v1/").data
-    assert {"clusters", "node-pools", "nodes", "gpu-models", "driver-releases", "regions", "tokens"} <= set(root)
+    assert {"clusters", "node-pools", "nodes", "gpu-models", "driver-releases", "regions", "tokens"} <= set(
+        root
+    )

@@ -22,7 +22,9 @@ def test_create_provisions_through_the_provider(api, catalog, django_capture_on_
 
 
 def test_provider_failure_leaves_cluster_failed_with_reason(api, catalog, django_capture_on_commit_callbacks):
-    SimFault.objects.create(operation="provision_cluster", reason="QuotaExceeded", message="No control planes left")
+    SimFault.objects.create(
+        operation="provision_cluster", reason="QuotaExceeded", message="No control planes left"
+    )
     with django_capture_on_commit_callbacks(execute=True):
         response = api.post("/api/v1/clusters/", VALID)
     cluster = api.get(f"/api/v1/clusters/{response.data['id']}/").data
@@ -87,10 +89,19 @@ def test_delete_tears_down_pools_and_control_plane(api, owner, catalog, django_c
     with django_capture_on_commit_callbacks(execute=True):
         cluster_id = api.post("/api/v1/clusters/", VALID).data["id"]
     with django_capture_on_commit_callbacks(execute=True):
-        pool = api.post("/api/v1/node-pools/", {
-            "cluster": cluster_id, "name": "gpu", "gpu_model": "l4", "gpus_per_node": 4, "node_count": 2,
-            "min_nodes": 0, "max_nodes": 4, "driver_release": "580.105.08",
-        })
+        pool = api.post(
+            "/api/v1/node-pools/",
+            {
+                "cluster": cluster_id,
+                "name": "gpu",
+                "gpu_model": "l4",
+                "gpus_per_node": 4,
+                "node_count": 2,
+                "min_nodes": 0,
+                "max_nodes": 4,
+                "driver_release": "580.105.08",
+            },
+        )
     assert pool.status_code == 201, pool.data
     assert SimCluster.objects.get(key=f"c{cluster_id}").nodes.count() == 2
     with django_capture_on_commit_callbacks(execute=True):

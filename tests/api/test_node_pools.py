@@ -14,8 +14,14 @@ def cluster(owner, make_cluster):
 @pytest.fixture
 def body(cluster):
     return {
-        "cluster": cluster.pk, "name": "train", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8,
-        "node_count": 2, "min_nodes": 1, "max_nodes": 4, "driver_release": "580.105.08",
+        "cluster": cluster.pk,
+        "name": "train",
+        "gpu_model": "h100-sxm5-80gb",
+        "gpus_per_node": 8,
+        "node_count": 2,
+        "min_nodes": 1,
+        "max_nodes": 4,
+        "driver_release": "580.105.08",
     }
 
 
@@ -67,9 +73,15 @@ def test_capacity_shortfall_leaves_pool_pending_with_reason(api, body, django_ca
     # eu-west-1 has 16 H200s: two 8-GPU nodes fit, the third waits.
     from clusters.models import Region
 
-    body["cluster"] = api.post("/api/v1/clusters/", {
-        "name": "eu", "kubernetes_version": "1.35", "region": "eu-west-1", "control_plane_nodes": 1,
-    }).data["id"]
+    body["cluster"] = api.post(
+        "/api/v1/clusters/",
+        {
+            "name": "eu",
+            "kubernetes_version": "1.35",
+            "region": "eu-west-1",
+            "control_plane_nodes": 1,
+        },
+    ).data["id"]
     from clusters.services import provision
 
     provision(body["cluster"])
@@ -90,16 +102,37 @@ def test_capacity_shortfall_leaves_pool_pending_with_reason(api, body, django_ca
 @pytest.mark.parametrize(
     ("change", "field", "code", "message"),
     [
-        ({"driver_release": "535.230.02", "gpu_model": "b200-sxm-180gb"}, "driver_release", "architecture",
-         "Driver branch 535 (535.230.02) does not support Blackwell."),
-        ({"driver_release": "570.172.08"}, "driver_release", "end_of_life",
-         "Driver branch 570 reached end of life on 2026-02-28."),
-        ({"gpu_model": "l4", "sharing_mode": "mig"}, "sharing_mode", "mig_unsupported",
-         "L4 24GB does not support MIG."),
-        ({"sharing_mode": "mig", "mig_layout": ["4g.40gb", "4g.40gb"]}, "mig_layout", "mig_layout_does_not_fit",
-         "MIG layout 4g.40gb + 4g.40gb does not fit on one GPU."),
+        (
+            {"driver_release": "535.230.02", "gpu_model": "b200-sxm-180gb"},
+            "driver_release",
+            "architecture",
+            "Driver branch 535 (535.230.02) does not support Blackwell.",
+        ),
+        (
+            {"driver_release": "570.172.08"},
+            "driver_release",
+            "end_of_life",
+            "Driver branch 570 reached end of life on 2026-02-28.",
+        ),
+        (
+            {"gpu_model": "l4", "sharing_mode": "mig"},
+            "sharing_mode",
+            "mig_unsupported",
+            "L4 24GB does not support MIG.",
+        ),
+        (
+            {"sharing_mode": "mig", "mig_layout": ["4g.40gb", "4g.40gb"]},
+            "mig_layout",
+            "mig_layout_does_not_fit",
+            "MIG layout 4g.40gb + 4g.40gb does not fit on one GPU.",
+        ),
         ({"sharing_mode": "mig", "mig_layout": ["9g.1tb"]}, "mig_layout", "unknown_mig_profile", None),
-        ({"mig_layout": ["1g.10gb"]}, "mig_layout", "invalid", "mig_layout applies only to sharing_mode mig."),
+        (
+            {"mig_layout": ["1g.10gb"]},
+            "mig_layout",
+            "invalid",
+            "mig_layout applies only to sharing_mode mig.",
+        ),
         ({"node_count": 9}, "node_count", "out_of_bounds", None),
         ({"gpus_per_node": 9}, "gpus_per_node", "invalid", None),
         ({"driver_release": "999.1.1"}, "driver_release", "invalid", None),
@@ -121,9 +154,14 @@ def test_refusals_name_field_and_rule(api, body, change, field, code, message):
 
 
 def test_valid_mig_layout_is_accepted(api, body):
-    response = api.post("/api/v1/node-pools/", {
-        **body, "sharing_mode": "mig", "mig_layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
-    })
+    response = api.post(
+        "/api/v1/node-pools/",
+        {
+            **body,
+            "sharing_mode": "mig",
+            "mig_layout": ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+        },
+    )
     assert response.status_code == 201, response.data
 
 

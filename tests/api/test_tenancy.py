@@ -40,10 +40,19 @@ def test_another_tenants_objects_are_404_and_unlisted(api, foreign):
 
 
 def test_pool_in_another_tenants_cluster_is_refused(api, foreign):
-    response = api.post("/api/v1/node-pools/", {
-        "cluster": foreign["cluster"].pk, "name": "sneaky", "gpu_model": "l4", "gpus_per_node": 1,
-        "node_count": 1, "min_nodes": 0, "max_nodes": 1, "driver_release": "580.105.08",
-    })
+    response = api.post(
+        "/api/v1/node-pools/",
+        {
+            "cluster": foreign["cluster"].pk,
+            "name": "sneaky",
+            "gpu_model": "l4",
+            "gpus_per_node": 1,
+            "node_count": 1,
+            "min_nodes": 0,
+            "max_nodes": 1,
+            "driver_release": "580.105.08",
+        },
+    )
     assert response.status_code == 400
     assert response.data["message"].startswith("cluster:")
     assert "does not exist" in response.data["message"]
@@ -63,8 +72,10 @@ def test_viewer_reads_but_cannot_write(make_member, client_for, make_cluster, ma
     assert client.get("/api/v1/clusters/").data["count"] == 1
     assert client.get(f"/api/v1/node-pools/{pool.pk}/").status_code == 200
     writes = [
-        client.post("/api/v1/clusters/", {"name": "x", "kubernetes_version": "1.35", "region": "us-east-1",
-                                          "control_plane_nodes": 1}),
+        client.post(
+            "/api/v1/clusters/",
+            {"name": "x", "kubernetes_version": "1.35", "region": "us-east-1", "control_plane_nodes": 1},
+        ),
         client.delete(f"/api/v1/clusters/{cluster.pk}/"),
         client.patch(f"/api/v1/node-pools/{pool.pk}/", {"node_count": 3}),
         client.delete(f"/api/v1/node-pools/{pool.pk}/"),
@@ -80,9 +91,15 @@ def test_viewer_reads_but_cannot_write(make_member, client_for, make_cluster, ma
 @pytest.mark.parametrize("role", ["member", "admin", "owner"])
 def test_writer_roles_may_create(make_member, client_for, catalog, role):
     user = make_member("acme", role)
-    response = client_for(user).post("/api/v1/clusters/", {
-        "name": "x", "kubernetes_version": "1.35", "region": "us-east-1", "control_plane_nodes": 1,
-    })
+    response = client_for(user).post(
+        "/api/v1/clusters/",
+        {
+            "name": "x",
+            "kubernetes_version": "1.35",
+            "region": "us-east-1",
+            "control_plane_nodes": 1,
+        },
+    )
     assert response.status_code == 201
 
 
@@ -118,7 +135,9 @@ def test_token_lifecycle(api, owner, catalog):
     bearer.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     me = bearer.get("/api/v1/me/")
     assert me.status_code == 200
-    assert me.data["username"] == owner.username and me.data["tenant"] == "Acme" and me.data["role"] == "owner"
+    assert (
+        me.data["username"] == owner.username and me.data["tenant"] == "Acme" and me.data["role"] == "owner"
+    )
     stored.refresh_from_db()
     assert stored.last_used_at is not None
 
@@ -132,8 +151,9 @@ def test_expired_and_wrong_tokens_are_401(owner, catalog):
     from rest_framework.test import APIClient
 
     tenant = owner.memberships.get().tenant
-    token, raw = ApiToken.issue(tenant=tenant, user=owner, name="old",
-                                expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    token, raw = ApiToken.issue(
+        tenant=tenant, user=owner, name="old", expires_at=timezone.now() - datetime.timedelta(seconds=1)
+    )
     for header in (f"Bearer {raw}", "Bearer nvke_not-a-token", "Bearer a b"):
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=header)
@@ -156,6 +176,8 @@ def test_token_acts_only_in_its_tenant(make_member, make_cluster, catalog):
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert [c["name"] for c in client.get("/api/v1/clusters/").data["results"]] == ["globex-only"]
     # ...and acts with the user's role there (viewer).
-    response = client.post("/api/v1/clusters/", {"name": "x", "kubernetes_version": "1.35",
-                                                  "region": "us-east-1", "control_plane_nodes": 1})
+    response = client.post(
+        "/api/v1/clusters/",
+        {"name": "x", "kubernetes_version": "1.35", "region": "us-east-1", "control_plane_nodes": 1},
+    )
     assert response.status_code == 403

@@ -13,8 +13,21 @@ def celery_worker_process(transactional_db):
     While it runs, tasks sent by the test go over Redis instead of running in the test process."""
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     worker = Process(
-        [str(BIN / "celery"), "-A", "nvke", "worker", "-Q", "default,provisioning", "-P", "solo",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
+        [
+            str(BIN / "celery"),
+            "-A",
+            "nvke",
+            "worker",
+            "-Q",
+            "default,provisioning",
+            "-P",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "info",
+        ],
         process_env(DATABASE_URL=test_database_url(), REDIS_URL=settings.REDIS_URL),
     )
     celery_app.conf.task_always_eager = False

@@ -39,7 +39,12 @@ class Process:
     def __init__(self, args: list[str], env: dict[str, str]):
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)

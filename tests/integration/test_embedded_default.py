@@ -14,8 +14,12 @@ pytestmark = pytest.mark.integration
 def test_embedded_default_serves_api_and_pages(tmp_path):
     port = free_port()
     env = process_env(
-        DATABASE_URL=None, REDIS_URL=None, NVKE_DATA_DIR=str(tmp_path), PORT=str(port),
-        PATH=f"{BIN}:/usr/bin:/bin", DJANGO_SETTINGS_MODULE=None,
+        DATABASE_URL=None,
+        REDIS_URL=None,
+        NVKE_DATA_DIR=str(tmp_path),
+        PORT=str(port),
+        PATH=f"{BIN}:/usr/bin:/bin",
+        DJANGO_SETTINGS_MODULE=None,
     )
     server = Process([str(ROOT / "scripts" / "dev"), "serve"], env)
     try:
@@ -29,8 +33,10 @@ def test_embedded_default_serves_api_and_pages(tmp_path):
         assert login_page.status_code == 200
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text).group(1)
         signed_in = browser.post(
-            f"{base}/login/", data={"username": "demo", "password": "nvke-demo", "csrfmiddlewaretoken": csrf},
-            headers={"Referer": f"{base}/login/"}, timeout=10,
+            f"{base}/login/",
+            data={"username": "demo", "password": "nvke-demo", "csrfmiddlewaretoken": csrf},
+            headers={"Referer": f"{base}/login/"},
+            timeout=10,
         )
         assert signed_in.status_code == 200 and signed_in.url == f"{base}/"
 

@@ -40,14 +40,20 @@ def test_client_receives_cluster_status_changes(asgi_server, owner, make_member,
     outsider = make_member("globex", "owner")
     with open_socket(asgi_server, owner) as mine, open_socket(asgi_server, outsider) as theirs:
         cluster = create_cluster(
-            context=TenantContext(tenant, "owner"), name="live",
+            context=TenantContext(tenant, "owner"),
+            name="live",
             kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
-            region=Region.objects.get(name="us-east-1"), control_plane_nodes=1,
+            region=Region.objects.get(name="us-east-1"),
+            control_plane_nodes=1,
         )
         event, seen = receive_until(mine, lambda e: e["status"] == "running")
         assert event == {
-            "type": "cluster.status", "cluster": cluster.pk, "name": "live", "status": "running",
-            "reason": "", "message": "",
+            "type": "cluster.status",
+            "cluster": cluster.pk,
+            "name": "live",
+            "status": "running",
+            "reason": "",
+            "message": "",
         }
         assert seen[0]["status"] == "provisioning"
         # The other tenant's socket hears nothing of it.
@@ -59,8 +65,11 @@ def assert_refused(server, path, user=None):
     """Closing before accept: the server answers the handshake with HTTP 403."""
     with pytest.raises(InvalidStatus) as refused:
         if user is None:
-            connect(f"ws://127.0.0.1:{server.port}{path}",
-                    additional_headers={"Origin": f"http://127.0.0.1:{server.port}"}, open_timeout=10)
+            connect(
+                f"ws://127.0.0.1:{server.port}{path}",
+                additional_headers={"Origin": f"http://127.0.0.1:{server.port}"},
+                open_timeout=10,
+            )
         else:
             open_socket(server, user, path)
     assert refused.value.response.status_code == 403

@@ -11,9 +11,19 @@ from nvke.providers.simulator.provider import SimulatorProvider
 
 
 def spec(name="p", region="eu-west-1", model="h200-sxm-141gb", gpus=8, cluster="c1") -> PoolSpec:
-    return PoolSpec(cluster=cluster, region=region, name=name, gpu_model=model, gpu_memory_mib=143771,
-                    gpus_per_node=gpus, nvlink=True, driver_version="580.105.08", cpu_millicores_per_node=1000,
-                    memory_mib_per_node=1024, labels={"nvke.io/pool": name})
+    return PoolSpec(
+        cluster=cluster,
+        region=region,
+        name=name,
+        gpu_model=model,
+        gpu_memory_mib=143771,
+        gpus_per_node=gpus,
+        nvlink=True,
+        driver_version="580.105.08",
+        cpu_millicores_per_node=1000,
+        memory_mib_per_node=1024,
+        labels={"nvke.io/pool": name},
+    )
 
 
 @pytest.fixture
@@ -33,10 +43,13 @@ def test_node_operations(sim):
     assert sim.list_nodes("c1")[0].unschedulable is True
     sim.uncordon("c1", node.name)
     assert sim.list_nodes("c1")[0].unschedulable is False
-    sim.set_node_labels("c1", node.name, {"nvidia.com/gpu-driver-upgrade-state": "upgrade-required",
-                                           "nvke.io/pool": None})
+    sim.set_node_labels(
+        "c1", node.name, {"nvidia.com/gpu-driver-upgrade-state": "upgrade-required", "nvke.io/pool": None}
+    )
     labels = sim.list_nodes("c1")[0].labels
-    assert labels["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-required" and "nvke.io/pool" not in labels
+    assert (
+        labels["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-required" and "nvke.io/pool" not in labels
+    )
     assert sim.driver_version("c1", node.name) == "580.105.08"
     with pytest.raises(ProviderError) as missing:
         sim.cordon("c1", "no-such-node")
@@ -47,7 +60,9 @@ def test_node_operations(sim):
 def test_injected_faults_fire_the_given_number_of_times(sim):
     sim.scale_pool(spec(), 1)
     node = sim.list_nodes("c1")[0].name
-    SimFault.objects.create(operation="evict", target=node, reason="PDBViolation", message="budget", remaining=2)
+    SimFault.objects.create(
+        operation="evict", target=node, reason="PDBViolation", message="budget", remaining=2
+    )
     for _ in range(2):
         with pytest.raises(ProviderError) as failed:
             sim.evict("c1", node, "default", "trainer-0")

@@ -4,7 +4,9 @@ from nodepools.catalog import seed_catalog
 
 
 class Command(BaseCommand):
-    help = "Create or refresh the GPU, driver, Kubernetes-version and region catalog from the reference facts."
+    help = (
+        "Create or refresh the GPU, driver, Kubernetes-version and region catalog from the reference facts."
+    )
 
     def handle(self, *args, **options):
         seed_catalog()

@@ -11,7 +11,16 @@ class SimClusterAdmin(admin.ModelAdmin):
 
 @admin.register(SimNode)
 class SimNodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "cluster", "pool", "region", "gpu_model", "ready", "unschedulable", "driver_version"]
+    list_display = [
+        "name",
+        "cluster",
+        "pool",
+        "region",
+        "gpu_model",
+        "ready",
+        "unschedulable",
+        "driver_version",
+    ]
     list_filter = ["region", "gpu_model", "ready", "unschedulable"]
     search_fields = ["name", "pool"]
 

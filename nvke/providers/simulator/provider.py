@@ -92,7 +92,8 @@ class SimulatorProvider(Provider):
                 reason="InsufficientCapacity",
                 message=(
                     f"Region {spec.region} has {free} of {total} {spec.gpu_model} GPUs free; "
-                    f"{count - have} of {count} nodes ({spec.gpus_per_node} GPUs each) are waiting for capacity."
+                    f"{count - have} of {count} nodes ({spec.gpus_per_node} GPUs each) are waiting "
+                    "for capacity."
                 ),
             )
         return ScaleResult(nodes=have, wanted=count)
@@ -145,7 +146,7 @@ class SimulatorProvider(Provider):
         try:
             return SimNode.objects.get(cluster__key=cluster, name=node)
         except SimNode.DoesNotExist:
-            raise ProviderError("NodeNotFound", f"Node {node} does not exist in cluster {cluster}.")
+            raise ProviderError("NodeNotFound", f"Node {node} does not exist in cluster {cluster}.") from None
 
     def cordon(self, cluster: str, node: str) -> None:
         _raise_injected_fault(SimFault.Operation.CORDON, node)

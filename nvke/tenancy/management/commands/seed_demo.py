@@ -22,7 +22,8 @@ class Command(BaseCommand):
         seed_catalog()
         with transaction.atomic():
             user, created = get_user_model().objects.get_or_create(
-                username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True, "email": "demo@nvke.local"}
+                username=DEMO_USER,
+                defaults={"is_staff": True, "is_superuser": True, "email": "demo@nvke.local"},
             )
             if created:
                 user.set_password(DEMO_PASSWORD)
@@ -34,14 +35,35 @@ class Command(BaseCommand):
             return
         context = TenantContext(tenant, "owner")
         cluster = create_cluster(
-            context=context, name="demo", kubernetes_version=KubernetesVersion.objects.get(is_default=True),
-            region=Region.objects.get(name="us-east-1"), control_plane_nodes=1,
+            context=context,
+            name="demo",
+            kubernetes_version=KubernetesVersion.objects.get(is_default=True),
+            region=Region.objects.get(name="us-east-1"),
+            control_plane_nodes=1,
         )
         driver = DriverRelease.objects.get(version="580.105.08")
-        create_pool(context=context, cluster=cluster, name="inference-l4", gpu_model=GpuModel.objects.get(name="l4"),
-                    gpus_per_node=4, node_count=2, min_nodes=1, max_nodes=4, driver_release=driver)
-        create_pool(context=context, cluster=cluster, name="training-h100",
-                    gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"), gpus_per_node=8, node_count=2,
-                    min_nodes=0, max_nodes=8, driver_release=driver, sharing_mode="mig",
-                    mig_layout=["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])
+        create_pool(
+            context=context,
+            cluster=cluster,
+            name="inference-l4",
+            gpu_model=GpuModel.objects.get(name="l4"),
+            gpus_per_node=4,
+            node_count=2,
+            min_nodes=1,
+            max_nodes=4,
+            driver_release=driver,
+        )
+        create_pool(
+            context=context,
+            cluster=cluster,
+            name="training-h100",
+            gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
+            gpus_per_node=8,
+            node_count=2,
+            min_nodes=0,
+            max_nodes=8,
+            driver_release=driver,
+            sharing_mode="mig",
+            mig_layout=["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+        )
         self.stdout.write(self.style.SUCCESS(f"Demo tenant created: user {DEMO_USER} / {DEMO_PASSWORD}"))
