@@ -1,12 +1,6 @@
-from django.core.validators import RegexValidator
 from django.db import models
 
-from nvke.models import Conditions, TenantScopedQuerySet
-
-dns_label = RegexValidator(
-    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-    "Use lower-case letters, digits and '-', starting and ending with a letter or digit (at most 63).",
-)
+from nvke.models import Conditions, TenantScopedQuerySet, dns_label
 
 
 class KubernetesVersion(models.Model):

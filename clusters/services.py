@@ -3,6 +3,7 @@
 from django.db import IntegrityError, transaction
 
 from nvke.errors import Conflict
+from nvke.models import check_dns_label
 from nvke.providers import get_provider
 from nvke.providers.base import ProviderError
 from nvke.realtime import broadcast
@@ -41,6 +42,7 @@ def create_cluster(
 ) -> Cluster:
     from .tasks import provision_cluster
 
+    check_dns_label(name)
     duplicate = Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
     if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
         raise duplicate

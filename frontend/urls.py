@@ -1,7 +1,23 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import views
 
 urlpatterns = [
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="frontend/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),  # POST only (Django 5)
     path("", views.dashboard, name="dashboard"),
+    path("clusters/", views.cluster_list, name="cluster-list"),
+    path("clusters/new/", views.cluster_create, name="cluster-create"),
+    path("clusters/<int:pk>/", views.cluster_detail, name="cluster-detail"),
+    path("clusters/<int:pk>/delete/", views.cluster_delete, name="cluster-delete"),
+    path("clusters/<int:pk>/pools/new/", views.pool_create, name="pool-create"),
+    path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
+    path("pools/<int:pk>/scale/", views.pool_scale, name="pool-scale"),
+    path("pools/<int:pk>/delete/", views.pool_delete, name="pool-delete"),
+    path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
 ]

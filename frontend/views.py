@@ -1,7 +1,295 @@
+"""Dashboard views. Thin: parse the form, check the role, call a service (writes) or read through the
+tenant-restricted querysets, then render or redirect. Another tenant's object is a 404."""
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count, Prefetch, Q, Sum
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from clusters import services as cluster_services
+from clusters.models import Cluster
+from nodepools import services as pool_services
+from nodepools.models import Gpu, Node, NodePool
+from nvke.errors import DomainError
+from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant
+from nvke.tenancy.models import Membership
+from nvke.tenancy.roles import Action
+
+from .forms import (
+    ClusterCreateForm,
+    PoolCreateForm,
+    PoolScaleForm,
+    TenantSwitchForm,
+    add_domain_error,
+    cluster_filter,
+)
+
+WS_EVENTS = "/ws/events/"  # nvke/routing.py
+CLUSTERS_PER_PAGE = 50
+
+TenantView = Callable[..., HttpResponse]
 
 
+def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
+    """Sign-in required; the view gets the request's tenant context. A user in no tenant gets a page
+    that says so instead of empty lists."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        context = resolve_tenant(request)
+        if context is None:
+            return render(request, "frontend/no_tenant.html", status=403)
+        return view(request, context, *args, **kwargs)
+
+    return wrapper
+
+
+def require_change(context: TenantContext) -> None:
+    if not context.allows(Action.CHANGE):
+        raise PermissionDenied("Your role in this tenant may only view.")
+
+
+def live(ws_query: str = "", refresh_on: str = "", gone_on: str = "", gone_url: str = "") -> dict:
+    """What live.js needs, rendered as data attributes on <body> (see base.html)."""
+    return {
+        "ws_url": WS_EVENTS + (f"?{ws_query}" if ws_query else ""),
+        "refresh_on": refresh_on,
+        "gone_on": gone_on,
+        "gone_url": gone_url,
+    }
+
+
+def _pools_with_ready_nodes(pools):
+    return pools.select_related("gpu_model", "driver_release").annotate(
+        nodes_ready=Count("nodes", filter=Q(nodes__status=Node.Status.READY))
+    )
+
+
+# --- Overview --------------------------------------------------------------------------------------
+
+
+@tenant_view
+def dashboard(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    clusters = Cluster.objects.restrict(context)
+    by_status = dict(clusters.values_list("status").annotate(n=Count("pk")).order_by())
+    gpus = (
+        Gpu.objects.restrict(context)
+        .values("node__pool__gpu_model__name", "node__pool__gpu_model__display_name")
+        .annotate(
+            count=Count("pk"), memory_mib=Sum("memory_mib"), healthy=Count("pk", filter=Q(healthy=True))
+        )
+        .order_by("node__pool__gpu_model__name")
+    )
+    attention = (
+        NodePool.objects.restrict(context)
+        .filter(status__in=[NodePool.Status.PENDING, NodePool.Status.FAILED])
+        .select_related("cluster")
+    )
+    recent = clusters.select_related("region").annotate(pool_count=Count("node_pools")).order_by("name")
+    return render(
+        request,
+        "frontend/dashboard.html",
+        {
+            "status_counts": [
+                (value, label, by_status.get(value, 0)) for value, label in Cluster.Status.choices
+            ],
+            "cluster_total": sum(by_status.values()),
+            "gpus_by_model": gpus,
+            "attention": attention,
+            "clusters": recent[:10],
+            "live": live(refresh_on="*"),  # every event may move a count
+        },
+    )
+
+
+# --- Clusters --------------------------------------------------------------------------------------
+
+
+@tenant_view
+def cluster_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    clusters = (
+        Cluster.objects.restrict(context)
+        .select_related("region", "kubernetes_version")
+        .annotate(pool_count=Count("node_pools"))
+        .order_by("name")  # aggregation drops Meta.ordering; pages need a stable order
+    )
+    filterset = cluster_filter(request.GET or None, clusters)
+    page = Paginator(filterset.qs, CLUSTERS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "frontend/cluster_list.html",
+        {
+            "filter": filterset,
+            "page_obj": page,
+            "filtered": any(request.GET.get(name) for name in filterset.form.fields),
+            "live": live(refresh_on="*"),  # new clusters appear, counts of pools change
+        },
+    )
+
+
+@tenant_view
+def cluster_create(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    require_change(context)
+    form = ClusterCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            cluster = cluster_services.create_cluster(context=context, **form.cleaned_data)
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            messages.success(request, f"Cluster {cluster.name} is being created.")
+            return redirect("cluster-detail", pk=cluster.pk)
+    return render(request, "frontend/cluster_form.html", {"form": form}, status=400 if form.errors else 200)
+
+
+@tenant_view
+def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(
+        Cluster.objects.restrict(context).select_related("region", "kubernetes_version"), pk=pk
+    )
+    return render(
+        request,
+        "frontend/cluster_detail.html",
+        {
+            "cluster": cluster,
+            "pools": _pools_with_ready_nodes(cluster.node_pools.all()),
+            "live": live(
+                f"cluster={cluster.pk}",
+                refresh_on=f"cluster:{cluster.pk}",
+                gone_on=f"cluster:{cluster.pk}",
+                gone_url=reverse("cluster-list"),
+            ),
+        },
+    )
+
+
+@tenant_view
+def cluster_delete(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    require_change(context)
+    if request.method == "POST":
+        cluster_services.delete_cluster(cluster)
+        messages.success(request, f"Cluster {cluster.name} is being deleted.")
+        return redirect("cluster-list")
+    return render(
+        request,
+        "frontend/cluster_confirm_delete.html",
+        {"cluster": cluster, "pool_count": cluster.node_pools.count()},
+    )
+
+
+# --- Node pools ------------------------------------------------------------------------------------
+
+
+@tenant_view
+def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    require_change(context)
+    form = PoolCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            pool = pool_services.create_pool(context=context, cluster=cluster, **form.cleaned_data)
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            messages.success(request, f"Node pool {pool.name} is being created.")
+            return redirect("pool-detail", pk=pool.pk)
+    return render(
+        request,
+        "frontend/pool_form.html",
+        {"form": form, "cluster": cluster},
+        status=400 if form.errors else 200,
+    )
+
+
+def _pool_page(
+    request: HttpRequest, pool: NodePool, scale_form: PoolScaleForm, status: int = 200
+) -> HttpResponse:
+    nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.order_by("index")))
+    return render(
+        request,
+        "frontend/pool_detail.html",
+        {
+            "pool": pool,
+            "nodes": nodes,
+            "nodes_ready": sum(1 for node in nodes if node.status == Node.Status.READY),
+            "scale_form": scale_form,
+            "live": live(
+                f"cluster={pool.cluster_id}",
+                refresh_on=f"pool:{pool.pk}",
+                gone_on=f"pool:{pool.pk}",
+                gone_url=reverse("cluster-detail", args=[pool.cluster_id]),
+            ),
+        },
+        status=status,
+    )
+
+
+def _get_pool(context: TenantContext, pk: int) -> NodePool:
+    return get_object_or_404(
+        NodePool.objects.restrict(context).select_related("cluster", "gpu_model", "driver_release"), pk=pk
+    )
+
+
+@tenant_view
+def pool_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    pool = _get_pool(context, pk)
+    return _pool_page(request, pool, PoolScaleForm(pool=pool))
+
+
+@require_POST
+@tenant_view
+def pool_scale(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    pool = _get_pool(context, pk)
+    require_change(context)
+    form = PoolScaleForm(request.POST, pool=pool)
+    if form.is_valid():
+        try:
+            pool = pool_services.update_pool(pool, node_count=form.cleaned_data["node_count"])
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            messages.success(request, f"Node pool {pool.name} is scaling to {pool.node_count} nodes.")
+            return redirect("pool-detail", pk=pool.pk)
+    return _pool_page(request, pool, form, status=400)
+
+
+@tenant_view
+def pool_delete(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    pool = _get_pool(context, pk)
+    require_change(context)
+    if request.method == "POST":
+        pool_services.delete_pool(pool)
+        messages.success(request, f"Node pool {pool.name} is being deleted.")
+        return redirect("cluster-detail", pk=pool.cluster_id)
+    return render(
+        request, "frontend/pool_confirm_delete.html", {"pool": pool, "node_count": pool.nodes.count()}
+    )
+
+
+# --- Tenant switch ---------------------------------------------------------------------------------
+
+
+@require_POST
 @login_required
-def dashboard(request):
-    return HttpResponse("NVKE")
+def tenant_switch(request: HttpRequest) -> HttpResponse:
+    """Act in another of the user's tenants. A tenant the user is not in does not exist for them."""
+    form = TenantSwitchForm(request.POST)
+    if not form.is_valid():
+        raise Http404("No such tenant.")
+    membership = get_object_or_404(
+        Membership.objects.select_related("tenant"), user=request.user, tenant_id=form.cleaned_data["tenant"]
+    )
+    request.session[SESSION_KEY] = membership.tenant_id
+    messages.success(request, f"You are now working in {membership.tenant.name} as {membership.role}.")
+    # The page the user came from shows the old tenant's objects, which are 404 now: start over.
+    return redirect("dashboard")

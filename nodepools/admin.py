@@ -1,6 +1,18 @@
 from django.contrib import admin
 
-from .models import Architecture, DriverRelease, Gpu, GpuModel, MigProfile, Node, NodePool, RegionInventory
+from .models import (
+    Allocation,
+    Architecture,
+    Claim,
+    DriverRelease,
+    Gpu,
+    GpuModel,
+    GpuShare,
+    MigProfile,
+    Node,
+    NodePool,
+    RegionInventory,
+)
 
 
 class RegionInventoryInline(admin.TabularInline):
@@ -125,3 +137,77 @@ class GpuAdmin(admin.ModelAdmin):
     list_filter = ["healthy", "tenant"]
     search_fields = ["uuid", "node__name"]
     list_select_related = ["node", "tenant"]
+
+
+class GpuShareInline(admin.TabularInline):
+    model = GpuShare
+    extra = 0
+    readonly_fields = [
+        "gpu",
+        "memory_mib",
+        "compute_milli",
+        "exclusive",
+        "mig_profile",
+        "mig_start",
+        "mig_size",
+    ]
+    can_delete = False
+
+
+@admin.register(Claim)
+class ClaimAdmin(admin.ModelAdmin):
+    list_display = [
+        "__str__",
+        "cluster",
+        "tenant",
+        "kind",
+        "gpus",
+        "mig_profile",
+        "gpu_memory_mib",
+        "compute_percent",
+        "priority",
+        "status",
+        "created_at",
+    ]
+    list_filter = ["status", "kind", "tenant"]
+    search_fields = ["name", "namespace", "cluster__name", "tenant__name"]
+    readonly_fields = ["status", "pending_reason", "created_at", "allocated_at"]
+    list_select_related = ["cluster", "tenant"]
+
+
+@admin.register(Allocation)
+class AllocationAdmin(admin.ModelAdmin):
+    """Allocations are written by the allocator only; here they are read."""
+
+    list_display = ["claim", "node", "isolation", "cpu_milli", "host_memory_mib", "created_at"]
+    list_filter = ["isolation"]
+    search_fields = ["claim__name", "node__name"]
+    list_select_related = ["claim", "node"]
+    inlines = [GpuShareInline]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(GpuShare)
+class GpuShareAdmin(admin.ModelAdmin):
+    list_display = [
+        "allocation",
+        "gpu",
+        "memory_mib",
+        "compute_milli",
+        "exclusive",
+        "mig_profile",
+        "mig_start",
+    ]
+    list_filter = ["exclusive", "mig_profile"]
+    search_fields = ["allocation__claim__name", "gpu__node__name"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -4,8 +4,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from clusters.models import dns_label
-from nvke.models import Conditions, TenantScopedQuerySet
+from nvke.models import Conditions, TenantScopedQuerySet, dns_label
 
 from .versions import is_valid_version, version_key
 
@@ -142,6 +141,12 @@ class SharingMode(models.TextChoices):
     FRACTIONAL = "fractional"
 
 
+class PlacementPolicy(models.TextChoices):
+    FGD = "fgd", "Fragmentation-aware (default)"
+    BINPACK = "binpack", "Bin-pack"
+    SPREAD = "spread", "Spread"
+
+
 class NodePool(Conditions):
     class Status(models.TextChoices):
         PROVISIONING = "provisioning"
@@ -164,6 +169,7 @@ class NodePool(Conditions):
     mig_layout = models.JSONField(
         default=list, blank=True, help_text="MIG profiles created on every GPU (mig mode); empty = on demand"
     )
+    placement_policy = models.CharField(max_length=8, choices=PlacementPolicy.choices, default="fgd")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -231,3 +237,94 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
+
+
+# --- GPU claims and allocations ----------------------------------------------------------------------
+
+
+class Claim(models.Model):
+    """A request for GPU capacity in a cluster, in the spirit of a Kubernetes DRA ResourceClaim:
+    whole GPUs, one MIG slice, or a fraction of one GPU (memory and/or compute share)."""
+
+    class Kind(models.TextChoices):
+        WHOLE = "whole", "Whole GPUs"
+        MIG = "mig", "MIG slice"
+        FRACTION = "fraction", "GPU fraction"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        ALLOCATED = "allocated"
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="claims")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="claims")
+    namespace = models.CharField(max_length=63, validators=[dns_label], default="default")
+    name = models.CharField(max_length=63, validators=[dns_label])
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    gpus = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(8)]
+    )
+    nvlink_required = models.BooleanField(default=False)
+    mig_profile = models.CharField(max_length=24, blank=True)
+    gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    compute_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    cpu_milli = models.PositiveIntegerField(default=0)
+    host_memory_mib = models.PositiveIntegerField(default=0)
+    allowed_models = models.JSONField(default=list, blank=True, help_text="GPU model names; empty = any")
+    priority = models.SmallIntegerField(default=0, help_text="Higher is placed first when capacity frees")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    pending_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    allocated_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="uniq_claim_name"),
+        ]
+        indexes = [models.Index(fields=["cluster", "status", "-priority", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Allocation(models.Model):
+    """Where a claim landed: one node, one or more GPU shares, and how isolated it is."""
+
+    class Isolation(models.TextChoices):
+        EXCLUSIVE = "exclusive", "Exclusive GPU"
+        HARD = "hard", "Hard (MIG)"
+        MEMORY_CAPPED = "memory-capped", "Memory-capped (MPS)"
+        NONE = "none", "None (time-slicing)"
+
+    claim = models.OneToOneField(Claim, on_delete=models.CASCADE, related_name="allocation")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="allocations")
+    isolation = models.CharField(max_length=16, choices=Isolation.choices)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    host_memory_mib = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.claim} on {self.node}"
+
+
+class GpuShare(models.Model):
+    """One GPU's part of an allocation: memory, compute share, and the MIG slice if any."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="shares")
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="shares")
+    memory_mib = models.PositiveIntegerField()
+    compute_milli = models.PositiveSmallIntegerField(validators=[MaxValueValidator(1000)])
+    exclusive = models.BooleanField(default=False)
+    mig_profile = models.CharField(max_length=24, blank=True)
+    mig_start = models.PositiveSmallIntegerField(null=True, blank=True)
+    mig_size = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu", "mig_start"]
+
+    def __str__(self) -> str:
+        return f"{self.allocation.claim} on {self.gpu}"

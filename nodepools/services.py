@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from clusters.models import Cluster
 from clusters.services import cluster_key
 from nvke.errors import Conflict, DomainError, Incompatible
+from nvke.models import check_dns_label
 from nvke.providers import get_provider
 from nvke.providers.base import NodeInfo, PoolSpec, ProviderError
 from nvke.realtime import broadcast
@@ -26,7 +27,7 @@ def pool_event(pool: NodePool, type_: str = "pool.status") -> dict:
         "status": pool.status,
         "reason": pool.status_reason,
         "message": pool.status_message,
-        "nodes": pool.nodes.count() if pool.pk else 0,
+        "nodes": pool.nodes.filter(status=Node.Status.READY).count() if pool.pk else 0,  # ready nodes
         "node_count": pool.node_count,
     }
 
@@ -36,7 +37,8 @@ def _publish(pool: NodePool, type_: str = "pool.status") -> None:
 
 
 def validate_pool(pool: NodePool) -> None:
-    """Bounds and compatibility; raises a DomainError naming the field."""
+    """Name, bounds and compatibility; raises a DomainError naming the field."""
+    check_dns_label(pool.name)
     if not pool.min_nodes <= pool.node_count <= pool.max_nodes:
         raise DomainError(
             f"node_count {pool.node_count} must lie within min_nodes {pool.min_nodes} and max_nodes "

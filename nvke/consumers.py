@@ -1,5 +1,7 @@
 """One websocket per page. `ws/events/` streams the tenant's events; `ws/events/?cluster=<id>` only one
-cluster's. Access is checked before joining a group; another tenant's cluster closes the socket."""
+cluster's. Access is checked before joining a group. A refused stream (signed out, another tenant's
+cluster) is accepted and closed at once with code 4403, so a client can tell a refusal from an outage
+and stop retrying."""
 
 from urllib.parse import parse_qs
 
@@ -30,16 +32,14 @@ def _group_for(user, session, query: dict) -> str | None:
 class EventsConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=FORBIDDEN)
-            return
         query = parse_qs(self.scope.get("query_string", b"").decode())
-        self.group = await _group_for(user, self.scope.get("session"), query)
+        authenticated = user is not None and user.is_authenticated
+        self.group = await _group_for(user, self.scope.get("session"), query) if authenticated else None
+        await self.accept()
         if self.group is None:
             await self.close(code=FORBIDDEN)
             return
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
 
     async def disconnect(self, code):
         if getattr(self, "group", None):

@@ -1,7 +1,24 @@
 """Shared model pieces: tenant scoping and Kubernetes-style status conditions."""
 
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
+
+from .errors import DomainError
+
+dns_label = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit (at most 63).",
+)
+
+
+def check_dns_label(value: str, field: str = "name") -> None:
+    """Services check names themselves: not every caller comes through a serializer or a form."""
+    try:
+        dns_label(value)
+    except ValidationError as error:
+        raise DomainError(f"{field}: {error.messages[0]}", field=field) from None
 
 
 class TenantScopedQuerySet(models.QuerySet):

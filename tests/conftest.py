@@ -1,4 +1,6 @@
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
@@ -6,7 +8,16 @@ from clusters.models import Cluster, KubernetesVersion, Region
 from clusters.services import provision
 from nodepools.catalog import seed_catalog
 from nodepools.models import DriverRelease, GpuModel, NodePool
+from nvke.celery import app as celery_app
 from nvke.tenancy.models import ApiToken, Membership, Tenant
+from tests.integration.processes import (
+    BIN,
+    Process,
+    database_url_of_this_run,
+    free_port,
+    port_open,
+    process_env,
+)
 
 
 @pytest.fixture
@@ -111,3 +122,54 @@ def make_pool(catalog):
         )
 
     return make
+
+
+# --- real processes (integration tests) ---
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db):
+    """A real `celery worker` process on the Redis broker, working on this test's database.
+    While it runs, tasks sent by the test go over Redis instead of running in the test process."""
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    worker = Process(
+        [
+            str(BIN / "celery"),
+            "-A",
+            "nvke",
+            "worker",
+            "-Q",
+            "default,provisioning",
+            "-P",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "info",
+        ],
+        process_env(DATABASE_URL=database_url_of_this_run(), REDIS_URL=settings.REDIS_URL),
+    )
+    celery_app.conf.task_always_eager = False
+    try:
+        worker.wait_for_line("ready.")
+        yield worker
+    finally:
+        celery_app.conf.task_always_eager = True
+        worker.stop()
+
+
+@pytest.fixture
+def asgi_server(transactional_db):
+    """A real daphne process serving the app (HTTP and websockets) on this test's database and Redis."""
+    port = free_port()
+    server = Process(
+        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"],
+        process_env(DATABASE_URL=database_url_of_this_run(), REDIS_URL=settings.REDIS_URL),
+    )
+    try:
+        server.wait_for(lambda: port_open(port), f"daphne listening on {port}")
+        server.port, server.url = port, f"http://127.0.0.1:{port}"
+        yield server
+    finally:
+        server.stop()

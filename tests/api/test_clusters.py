@@ -116,3 +116,21 @@ def test_delete_tears_down_pools_and_control_plane(api, owner, catalog, django_c
 def test_clusters_cannot_be_patched(api, owner, make_cluster):
     cluster = make_cluster(owner.memberships.get().tenant)
     assert api.patch(f"/api/v1/clusters/{cluster.pk}/", {"name": "renamed"}).status_code == 405
+
+
+def test_services_check_names_without_a_serializer(owner, catalog):
+    from clusters.models import KubernetesVersion, Region
+    from clusters.services import create_cluster
+    from nvke.errors import DomainError
+    from nvke.tenancy.context import TenantContext
+
+    with pytest.raises(DomainError) as refused:
+        create_cluster(
+            context=TenantContext(owner.memberships.get().tenant, "owner"),
+            name="Bad_Name",
+            kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
+            region=Region.objects.get(name="us-east-1"),
+            control_plane_nodes=1,
+        )
+    assert refused.value.field == "name" and refused.value.message.startswith("name: Use lower-case")
+    assert not Cluster.objects.exists()

@@ -21,7 +21,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_database_url() -> str:
+def database_url_of_this_run() -> str:
     """The URL of the database this test run uses (pytest-django's test_* database)."""
     s = connection.settings_dict
     return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"

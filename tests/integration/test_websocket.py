@@ -4,7 +4,7 @@ import json
 
 import pytest
 from django.test import Client
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from clusters.models import KubernetesVersion, Region
@@ -62,17 +62,18 @@ def test_client_receives_cluster_status_changes(asgi_server, owner, make_member,
 
 
 def assert_refused(server, path, user=None):
-    """Closing before accept: the server answers the handshake with HTTP 403."""
-    with pytest.raises(InvalidStatus) as refused:
-        if user is None:
-            connect(
-                f"ws://127.0.0.1:{server.port}{path}",
-                additional_headers={"Origin": f"http://127.0.0.1:{server.port}"},
-                open_timeout=10,
-            )
-        else:
-            open_socket(server, user, path)
-    assert refused.value.response.status_code == 403
+    """A refused stream is accepted and closed at once with 4403, never sending an event."""
+    if user is None:
+        ws = connect(
+            f"ws://127.0.0.1:{server.port}{path}",
+            additional_headers={"Origin": f"http://127.0.0.1:{server.port}"},
+            open_timeout=10,
+        )
+    else:
+        ws = open_socket(server, user, path)
+    with ws, pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 4403
 
 
 def test_sockets_refuse_strangers(asgi_server, owner, make_member, make_cluster):

@@ -1,0 +1,157 @@
+/* Live updates for NVKE pages. No framework, no build step.
+ *
+ * One websocket per page; its path comes from <body data-ws-url>. Events update elements by data
+ * attribute:
+ *   data-cluster-status="<id>" / data-pool-status="<id>"  text and class from event.status
+ *   data-cluster-reason="<id>" / data-pool-reason="<id>"  "reason: message"
+ *   data-pool-nodes="<id>"                                "nodes/node_count"
+ *   data-cluster-row="<id>" / data-pool-row="<id>"        removed when the object is deleted
+ * Elements with data-live-region and an id are re-fetched from the server (the page itself) when an
+ * event matches <body data-refresh-on> ("cluster:<id>", "pool:<id>" or "*", space-separated), and
+ * after a reconnect, since events may have been missed meanwhile. When the page's own object is
+ * deleted (<body data-gone-on>), the browser goes to <body data-gone-url>.
+ */
+(function () {
+  "use strict";
+
+  var body = document.body;
+  var path = body && body.dataset.wsUrl;
+  if (!path || !("WebSocket" in window)) return;
+
+  var FORBIDDEN = 4403; // the server refused this stream (signed out, another tenant's cluster): stop
+  var MAX_DELAY_MS = 30000;
+  var attempts = 0;
+  var connectedBefore = false;
+  var refreshTimer = null;
+
+  function socketUrl() {
+    var scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    return scheme + "//" + location.host + path;
+  }
+
+  function each(attr, id, fn) {
+    var selector = "[" + attr + '="' + String(id).replace(/["\\]/g, "") + '"]';
+    Array.prototype.forEach.call(document.querySelectorAll(selector), fn);
+  }
+
+  function setStatus(attr, id, status) {
+    each(attr, id, function (el) {
+      el.textContent = status; // exactly the status string: tests and people read it
+      el.className = "status status-" + status;
+    });
+  }
+
+  function setReason(attr, id, event) {
+    var text = event.reason ? event.reason + (event.message ? ": " + event.message : "") : "";
+    each(attr, id, function (el) {
+      el.textContent = text;
+      el.hidden = !text;
+    });
+  }
+
+  function removeRows(attr, id) {
+    each(attr, id, function (el) {
+      el.parentNode.removeChild(el);
+    });
+  }
+
+  // "pool:<id>" for pool events, "cluster:<id>" for cluster events: the object the event is about.
+  function ownKey(event) {
+    return event.type.indexOf("pool.") === 0 ? "pool:" + event.pool : "cluster:" + event.cluster;
+  }
+
+  // A pool's events also concern its cluster's pages.
+  function keys(event) {
+    var result = ["cluster:" + event.cluster];
+    if (event.pool !== undefined) result.push("pool:" + event.pool);
+    return result;
+  }
+
+  function listed(attrValue, candidates) {
+    var wanted = (attrValue || "").split(/\s+/).filter(Boolean);
+    if (wanted.indexOf("*") !== -1) return true;
+    return candidates.some(function (key) {
+      return wanted.indexOf(key) !== -1;
+    });
+  }
+
+  function refreshRegions() {
+    fetch(location.href, { credentials: "same-origin", headers: { "X-Requested-With": "live.js" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("HTTP " + response.status);
+        return response.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        Array.prototype.forEach.call(document.querySelectorAll("[data-live-region][id]"), function (el) {
+          var replacement = fresh.getElementById(el.id);
+          if (replacement) el.innerHTML = replacement.innerHTML;
+        });
+      })
+      .catch(function () {
+        /* the next event or reconnect tries again */
+      });
+  }
+
+  // Events come in bursts (a reconcile step publishes several): fetch once after the burst.
+  function scheduleRefresh() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(refreshRegions, 400);
+  }
+
+  function handle(event) {
+    switch (event.type) {
+      case "cluster.status":
+        setStatus("data-cluster-status", event.cluster, event.status);
+        setReason("data-cluster-reason", event.cluster, event);
+        break;
+      case "cluster.deleted":
+        removeRows("data-cluster-row", event.cluster);
+        break;
+      case "pool.status":
+        setStatus("data-pool-status", event.pool, event.status);
+        setReason("data-pool-reason", event.pool, event);
+        each("data-pool-nodes", event.pool, function (el) {
+          el.textContent = event.nodes + "/" + event.node_count;
+        });
+        break;
+      case "pool.deleted":
+        removeRows("data-pool-row", event.pool);
+        break;
+      default:
+        return;
+    }
+    if (/\.deleted$/.test(event.type) && listed(body.dataset.goneOn, [ownKey(event)])) {
+      location.assign(body.dataset.goneUrl);
+      return;
+    }
+    if (listed(body.dataset.refreshOn, keys(event))) scheduleRefresh();
+  }
+
+  function connect() {
+    var socket = new WebSocket(socketUrl());
+    socket.onopen = function () {
+      if (connectedBefore) scheduleRefresh(); // catch up on what happened while disconnected
+      connectedBefore = true;
+      attempts = 0;
+    };
+    socket.onmessage = function (message) {
+      var event;
+      try {
+        event = JSON.parse(message.data);
+      } catch (error) {
+        return;
+      }
+      if (event && typeof event.type === "string") handle(event);
+    };
+    socket.onclose = function (close) {
+      if (close.code === FORBIDDEN) return;
+      // Exponential backoff with jitter, so a restarted server is not hit by every page at once.
+      var delay = Math.min(MAX_DELAY_MS, 1000 * Math.pow(2, attempts)) * (0.5 + Math.random() / 2);
+      attempts += 1;
+      setTimeout(connect, delay);
+    };
+  }
+
+  connect();
+})();

@@ -1,0 +1,157 @@
+"""Overview, cluster list, create and delete through the dashboard."""
+
+import pytest
+
+from clusters.models import Cluster
+
+from .helpers import field_errors, live_texts, text
+
+pytestmark = pytest.mark.django_db
+
+NEW_CLUSTER = {
+    "name": "training",
+    "kubernetes_version": "1.35",
+    "region": "us-east-1",
+    "control_plane_nodes": "3",
+}
+
+
+def test_dashboard_shows_this_tenants_clusters_only(ui, tenant, make_member, make_cluster):
+    mine = make_cluster(tenant, "alpha")
+    make_cluster(tenant, "broken", status="failed")
+    other = make_member("globex", "owner").memberships.get().tenant
+    make_cluster(other, "globex-secret")
+    response = ui.get("/")
+    page = text(response)
+    assert f'href="/clusters/{mine.pk}/">alpha</a>' in page
+    assert "broken" in page
+    assert "globex-secret" not in page
+    assert [c for c in response.context["status_counts"] if c[2]] == [
+        ("running", "Running", 1),
+        ("failed", "Failed", 1),
+    ]
+    assert response.context["cluster_total"] == 2
+    assert 'data-ws-url="/ws/events/"' in page
+
+
+def test_dashboard_lists_pools_needing_attention_with_their_reason(ui, tenant, make_cluster, make_pool):
+    cluster = make_cluster(tenant, "prod")
+    pool = make_pool(cluster, "waiting", status="pending")
+    pool.status_reason, pool.status_message = (
+        "InsufficientCapacity",
+        "Region us-east-1 has 0 of 128 l4 GPUs free",
+    )
+    pool.save()
+    make_pool(cluster, "fine")
+    page = text(ui.get("/"))
+    assert live_texts(ui.get("/"), "data-pool-status", pool.pk) == ["pending"]
+    assert "InsufficientCapacity: Region us-east-1 has 0 of 128 l4 GPUs free" in page
+    assert "prod/fine" not in page
+
+
+def test_empty_states_say_what_to_do_next(ui):
+    page = text(ui.get("/clusters/"))
+    assert 'No clusters yet — <a href="/clusters/new/">create one</a>' in page
+    assert "No GPUs yet" in text(ui.get("/"))
+
+
+def test_cluster_list_filters_with_the_shared_filterset(ui, tenant, make_member, make_cluster):
+    make_cluster(tenant, "alpha")
+    make_cluster(tenant, "beta", status="failed")
+    make_cluster(tenant, "gamma", region="eu-west-1")
+    make_cluster(make_member("globex", "owner").memberships.get().tenant, "alphabet")
+    names = lambda response: [c.name for c in response.context["page_obj"]]  # noqa: E731
+    assert names(ui.get("/clusters/")) == ["alpha", "beta", "gamma"]
+    assert names(ui.get("/clusters/", {"status": "failed"})) == ["beta"]
+    assert names(ui.get("/clusters/", {"region": "eu-west-1"})) == ["gamma"]
+    assert names(ui.get("/clusters/", {"name": "alp"})) == ["alpha"]
+    response = ui.get("/clusters/", {"name": "nothing"})
+    assert "No clusters match these filters" in text(response)
+
+
+def test_cluster_list_row_shows_live_status_region_version_and_pools(ui, tenant, make_cluster, make_pool):
+    cluster = make_cluster(tenant, "alpha")
+    make_pool(cluster, "a")
+    make_pool(cluster, "b")
+    response = ui.get("/clusters/")
+    row = text(response).split(f'data-cluster-row="{cluster.pk}"')[1].split("</tr>")[0]
+    assert live_texts(response, "data-cluster-status", cluster.pk) == ["running"]
+    assert "us-east-1" in row and "1.35" in row and '<td class="num">2</td>' in row
+
+
+def test_create_form_offers_enabled_versions_with_the_default_selected(ui, catalog):
+    response = ui.get("/clusters/new/")
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert [v.version for v in form.fields["kubernetes_version"].queryset] == ["1.36", "1.35", "1.34"]
+    assert '<option value="1.35" selected>' in text(response)
+    assert '<option value="1.33"' not in text(response)  # in the catalog, not offered
+    for name in NEW_CLUSTER:
+        assert f'<label for="id_{name}">' in text(response)
+
+
+def test_create_cluster_provisions_it_and_shows_it_running(ui, catalog, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = ui.post("/clusters/new/", NEW_CLUSTER)
+    cluster = Cluster.objects.get(name="training")
+    assert response.status_code == 302 and response.url == f"/clusters/{cluster.pk}/"
+    assert cluster.status == "running" and cluster.control_plane_nodes == 3
+    detail = ui.get(response.url)
+    page = text(detail)
+    assert live_texts(detail, "data-cluster-status", cluster.pk) == ["running"]
+    assert cluster.endpoint in page
+    assert "Provisioned" in page and "The control plane is serving." in page  # the Ready condition
+    assert f'data-ws-url="/ws/events/?cluster={cluster.pk}"' in page
+    assert "is being created" in page  # the flash message
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"name": "Bad_Name"}, "name", "Use lower-case letters"),
+        ({"name": ""}, "name", "This field is required."),
+        ({"kubernetes_version": "1.33"}, "kubernetes_version", "Select a valid choice."),
+        ({"control_plane_nodes": "2"}, "control_plane_nodes", "Select a valid choice."),
+    ],
+)
+def test_invalid_input_is_shown_next_to_the_field(ui, catalog, change, field, message):
+    response = ui.post("/clusters/new/", {**NEW_CLUSTER, **change})
+    assert response.status_code == 400
+    assert any(message in error for error in field_errors(response, field))
+    assert not Cluster.objects.exists()
+
+
+def test_duplicate_name_from_the_service_is_shown_next_to_name(ui, tenant, make_cluster):
+    make_cluster(tenant, "training")
+    response = ui.post("/clusters/new/", NEW_CLUSTER)
+    assert response.status_code == 400
+    assert field_errors(response, "name") == ["A cluster named 'training' already exists."]
+    # Screen readers hear the error with the control.
+    assert 'aria-invalid="true" aria-describedby="id_name_helptext id_name_error"' in text(response)
+    assert 'id="id_name_error"' in text(response)
+    assert Cluster.objects.count() == 1
+
+
+def test_delete_asks_first_then_tears_the_cluster_down(
+    ui, tenant, make_cluster, make_pool, django_capture_on_commit_callbacks
+):
+    cluster = make_cluster(tenant, "prod")
+    make_pool(cluster, "a")
+    make_pool(cluster, "b")
+    detail = text(ui.get(f"/clusters/{cluster.pk}/"))
+    assert f'href="/clusters/{cluster.pk}/delete/"' in detail
+    confirm = ui.get(f"/clusters/{cluster.pk}/delete/")
+    assert "Delete cluster prod and its 2 pools?" in text(confirm)
+    assert Cluster.objects.filter(pk=cluster.pk).exists()  # a GET deletes nothing
+    with django_capture_on_commit_callbacks(execute=True):
+        response = ui.post(f"/clusters/{cluster.pk}/delete/")
+    assert response.status_code == 302 and response.url == "/clusters/"
+    assert not Cluster.objects.filter(pk=cluster.pk).exists()
+    assert ui.get(f"/clusters/{cluster.pk}/").status_code == 404
+
+
+def test_delete_marks_the_cluster_deleting_until_the_task_runs(ui, tenant, make_cluster):
+    cluster = make_cluster(tenant, "prod")
+    ui.post(f"/clusters/{cluster.pk}/delete/")  # on_commit callbacks not run: the teardown waits
+    response = ui.get("/clusters/")
+    assert live_texts(response, "data-cluster-status", cluster.pk) == ["deleting"]
