@@ -257,6 +257,14 @@ class Claim(models.Model):
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="claims")
     cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="claims")
+    pool = models.ForeignKey(
+        NodePool,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="claims",
+        help_text="Place only in this pool; empty = any pool of the cluster",
+    )
     namespace = models.CharField(max_length=63, validators=[dns_label], default="default")
     name = models.CharField(max_length=63, validators=[dns_label])
     kind = models.CharField(max_length=8, choices=Kind.choices)

@@ -1,6 +1,6 @@
 """Reads that more than one entry point needs."""
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from .compatibility import Refusal, driver_refusals
@@ -29,3 +29,36 @@ def driver_compatibility(gpu_model: GpuModel, sharing_mode: str) -> list[tuple[D
     """Every driver release with why it cannot run this GPU (empty list: it can), newest first."""
     drivers = DriverRelease.objects.prefetch_related("architectures").select_related()
     return [(driver, driver_refusals(driver, gpu_model, sharing_mode)) for driver in drivers]
+
+
+def allocation_violations(cluster_id: int) -> list[str]:
+    """Over-commits in the cluster's stored allocations, recomputed from the rows (the race test and
+    the service benchmark use it). Empty when every invariant holds."""
+    from .models import GpuShare, Node
+
+    problems = []
+    shares = GpuShare.objects.filter(gpu__node__pool__cluster_id=cluster_id).select_related("gpu")
+    by_gpu: dict[int, list] = {}
+    for share in shares:
+        by_gpu.setdefault(share.gpu_id, []).append(share)
+    for gpu_shares in by_gpu.values():
+        gpu = gpu_shares[0].gpu
+        memory = sum(s.memory_mib for s in gpu_shares)
+        compute = sum(s.compute_milli for s in gpu_shares)
+        if memory > gpu.memory_mib:
+            problems.append(f"{gpu}: memory {memory}/{gpu.memory_mib} MiB")
+        if compute > 1000:
+            problems.append(f"{gpu}: compute {compute / 10:g}%")
+        if any(s.exclusive for s in gpu_shares) and len(gpu_shares) > 1:
+            problems.append(f"{gpu}: an exclusive GPU is shared by {len(gpu_shares)} claims")
+        spans = sorted((s.mig_start, s.mig_start + s.mig_size) for s in gpu_shares if s.mig_start is not None)
+        if any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
+            problems.append(f"{gpu}: MIG slices overlap {spans}")
+    nodes = Node.objects.filter(pool__cluster_id=cluster_id).annotate(
+        cpu=Coalesce(Sum("allocations__cpu_milli"), 0),
+        memory=Coalesce(Sum("allocations__host_memory_mib"), 0),
+    )
+    for node in nodes:
+        if node.cpu > node.cpu_millicores or node.memory > node.memory_mib:
+            problems.append(f"{node}: host CPU {node.cpu}/{node.cpu_millicores}, memory {node.memory}")
+    return problems

@@ -15,7 +15,15 @@ from nvke.tenancy.context import TenantContext
 from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
 from .models import Gpu, Node, NodePool, SharingMode
 
-MUTABLE_FIELDS = ("node_count", "min_nodes", "max_nodes", "driver_release", "sharing_mode", "mig_layout")
+MUTABLE_FIELDS = (
+    "node_count",
+    "min_nodes",
+    "max_nodes",
+    "driver_release",
+    "sharing_mode",
+    "mig_layout",
+    "placement_policy",
+)
 
 
 def pool_event(pool: NodePool, type_: str = "pool.status") -> dict:
@@ -187,8 +195,17 @@ def reconcile(pool_id: int) -> None:
 
 def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
     """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove)."""
+    from .claims import unplace_claims_on
+    from .tasks import place_pending_claims
+
     existing = {node.name: node for node in pool.nodes.all()}
-    Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported]).delete()
+    gone = Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported])
+    added = {n.name for n in reported} - set(existing)
+    for cluster_id in unplace_claims_on(gone):
+        place_pending_claims.delay_on_commit(cluster_id)
+    gone.delete()
+    if added:
+        place_pending_claims.delay_on_commit(pool.cluster_id)
     for info in reported:
         node = existing.get(info.name) or Node(tenant_id=pool.tenant_id, pool=pool, name=info.name)
         node.status = Node.Status.READY if info.ready else Node.Status.NOT_READY

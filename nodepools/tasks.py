@@ -2,8 +2,8 @@ from celery import shared_task
 
 from clusters.models import Cluster
 
-from . import services
-from .models import NodePool
+from . import claims, services
+from .models import Claim, NodePool
 
 
 @shared_task(acks_late=True)
@@ -22,3 +22,17 @@ def reconcile_all_pools() -> None:
         (provision_cluster if status == "provisioning" else teardown_cluster).delay(cluster_id)
     for pool_id in NodePool.objects.exclude(status__in=["ready", "failed"]).values_list("pk", flat=True):
         reconcile_pool.delay(pool_id)
+
+
+@shared_task(acks_late=True)
+def place_pending_claims(cluster_id: int) -> None:
+    """Capacity changed (a release, new nodes): give the cluster's pending claims another try."""
+    claims.place_pending(cluster_id)
+
+
+@shared_task
+def place_all_pending_claims() -> None:
+    """Beat's resync of the allocator queue."""
+    pending = Claim.objects.filter(status=Claim.Status.PENDING)
+    for cluster_id in pending.values_list("cluster_id", flat=True).distinct():
+        place_pending_claims.delay(cluster_id)

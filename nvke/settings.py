@@ -146,10 +146,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "clusters.tasks.*": {"queue": "provisioning"},
+    "nodepools.tasks.place_pending_claims": {"queue": "allocator"},
+    "nodepools.tasks.place_all_pending_claims": {"queue": "allocator"},
     "nodepools.tasks.*": {"queue": "provisioning"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
+    "place-pending-claims": {"task": "nodepools.tasks.place_all_pending_claims", "schedule": 30.0},
 }
 
 CHANNEL_LAYERS = {

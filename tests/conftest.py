@@ -139,7 +139,7 @@ def celery_worker_process(transactional_db):
             "nvke",
             "worker",
             "-Q",
-            "default,provisioning",
+            "default,provisioning,allocator",
             "-P",
             "solo",
             "--without-gossip",

@@ -1,11 +1,15 @@
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from clusters import services
 from clusters.filters import ClusterFilter
 from clusters.models import Cluster
+from nodepools import claims
+from nodepools.api.claims import DefragPlanSerializer, DefragRequestSerializer
 from nvke.api.viewsets import TenantScopedViewSet
+from nvke.tenancy.roles import Action
 
 from .serializers import ClusterSerializer
 
@@ -33,3 +37,26 @@ class ClusterViewSet(
     def destroy(self, request, *args, **kwargs):
         cluster = services.delete_cluster(self.get_object())
         return Response(self.get_serializer(cluster).data, status=status.HTTP_202_ACCEPTED)
+
+    @property
+    def write_action(self) -> Action:
+        """Moving other people's claims is for tenant admins; the rest of a cluster's writes for members."""
+        return Action.MANAGE if self.action == "defrag" else Action.CHANGE
+
+    @extend_schema(parameters=[DefragRequestSerializer], responses=DefragPlanSerializer)
+    @action(detail=True, methods=["get"], url_path="defrag-plan")
+    def defrag_plan(self, request, pk=None):
+        """Claim moves that would free the most whole GPUs (bounded by max_moves); nothing changes."""
+        return self._defrag(claims.plan_defrag, request.query_params)
+
+    @extend_schema(request=DefragRequestSerializer, responses=DefragPlanSerializer)
+    @action(detail=True, methods=["post"])
+    def defrag(self, request, pk=None):
+        """Carry out a fresh plan; each move is a re-allocation of the claim."""
+        return self._defrag(claims.apply_defrag, request.data)
+
+    def _defrag(self, operation, data) -> Response:
+        params = DefragRequestSerializer(data=data)
+        params.is_valid(raise_exception=True)
+        moves, freed = operation(self.get_object().pk, params.validated_data["max_moves"])
+        return Response(DefragPlanSerializer({"moves": moves, "gpus_freed": freed}).data)

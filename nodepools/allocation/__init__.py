@@ -1,0 +1,40 @@
+"""NVKE's GPU-sharing allocator: pure placement core (no Django). See fleet.place()."""
+
+from .defrag import Move, plan_defrag
+from .fgd import Distribution, Workload
+from .fleet import POLICIES, Fleet, PlacementCache, fits_ever, place
+from .mig import Profile, place_layout
+from .state import (
+    GpuState,
+    MigSlice,
+    NodeState,
+    Placement,
+    Request,
+    Unplaceable,
+    apply,
+    invariant_violations,
+    release,
+)
+
+__all__ = [
+    "POLICIES",
+    "Distribution",
+    "Fleet",
+    "GpuState",
+    "MigSlice",
+    "Move",
+    "NodeState",
+    "Placement",
+    "PlacementCache",
+    "Profile",
+    "Request",
+    "Unplaceable",
+    "Workload",
+    "apply",
+    "fits_ever",
+    "invariant_violations",
+    "place",
+    "place_layout",
+    "plan_defrag",
+    "release",
+]

@@ -7,6 +7,7 @@ from nodepools.models import (
     DriverRelease,
     Gpu,
     GpuModel,
+    GpuShare,
     MigProfile,
     Node,
     NodePool,
@@ -141,6 +142,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "driver_release",
             "sharing_mode",
             "mig_layout",
+            "placement_policy",
             "status",
             "status_reason",
             "status_message",
@@ -173,10 +175,55 @@ class NodePoolSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class GpuSnapshotShareSerializer(serializers.ModelSerializer):
+    """Who holds what on a GPU."""
+
+    claim = serializers.IntegerField(source="allocation.claim_id")
+    namespace = serializers.CharField(source="allocation.claim.namespace")
+    name = serializers.CharField(source="allocation.claim.name")
+    compute_percent = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuShare
+        fields = [
+            "claim",
+            "namespace",
+            "name",
+            "memory_mib",
+            "compute_percent",
+            "exclusive",
+            "mig_profile",
+            "mig_start",
+            "mig_size",
+        ]
+
+    def get_compute_percent(self, share: GpuShare) -> float:
+        return share.compute_milli / 10
+
+
 class GpuSerializer(serializers.ModelSerializer):
+    shares = GpuSnapshotShareSerializer(many=True, read_only=True)
+    memory_allocated_mib = serializers.SerializerMethodField()
+    compute_allocated_percent = serializers.SerializerMethodField()
+
     class Meta:
         model = Gpu
-        fields = ["index", "uuid", "memory_mib", "nvlink_domain", "healthy"]
+        fields = [
+            "index",
+            "uuid",
+            "memory_mib",
+            "nvlink_domain",
+            "healthy",
+            "memory_allocated_mib",
+            "compute_allocated_percent",
+            "shares",
+        ]
+
+    def get_memory_allocated_mib(self, gpu: Gpu) -> int:
+        return sum(s.memory_mib for s in gpu.shares.all())
+
+    def get_compute_allocated_percent(self, gpu: Gpu) -> float:
+        return sum(s.compute_milli for s in gpu.shares.all()) / 10
 
 
 class NodeSerializer(serializers.ModelSerializer):

@@ -51,9 +51,10 @@ class NodePoolViewSet(
 
 
 class NodeViewSet(ReadOnlyTenantViewSet):
-    """Nodes of the tenant's pools, with their GPUs, as the provider reports them."""
+    """Nodes of the tenant's pools, with their GPUs as the provider reports them and each GPU's
+    allocation snapshot (which claim holds which memory, compute share and MIG slice)."""
 
-    queryset = Node.objects.select_related("pool").prefetch_related("gpus")
+    queryset = Node.objects.select_related("pool").prefetch_related("gpus__shares__allocation__claim")
     serializer_class = NodeSerializer
     filterset_class = NodeFilter
     ordering_fields = ["name", "created_at"]

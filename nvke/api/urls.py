@@ -2,6 +2,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import ClusterViewSet
+from nodepools.api.claims import ClaimViewSet
 from nodepools.api.views import (
     DriverReleaseViewSet,
     GpuModelViewSet,
@@ -20,6 +21,7 @@ router.register("gpu-models", GpuModelViewSet)
 router.register("driver-releases", DriverReleaseViewSet)
 router.register("kubernetes-versions", KubernetesVersionViewSet)
 router.register("regions", RegionViewSet)
+router.register("claims", ClaimViewSet)
 router.register("tokens", ApiTokenViewSet)
 
 urlpatterns = [

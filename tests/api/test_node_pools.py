@@ -213,3 +213,12 @@ def test_pool_waits_for_its_cluster(api, owner, make_cluster, body, django_captu
         provision(pending.pk)
     assert NodePool.objects.get(pk=pool_id).status == "ready"
     assert Node.objects.filter(pool_id=pool_id).count() == 2
+
+
+def test_placement_policy_defaults_to_fgd_and_can_change(api, body):
+    pool = api.post("/api/v1/node-pools/", body).data
+    assert pool["placement_policy"] == "fgd"
+    changed = api.patch(f"/api/v1/node-pools/{pool['id']}/", {"placement_policy": "spread"})
+    assert changed.status_code == 200 and changed.data["placement_policy"] == "spread"
+    refused = api.patch(f"/api/v1/node-pools/{pool['id']}/", {"placement_policy": "random"})
+    assert refused.status_code == 400 and refused.data["message"].startswith("placement_policy:")

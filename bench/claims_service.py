@@ -1,0 +1,135 @@
+"""Service-path benchmark: claims per second through the allocation service on PostgreSQL, with N
+concurrent worker processes, and the over-commits found afterwards.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/nvke_bench python bench/claims_service.py \
+        --workers 4 --claims 250 [--json]
+
+It empties that database (flush), seeds the catalog, builds one cluster with a fractional L4 pool and a
+MIG H100 pool in the simulator, then runs `manage.py claim_load` in each worker process at once."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
+
+
+def ensure_database(url: str) -> None:
+    """Create the benchmark's database when it does not exist yet."""
+    import psycopg
+    from psycopg import sql
+
+    name = urlparse(url).path.lstrip("/")
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--claims", type=int, default=250, help="claims per worker")
+    parser.add_argument("--nodes", type=int, default=40, help="nodes per pool")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        sys.exit("Set DATABASE_URL to a PostgreSQL database this benchmark may empty.")
+
+    ensure_database(os.environ["DATABASE_URL"])
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from clusters.models import Cluster, KubernetesVersion, Region
+    from clusters.services import provision
+    from nodepools.catalog import seed_catalog
+    from nodepools.models import DriverRelease, GpuModel, NodePool, RegionInventory
+    from nodepools.selectors import allocation_violations
+    from nodepools.services import reconcile
+    from nvke.tenancy.models import Tenant
+
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)
+    seed_catalog()
+    RegionInventory.objects.update(total_gpus=100_000)  # the benchmark measures claims, not capacity
+    tenant = Tenant.objects.create(name="Bench", slug="bench")
+    cluster = Cluster.objects.create(
+        tenant=tenant,
+        name="bench",
+        kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
+        region=Region.objects.get(name="us-east-1"),
+        control_plane_nodes=3,
+    )
+    provision(cluster.pk)
+    driver = DriverRelease.objects.get(version="580.105.08")
+    for name, model, mode in [("frac", "l4", "fractional"), ("mig", "h100-sxm5-80gb", "mig")]:
+        pool = NodePool.objects.create(
+            tenant=tenant,
+            cluster=cluster,
+            name=name,
+            gpu_model=GpuModel.objects.get(name=model),
+            gpus_per_node=8,
+            node_count=args.nodes,
+            min_nodes=0,
+            max_nodes=args.nodes,
+            driver_release=driver,
+            sharing_mode=mode,
+        )
+        reconcile(pool.pk)
+
+    started = time.perf_counter()
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "manage.py"),
+                "claim_load",
+                "--cluster",
+                str(cluster.pk),
+                "--claims",
+                str(args.claims),
+                "--prefix",
+                f"w{i}",
+                "--seed",
+                str(i),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(args.workers)
+    ]
+    reports = [json.loads(w.communicate()[0].strip().splitlines()[-1]) for w in workers]
+    wall = time.perf_counter() - started
+    if any(w.returncode for w in workers):
+        sys.exit("a worker failed")
+    total = sum(r["claims"] for r in reports)
+    result = {
+        "workers": args.workers,
+        "claims": total,
+        "allocated": sum(r["allocated"] for r in reports),
+        "pending": sum(r["pending"] for r in reports),
+        "seconds": round(wall, 2),
+        "claims_per_s": round(total / wall, 1),
+        "overcommits": len(allocation_violations(cluster.pk)),
+        "gpus": 2 * 8 * args.nodes,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>14}: {value}")
+
+
+if __name__ == "__main__":
+    main()

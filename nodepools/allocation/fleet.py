@@ -1,0 +1,522 @@
+"""Where a claim goes: feasibility, placement policies, and the per-state cache that keeps them fast.
+
+`place(request, nodes, policy, workload)` is the one-shot entry point (the service loads inventory and
+calls it). `Fleet` keeps an index of the nodes by interned state (keys.py) so a sequence of placements
+(the benchmark, the retry queue, the defragmenter) evaluates each distinct node state once per claim
+shape instead of every node: nodes in the same state get the same answer.
+
+Policies (all prefer an NVLink-connected set for multi-GPU claims, even when not required):
+- "fgd" (default): least growth of expected fragmentation against the workload (fgd.py); ties (equal
+  states, or claims that strand nothing either way) go to the best-fit node, then the tightest GPU;
+- "binpack": most-allocated node first, then the fullest GPU that fits;
+- "spread": least-allocated node first, then the emptiest GPU;
+- "best-fit": the node left with the least free CPU + GPU after placement (the paper's baseline:
+  0.5 * CPU left / 128 cores + 0.5 * GPU left / 8 GPUs), then the fullest GPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Hashable, Iterable
+
+from . import fgd
+from .keys import PCIE, Interner, NodeInfo
+from .mig import gpu_geometry
+from .state import (
+    CPU_ONLY,
+    EXCLUSIVE,
+    FRACTION,
+    FRACTION_ISOLATION,
+    MIG_SLICE,
+    MILLI,
+    MODES_FOR_KIND,
+    WHOLE,
+    GpuState,
+    MigSlice,
+    NodeState,
+    Placement,
+    Request,
+    Unplaceable,
+    apply_to_node,
+    mig_start_fits,
+    release_from_node,
+    unplaceable,
+)
+
+FGD, BINPACK, SPREAD, BEST_FIT = "fgd", "binpack", "spread", "best-fit"
+POLICIES = (FGD, BINPACK, SPREAD, BEST_FIT)
+
+# Per-node reasons, in the order they are checked (a node is counted under the first that fails).
+NOT_SCHEDULABLE = "node not schedulable"
+MODEL_NOT_ALLOWED = "GPU model not allowed"
+WRONG_MODE = "wrong sharing mode"
+NO_PROFILE = "MIG profile not offered"
+INSUFFICIENT_CPU = "insufficient CPU"
+INSUFFICIENT_HOST_MEMORY = "insufficient host memory"
+GPU_UNHEALTHY = "GPU unhealthy"
+NOT_ENOUGH_GPUS = "not enough free GPUs"
+NO_NVLINK = "no NVLink-connected set"
+INSUFFICIENT_GPU_MEMORY = "insufficient GPU memory"
+INSUFFICIENT_GPU_COMPUTE = "insufficient GPU compute"
+NO_MIG_PLACEMENT = "no free MIG placement"
+REASONS = (
+    NOT_SCHEDULABLE,
+    MODEL_NOT_ALLOWED,
+    WRONG_MODE,
+    NO_PROFILE,
+    INSUFFICIENT_CPU,
+    INSUFFICIENT_HOST_MEMORY,
+    GPU_UNHEALTHY,
+    NOT_ENOUGH_GPUS,
+    NO_NVLINK,
+    INSUFFICIENT_GPU_MEMORY,
+    INSUFFICIENT_GPU_COMPUTE,
+    NO_MIG_PLACEMENT,
+)
+_REASON = {reason: i for i, reason in enumerate(REASONS)}
+
+# best-fit normalisation, as in the paper's simulator (largest node spec).
+BEST_FIT_CPU_MILLI = 128_000
+BEST_FIT_GPU_MILLI = 8 * MILLI
+
+
+class Candidate:
+    """One way to put a claim on a node state: canonical GPU positions (+ MIG start), whether they are
+    NVLink-connected, a GPU-level tie-breaker (`fit`, smaller is tighter), and the state it leads to
+    (`after`, interned on first use: binpack and spread never need it)."""
+
+    __slots__ = ("node", "positions", "part", "mig_start", "linked", "fit", "_interner", "_request", "_after")
+
+    def __init__(
+        self,
+        interner: Interner,
+        node: NodeInfo,
+        request: Request,
+        positions: tuple[int, ...],
+        part: tuple,
+        linked: bool = True,
+        fit: tuple = (),
+        mig_start: int = -1,
+    ) -> None:
+        self._interner = interner
+        self._request = request
+        self._after: NodeInfo | None = None
+        self.node = node
+        self.positions = positions
+        self.part = part
+        self.mig_start = mig_start
+        self.linked = linked
+        self.fit = fit
+
+    @property
+    def after(self) -> NodeInfo:
+        if self._after is None:
+            r = self._request
+            self._after = self._interner.node_after(
+                self.node, self.positions, self.part, r.cpu_milli, r.host_memory_mib
+            )
+        return self._after
+
+    def leftover(self) -> float:
+        """best-fit's measure of what the node has left after the placement."""
+        gpus = self.node.gpus
+        taken = sum(gpus[p].free - self._interner.after(gpus[p], self.part).free for p in self.positions)
+        return (
+            0.5 * (self.node.cpu_free - self._request.cpu_milli) / BEST_FIT_CPU_MILLI
+            + 0.5 * (self.node.total_free - taken) / BEST_FIT_GPU_MILLI
+        )
+
+
+def candidates(interner: Interner, node: NodeInfo, request: Request) -> int | list[Candidate]:
+    """Every distinct way `request` fits `node`, or the index in REASONS of the first check that fails."""
+    static = node.static
+    if not static.schedulable:
+        return _REASON[NOT_SCHEDULABLE]
+    if request.allowed_models and static.gpu_model not in request.allowed_models:
+        return _REASON[MODEL_NOT_ALLOWED]
+    if static.mode not in MODES_FOR_KIND[request.kind]:
+        return _REASON[WRONG_MODE]
+    if request.kind == MIG_SLICE and not any(p.name == request.mig_profile for p in static.profiles):
+        return _REASON[NO_PROFILE]
+    if request.cpu_milli > node.cpu_free:
+        return _REASON[INSUFFICIENT_CPU]
+    if request.host_memory_mib > node.memory_free:
+        return _REASON[INSUFFICIENT_HOST_MEMORY]
+    if request.kind == CPU_ONLY:
+        return [Candidate(interner, node, request, (), (CPU_ONLY,))]
+    if request.kind == WHOLE:
+        return _whole(interner, node, request)
+    result: list[Candidate] = []
+    healthy = usable = with_memory = False  # which GPU check fails, for the reason
+    if request.kind == FRACTION:
+        part = (FRACTION, request.memory_mib, request.compute_milli)
+        for g, _, pos in node.distinct:  # equal GPU states are interchangeable: try one of each
+            if not g.healthy:
+                continue
+            healthy = True
+            if g.exclusive:
+                continue
+            usable = True
+            if g.memory_used + request.memory_mib > g.memory:
+                continue
+            with_memory = True
+            if g.compute_used + request.compute_milli <= MILLI:
+                result.append(Candidate(interner, node, request, (pos,), part, fit=(g.free,)))
+        if result:
+            return result
+        if not healthy:
+            return _REASON[GPU_UNHEALTHY]
+        if not usable:
+            return _REASON[NOT_ENOUGH_GPUS]
+        return _REASON[INSUFFICIENT_GPU_COMPUTE if with_memory else INSUFFICIENT_GPU_MEMORY]
+    profiles = list(static.profiles)
+    profile = next(p for p in profiles if p.name == request.mig_profile)
+    for g, _, pos in node.distinct:
+        if not g.healthy:
+            continue
+        healthy = True
+        for start in profile.placements:
+            if mig_start_fits(g.mig, profile, start, profiles):
+                part = (MIG_SLICE, MigSlice(start, profile.memory_slices, profile.name))
+                # Tightest GPU first; on it, the start that leaves the most other slices possible.
+                fit = (g.free, -interner.after(g, part).mig_options, -start)
+                result.append(Candidate(interner, node, request, (pos,), part, fit=fit, mig_start=start))
+    if result:
+        return result
+    return _REASON[NO_MIG_PLACEMENT if healthy else GPU_UNHEALTHY]
+
+
+def _whole(interner: Interner, node: NodeInfo, request: Request) -> int | list[Candidate]:
+    gpus, k = node.gpus, request.gpus
+    if sum(g.healthy for g in gpus) < k:
+        return _REASON[GPU_UNHEALTHY] if len(gpus) >= k else _REASON[NOT_ENOUGH_GPUS]
+    idle = [pos for pos, g in enumerate(gpus) if g.idle]
+    if len(idle) < k:
+        return _REASON[NOT_ENOUGH_GPUS]
+    domains: dict[int, list[int]] = {}
+    for pos in idle:
+        domains.setdefault(gpus[pos].link, []).append(pos)
+    # (positions, NVLink-connected, fit): the domain with the fewest idle GPUs first, to keep big
+    # NVLink sets for big claims; a single GPU comes from PCIe-only GPUs first for the same reason.
+    sets = [
+        (tuple(members[:k]), True, (1, len(members)))
+        for link, members in domains.items()
+        if link != PCIE and len(members) >= k
+    ]
+    if request.nvlink_required:
+        if not sets:
+            return _REASON[NO_NVLINK]
+    elif k == 1 and PCIE in domains:
+        sets.append(((domains[PCIE][0],), True, (0, len(domains[PCIE]))))
+    elif not sets:
+        # No connected set: PCIe GPUs first, then from the smallest domains.
+        order = sorted(idle, key=lambda pos: (gpus[pos].link != PCIE, len(domains[gpus[pos].link])))
+        sets.append((tuple(sorted(order[:k])), False, (2, 0)))
+    return [
+        Candidate(interner, node, request, positions, (WHOLE,), linked, fit)
+        for positions, linked, fit in sets
+    ]
+
+
+def _score(policy: str, node: NodeInfo, c: Candidate, frag: fgd.FragModel | None, base: float) -> tuple:
+    """Smaller is better. The first item puts NVLink-connected sets first. `base`: frag of `node`."""
+    unlinked = not c.linked
+    if policy == FGD:
+        assert frag is not None
+        grow = round(frag.frag(c.after) - base, 6)
+        # Ties (common: equal states, or claims that strand nothing): pack, tightest GPU first.
+        return (unlinked, grow, c.leftover(), c.fit)
+    if policy == BINPACK:
+        return (unlinked, -node.gpu_used, -node.cpu_used, c.fit)
+    if policy == SPREAD:
+        return (unlinked, node.gpu_used, node.cpu_used, -c.fit[0] if c.fit else 0, c.fit)
+    if policy == BEST_FIT:
+        return (unlinked, c.leftover(), c.fit)
+    raise ValueError(f"unknown placement policy {policy!r}")
+
+
+class PlacementCache:
+    """Interned states, fragmentation models and claim-shape ids. Share one between fleets over the
+    same kind of nodes (the benchmark does, across seeds); drop it to free memory."""
+
+    MODELS = 8  # fragmentation models kept (one per workload distribution)
+
+    def __init__(self) -> None:
+        self.interner = Interner()
+        self._request_ids: dict[tuple, int] = {}
+        self._models: dict[int, fgd.FragModel] = {}
+        self._solo: dict[Request, fgd.Distribution] = {}
+
+    def request_id(self, policy: str, request: Request, version: int) -> int:
+        key = (policy, request, version)
+        rid = self._request_ids.get(key)
+        if rid is None:
+            rid = self._request_ids[key] = len(self._request_ids)
+        return rid
+
+    def distribution(self, request: Request, workload: fgd.Workload | None) -> fgd.Distribution:
+        """The workload's distribution; without one, the claim's own shape (kept, so it is reused)."""
+        if workload is not None:
+            return workload.distribution()
+        found = self._solo.get(request)
+        if found is None:
+            found = self._solo[request] = fgd.solo(request)
+        return found
+
+    def frag_model(self, distribution: fgd.Distribution) -> fgd.FragModel:
+        model = self._models.get(distribution.version)
+        if model is None:
+            if len(self._models) >= self.MODELS:
+                del self._models[next(iter(self._models))]  # the oldest
+            model = self._models[distribution.version] = fgd.FragModel(distribution)
+        return model
+
+
+class _Group:
+    """Nodes in one interned state, and the cached answer for each claim shape seen."""
+
+    __slots__ = ("info", "members", "outcomes")
+
+    def __init__(self, info: NodeInfo) -> None:
+        self.info = info
+        self.members: dict[int, None] = {}  # node positions, insertion-ordered
+        self.outcomes: dict[int, int | tuple] = {}  # request id -> reason index | (score, candidate)
+
+
+class _View:
+    """One claim shape's heap over the node states it fits; `seen` = births already evaluated."""
+
+    __slots__ = ("heap", "seen", "counts", "moved")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple] = []
+        self.seen = 0
+        self.counts: Counter[int] | None = None  # nodes per reason at the last failure
+        self.moved = 0  # state changes already counted in `counts`
+
+
+class Fleet:
+    """Nodes plus an index by state. Mutate them through `apply`/`release` (or call `refresh` after
+    changing a node by hand), otherwise the index goes stale."""
+
+    def __init__(self, nodes: Iterable[NodeState], cache: PlacementCache | None = None) -> None:
+        self.nodes = list(nodes)
+        self.cache = cache or PlacementCache()
+        self._position = {node.id: i for i, node in enumerate(self.nodes)}
+        if len(self._position) != len(self.nodes):
+            raise ValueError("node ids must be unique")
+        self._state: list[tuple[NodeInfo, tuple[int, ...]]] = []
+        self._groups: dict[int, _Group] = {}
+        self._births: list[int] = []  # state ids, each time a state gains its first node
+        self._views: dict[int, _View] = {}
+        self._moves: list[tuple[NodeInfo, NodeInfo]] = []  # (old state, new state) of each change
+        for i, node in enumerate(self.nodes):
+            self._state.append(self.cache.interner.signature(node))
+            self._join(i)
+
+    @property
+    def distinct_states(self) -> int:
+        return len(self._groups)
+
+    def node(self, node_id: Hashable) -> NodeState:
+        return self.nodes[self._position[node_id]]
+
+    def place(
+        self, request: Request, policy: str = FGD, workload: fgd.Workload | None = None
+    ) -> Placement | Unplaceable:
+        """The best placement of `request` under `policy`, or why there is none. Does not change state."""
+        if policy not in POLICIES:
+            raise ValueError(f"unknown placement policy {policy!r}")
+        frag = None
+        version = 0
+        if policy == FGD:
+            distribution = self.cache.distribution(request, workload)
+            frag = self.cache.frag_model(distribution)
+            version = distribution.version
+        rid = self.cache.request_id(policy, request, version)
+        interner = self.cache.interner
+        groups = self._groups
+        # Each claim shape keeps a heap of (score, birth, state) over the states it fits. Only states
+        # born since the shape was last placed need evaluating; states that died are dropped lazily
+        # (a state's answer never changes, so a reborn state's old entry is still right).
+        view = self._views.get(rid)
+        if view is None:
+            view = self._views[rid] = _View()
+        heap = view.heap
+        births = self._births
+        cpu, memory, kind, gpus, compute = (
+            request.cpu_milli,
+            request.host_memory_mib,
+            request.kind,
+            request.gpus,
+            request.compute_milli,
+        )
+        for birth in range(view.seen, len(births)):
+            group = groups.get(births[birth])
+            if group is None:
+                continue
+            info = group.info
+            # Cheap necessary conditions first: most new states are too full for most claims. States
+            # skipped here are evaluated only if the claim fails (for the reasons).
+            if (
+                info.cpu_free < cpu
+                or info.memory_free < memory
+                or (kind == WHOLE and info.idle_count < gpus)
+                or (kind == FRACTION and info.compute_free < compute)
+            ):
+                continue
+            outcome = group.outcomes.get(rid)
+            if outcome is None:
+                outcome = group.outcomes[rid] = self._evaluate(interner, group.info, request, policy, frag)
+            if outcome.__class__ is not int:
+                heapq.heappush(heap, (outcome[0], birth, group.info.id, outcome[1]))  # type: ignore[index]
+        view.seen = len(births)
+        while heap and heap[0][2] not in groups:
+            heapq.heappop(heap)
+        if len(heap) > 2 * len(groups) + 64:  # too many dead (or repeated, after a rebirth) entries
+            live: dict[int, tuple] = {}
+            for entry in heap:
+                if entry[2] in groups and entry[2] not in live:
+                    live[entry[2]] = entry
+            heap[:] = live.values()
+            heapq.heapify(heap)
+        if not heap:
+            return self._unplaceable(view, rid, request, policy, frag)
+        _, _, state, candidate = heap[0]
+        position = next(iter(groups[state].members))
+        return self._placement(position, request, candidate)
+
+    def _unplaceable(
+        self, view: _View, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
+    ) -> Unplaceable:
+        """Per-reason node counts. Kept per claim shape and brought up to date from the log of state
+        changes, so that a fleet where many claims fail does not rescan every state each time."""
+        if view.counts is None:
+            view.counts = Counter()
+            for group in self._groups.values():
+                view.counts[self._reason(group.info, rid, request, policy, frag)] += len(group.members)
+        else:
+            for old, new in self._moves[view.moved :]:
+                view.counts[self._reason(old, rid, request, policy, frag)] -= 1
+                view.counts[self._reason(new, rid, request, policy, frag)] += 1
+        view.moved = len(self._moves)
+        return unplaceable({REASONS[r]: n for r, n in view.counts.items() if n}, len(self.nodes))
+
+    def _reason(
+        self, info: NodeInfo, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
+    ) -> int:
+        group = self._groups.get(info.id)
+        outcome = group.outcomes.get(rid) if group is not None else None
+        if outcome is None:
+            outcome = self._evaluate(self.cache.interner, info, request, policy, frag)
+            if group is not None:
+                group.outcomes[rid] = outcome
+        return outcome if isinstance(outcome, int) else -1  # -1: fits (never counted when placing fails)
+
+    @staticmethod
+    def _evaluate(
+        interner: Interner, info: NodeInfo, request: Request, policy: str, frag: fgd.FragModel | None
+    ) -> int | tuple:
+        found = candidates(interner, info, request)
+        if isinstance(found, int):
+            return found
+        base = frag.frag(info) if frag is not None else 0.0
+        if len(found) == 1:
+            return (_score(policy, info, found[0], frag, base), found[0])
+        return min(((_score(policy, info, c, frag, base), c) for c in found), key=_first)
+
+    def _placement(self, position: int, request: Request, c: Candidate) -> Placement:
+        node = self.nodes[position]
+        perm = self._state[position][1]
+        indexes = tuple(sorted(perm[pos] for pos in c.positions))
+        mode = node.sharing_mode
+        if request.kind == WHOLE:
+            gpu = node.gpus[indexes[0]]
+            return Placement(node.id, indexes, gpu.memory_mib, MILLI, EXCLUSIVE, request)
+        if request.kind == FRACTION:
+            return Placement(
+                node.id, indexes, request.memory_mib, request.compute_milli, FRACTION_ISOLATION[mode], request
+            )
+        if request.kind == MIG_SLICE:
+            profile = node.profile(request.mig_profile)
+            assert profile is not None
+            compute, slots = gpu_geometry(node.mig_profiles)
+            gpu = node.gpus[indexes[0]]
+            return Placement(
+                node.id,
+                indexes,
+                gpu.memory_mib * profile.memory_slices // slots,
+                MILLI * profile.compute_slices // compute,
+                "hard",
+                request,
+                mig_start=c.mig_start,
+                mig_size=profile.memory_slices,
+            )
+        return Placement(node.id, (), 0, 0, "none", request)
+
+    def apply(self, placement: Placement) -> None:
+        position = self._position[placement.node_id]
+        apply_to_node(placement, self.nodes[position])
+        self._reindex(position)
+
+    def release(self, placement: Placement) -> None:
+        position = self._position[placement.node_id]
+        release_from_node(placement, self.nodes[position])
+        self._reindex(position)
+
+    def refresh(self, node_id: Hashable) -> None:
+        """Re-read a node changed outside `apply`/`release` (health, cordon, usage)."""
+        self._reindex(self._position[node_id])
+
+    def _reindex(self, position: int) -> None:
+        old = self._state[position][0].id
+        group = self._groups[old]
+        del group.members[position]
+        if not group.members:
+            del self._groups[old]
+        self._state[position] = self.cache.interner.signature(self.nodes[position])
+        self._moves.append((group.info, self._state[position][0]))
+        self._join(position)
+
+    def _join(self, position: int) -> None:
+        info = self._state[position][0]
+        group = self._groups.get(info.id)
+        if group is None:
+            group = self._groups[info.id] = _Group(info)
+            self._births.append(info.id)
+        group.members[position] = None
+
+
+def _first(item: tuple) -> tuple:
+    return item[0]
+
+
+def place(
+    request: Request,
+    nodes: Iterable[NodeState],
+    policy: str = FGD,
+    workload: fgd.Workload | None = None,
+) -> Placement | Unplaceable:
+    """Where `request` goes on `nodes` under `policy` ("fgd", "binpack", "spread", "best-fit"), or an
+    `Unplaceable` with per-node reasons. Pure: `nodes` are not changed (see `apply`)."""
+    return Fleet(nodes).place(request, policy, workload)
+
+
+def fits_ever(request: Request, node_shapes: Iterable[NodeState]) -> str | None:
+    """Why `request` could not fit even an empty, healthy node of these shapes (the API's 400), or None.
+    Unschedulable nodes still count: they may come back."""
+    empty = [
+        NodeState(
+            id=i,
+            gpu_model=n.gpu_model,
+            sharing_mode=n.sharing_mode,
+            gpus=[GpuState(g.index, g.memory_mib, nvlink_domain=g.nvlink_domain) for g in n.gpus],
+            cpu_milli_total=n.cpu_milli_total,
+            memory_mib_total=n.memory_mib_total,
+            mig_profiles=list(n.mig_profiles),
+        )
+        for i, n in enumerate(node_shapes)
+    ]
+    result = Fleet(empty).place(request, BINPACK)
+    return result.reason if isinstance(result, Unplaceable) else None

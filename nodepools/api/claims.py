@@ -1,0 +1,162 @@
+"""Claims API: create (placed at once or pending with a reason), list with GPU-MEMORY and GPU-UTIL
+columns, read, release (DELETE). The defragmentation serializers serve the clusters' routes."""
+
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import mixins, serializers
+
+from clusters.models import Cluster
+from nodepools import claims as service
+from nodepools.models import Claim, NodePool
+from nvke.api.viewsets import TenantScopedViewSet
+from nvke.quantity import format_mib, parse_mib
+from nvke.tenancy.context import resolve_tenant
+
+
+@extend_schema_field({"type": "string", "example": "4Gi", "nullable": True})
+class MemoryQuantityField(serializers.Field):
+    """GPU memory as a Kubernetes quantity ("4Gi", "512Mi"), stored in MiB."""
+
+    def to_internal_value(self, data) -> int:
+        try:
+            mib = parse_mib(str(data))
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
+        if mib < 1:
+            raise serializers.ValidationError("Ask for at least 1Mi.")
+        return mib
+
+    def to_representation(self, value: int) -> str:
+        return format_mib(value)
+
+
+class GpuShareSerializer(serializers.Serializer):
+    gpu_index = serializers.IntegerField(source="gpu.index")
+    gpu_uuid = serializers.UUIDField(source="gpu.uuid")
+    memory_mib = serializers.IntegerField()
+    compute_percent = serializers.SerializerMethodField()
+    exclusive = serializers.BooleanField()
+    mig_profile = serializers.CharField()
+    mig_start = serializers.IntegerField(allow_null=True)
+
+    def get_compute_percent(self, share) -> float:
+        return share.compute_milli / 10
+
+
+class AllocationSerializer(serializers.Serializer):
+    node = serializers.IntegerField(source="node_id")
+    node_name = serializers.CharField(source="node.name")
+    pool = serializers.CharField(source="node.pool.name")
+    isolation = serializers.CharField()
+    gpus = GpuShareSerializer(source="shares", many=True)
+
+
+class ClaimSerializer(serializers.ModelSerializer):
+    cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.none())
+    pool = serializers.PrimaryKeyRelatedField(
+        queryset=NodePool.objects.none(), required=False, allow_null=True
+    )
+    gpu_memory = MemoryQuantityField(source="gpu_memory_mib", required=False, allow_null=True)
+    allowed_models = serializers.ListField(
+        child=serializers.CharField(max_length=48),
+        required=False,
+        max_length=20,
+        help_text="GPU model names (see gpu-models/); empty = any",
+    )
+    allocation = serializers.SerializerMethodField()
+    gpu_memory_display = serializers.SerializerMethodField(help_text="GPU-MEMORY column: total held")
+    gpu_util_display = serializers.SerializerMethodField(help_text="GPU-UTIL column: compute share held")
+
+    class Meta:
+        model = Claim
+        fields = [
+            "id",
+            "cluster",
+            "pool",
+            "namespace",
+            "name",
+            "kind",
+            "gpus",
+            "nvlink_required",
+            "mig_profile",
+            "gpu_memory",
+            "compute_percent",
+            "cpu_milli",
+            "host_memory_mib",
+            "allowed_models",
+            "priority",
+            "status",
+            "pending_reason",
+            "allocation",
+            "gpu_memory_display",
+            "gpu_util_display",
+            "created_at",
+            "allocated_at",
+        ]
+        read_only_fields = ["status", "pending_reason", "allocated_at"]
+        validators = []  # uniqueness is the service's, answered with 409 naming the field
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            context = resolve_tenant(request)
+            self.fields["cluster"].queryset = Cluster.objects.restrict(context)
+            self.fields["pool"].queryset = NodePool.objects.restrict(context)
+
+    def _allocation(self, claim: Claim):
+        return getattr(claim, "allocation", None) if claim.status == Claim.Status.ALLOCATED else None
+
+    @extend_schema(responses=AllocationSerializer(allow_null=True))
+    def get_allocation(self, claim: Claim) -> dict | None:
+        allocation = self._allocation(claim)
+        return AllocationSerializer(allocation).data if allocation else None
+
+    def get_gpu_memory_display(self, claim: Claim) -> str:
+        allocation = self._allocation(claim)
+        return format_mib(sum(s.memory_mib for s in allocation.shares.all())) if allocation else "-"
+
+    def get_gpu_util_display(self, claim: Claim) -> str:
+        allocation = self._allocation(claim)
+        return f"{sum(s.compute_milli for s in allocation.shares.all()) // 10}%" if allocation else "-"
+
+
+class DefragRequestSerializer(serializers.Serializer):
+    max_moves = serializers.IntegerField(min_value=1, max_value=100, default=10)
+
+
+class MoveSerializer(serializers.Serializer):
+    claim = serializers.IntegerField()
+    from_node = serializers.IntegerField()
+    from_gpus = serializers.ListField(child=serializers.IntegerField())
+    to_node = serializers.IntegerField()
+    to_gpus = serializers.ListField(child=serializers.IntegerField())
+    mig_start = serializers.IntegerField(allow_null=True)
+
+
+class DefragPlanSerializer(serializers.Serializer):
+    moves = MoveSerializer(many=True)
+    gpus_freed = serializers.IntegerField()
+
+
+class ClaimViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    TenantScopedViewSet,
+):
+    """GPU claims. Create places the claim at once when it fits (201 with `allocation`), else leaves it
+    `pending` with a reason and places it when capacity frees. DELETE releases it."""
+
+    queryset = Claim.objects.select_related("allocation__node__pool").prefetch_related(
+        "allocation__shares__gpu"
+    )
+    serializer_class = ClaimSerializer
+    filterset_fields = ["cluster", "pool", "namespace", "status", "kind"]
+    ordering_fields = ["name", "created_at", "priority"]
+
+    def perform_create(self, serializer):
+        serializer.instance = service.create_claim(context=self.tenant_context, **serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        service.release_claim(instance)

@@ -1,0 +1,468 @@
+"""GPU claims: create (placed at once when capacity allows), release, place what is pending, defragment.
+
+One service around one pure placement core (`nodepools.allocation`). Every placement in a cluster runs
+under that cluster's allocation lock, reads the inventory fresh inside it, and writes the allocation in
+the same transaction, so concurrent workers never over-commit a GPU."""
+
+import functools
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from clusters.models import Cluster
+from nvke.errors import Conflict, DomainError
+from nvke.models import check_dns_label
+from nvke.realtime import broadcast
+from nvke.tenancy.context import TenantContext
+
+from . import allocation as core
+from .allocation.state import unplaceable
+from .models import Allocation, Claim, Gpu, GpuModel, GpuShare, Node, NodePool, SharingMode
+
+LOCK_NAMESPACE = 0x4E564B45  # "NVKE": advisory-lock key space of the allocator
+_sqlite_lock = threading.Lock()  # SQLite (the embedded default) is one process: a thread lock suffices
+RECENT_SHAPES = 500  # claims that make up the workload FGD measures fragmentation against
+CATALOG_TTL_S = 60  # how long a "never fits the catalog" answer is reused
+
+
+@contextmanager
+def allocation_lock(cluster_id: int) -> Iterator[None]:
+    """A transaction holding the cluster's allocation lock until it commits."""
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, cluster_id])
+            yield
+    else:
+        with _sqlite_lock, transaction.atomic():
+            yield
+
+
+# --- claim shapes ------------------------------------------------------------------------------------
+
+
+def request_of(claim: Claim) -> core.Request:
+    """The pure core's view of a claim."""
+    common = {
+        "cpu_milli": claim.cpu_milli,
+        "host_memory_mib": claim.host_memory_mib,
+        "allowed_models": frozenset(claim.allowed_models),
+    }
+    if claim.kind == Claim.Kind.WHOLE:
+        return core.Request("whole", gpus=claim.gpus, nvlink_required=claim.nvlink_required, **common)
+    if claim.kind == Claim.Kind.MIG:
+        return core.Request("mig", mig_profile=claim.mig_profile, **common)
+    return core.Request(
+        "fraction",
+        memory_mib=claim.gpu_memory_mib or 0,
+        compute_milli=(claim.compute_percent or 0) * 10,
+        **common,
+    )
+
+
+def validate_claim(claim: Claim) -> None:
+    """Fields that belong together by kind; raises a DomainError naming the field."""
+    check_dns_label(claim.name)
+    check_dns_label(claim.namespace, field="namespace")
+    fraction_fields = claim.gpu_memory_mib is not None or claim.compute_percent is not None
+    if claim.kind == Claim.Kind.WHOLE:
+        if fraction_fields or claim.mig_profile:
+            raise DomainError(
+                "A whole-GPU claim takes no mig_profile, gpu_memory or compute_percent.", field="kind"
+            )
+    elif claim.gpus != 1:
+        raise DomainError(f"A {claim.kind} claim takes exactly one GPU.", field="gpus")
+    elif claim.nvlink_required:
+        raise DomainError("nvlink_required applies to whole-GPU claims.", field="nvlink_required")
+    if claim.kind == Claim.Kind.MIG and (not claim.mig_profile or fraction_fields):
+        raise DomainError("A MIG claim names a mig_profile and nothing else.", field="mig_profile")
+    if claim.kind == Claim.Kind.FRACTION:
+        if claim.mig_profile:
+            raise DomainError("A fraction takes no mig_profile.", field="mig_profile")
+        if not claim.gpu_memory_mib and not claim.compute_percent:
+            raise DomainError("A fraction asks for gpu_memory and/or compute_percent.", field="gpu_memory")
+    unknown = sorted(set(claim.allowed_models) - set(GpuModel.objects.values_list("name", flat=True)))
+    if unknown:
+        raise DomainError(f"Unknown GPU model {unknown[0]!r}.", field="allowed_models")
+    if claim.pool_id and claim.pool.cluster_id != claim.cluster_id:
+        raise DomainError("The pool belongs to another cluster.", field="pool")
+
+
+# --- inventory ---------------------------------------------------------------------------------------
+
+
+def _profiles(pool: NodePool) -> list[core.Profile]:
+    """The MIG profiles a pool's GPUs can be cut into. A static layout pins each profile to the starts
+    the layout gives it, so claims only land on the slices the layout creates."""
+    profiles = [
+        core.Profile(p.name, p.compute_slices, p.memory_slices, tuple(p.placements), p.max_instances)
+        for p in pool.gpu_model.mig_profiles.all()
+    ]
+    if not pool.mig_layout:
+        return profiles
+    by_name = {p.name: p for p in profiles}
+    starts = core.place_layout([by_name[name] for name in pool.mig_layout], profiles) or []
+    pinned = []
+    for p in profiles:  # a profile outside the layout keeps its geometry but no start and no instance
+        mine = tuple(start for name, start in zip(pool.mig_layout, starts, strict=True) if name == p.name)
+        pinned.append(core.Profile(p.name, p.compute_slices, p.memory_slices, mine, len(mine)))
+    return pinned
+
+
+def pool_shape(pool: NodePool) -> core.NodeState:
+    """An empty node of the pool: what fits_ever compares a claim against."""
+    model = pool.gpu_model
+    nvlink = "board" if model.nvlink and pool.gpus_per_node > 1 else ""
+    return core.NodeState(
+        id=f"shape-{pool.pk}",
+        gpu_model=model.name,
+        sharing_mode=pool.sharing_mode,
+        gpus=[core.GpuState(i, model.memory_mib, nvlink_domain=nvlink) for i in range(pool.gpus_per_node)],
+        cpu_milli_total=model.host_cpus_per_gpu * pool.gpus_per_node * 1000,
+        memory_mib_total=model.host_memory_gib_per_gpu * pool.gpus_per_node * 1024,
+        mig_profiles=_profiles(pool) if pool.sharing_mode == SharingMode.MIG else [],
+    )
+
+
+def catalog_shapes() -> list[core.NodeState]:
+    """Every node the catalog could give a new pool: each GPU model, full board, each sharing mode."""
+    shapes = []
+    for model in GpuModel.objects.prefetch_related("mig_profiles"):
+        modes = [m for m in SharingMode.values if m != SharingMode.MIG or model.supports_mig]
+        for mode in modes:
+            pool = NodePool(gpu_model=model, gpus_per_node=model.max_gpus_per_node, sharing_mode=mode)
+            shapes.append(pool_shape(pool))
+    return shapes
+
+
+@dataclass
+class Inventory:
+    """A cluster's schedulable state, loaded inside the allocation lock."""
+
+    pools: list[NodePool]
+    nodes: dict[int, core.NodeState] = field(default_factory=dict)  # by Node pk
+    pool_nodes: dict[int, list[core.NodeState]] = field(default_factory=dict)  # by NodePool pk
+    gpu_pk: dict[tuple[int, int], int] = field(default_factory=dict)  # (node pk, index) -> Gpu pk
+    placements: dict[int, core.Placement] = field(default_factory=dict)  # by Claim pk
+
+
+def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
+    """The cluster's nodes and GPUs with what is allocated on them, in a handful of flat queries (this
+    runs inside the allocation lock for every claim). `placements` also rebuilds each claim's placement,
+    which only defragmentation needs."""
+    pools = list(
+        NodePool.objects.filter(cluster_id=cluster_id)
+        .exclude(status=NodePool.Status.DELETING)
+        .select_related("gpu_model")
+        .prefetch_related("gpu_model__mig_profiles")
+        .order_by("name")
+    )
+    inventory = Inventory(pools=pools, pool_nodes={pool.pk: [] for pool in pools})
+    by_pool = {pool.pk: pool for pool in pools}
+    profiles = {pool.pk: _profiles(pool) for pool in pools if pool.sharing_mode == SharingMode.MIG}
+    node_rows = Node.objects.filter(pool__in=pools).order_by("name")
+    for pk, pool_id, status, cordoned, cpu, memory in node_rows.values_list(
+        "pk", "pool_id", "status", "cordoned", "cpu_millicores", "memory_mib"
+    ):
+        pool = by_pool[pool_id]
+        state = core.NodeState(
+            id=pk,
+            gpu_model=pool.gpu_model.name,
+            sharing_mode=pool.sharing_mode,
+            gpus=[],
+            cpu_milli_total=cpu,
+            memory_mib_total=memory,
+            schedulable=status == Node.Status.READY and not cordoned,
+            mig_profiles=profiles.get(pool_id, []),
+        )
+        inventory.nodes[pk] = state
+        inventory.pool_nodes[pool_id].append(state)
+    gpus: dict[int, core.GpuState] = {}
+    gpu_rows = Gpu.objects.filter(node__pool__in=pools).order_by("node_id", "index")
+    for pk, node_id, index, memory, nvlink, healthy in gpu_rows.values_list(
+        "pk", "node_id", "index", "memory_mib", "nvlink_domain", "healthy"
+    ):
+        gpus[pk] = core.GpuState(index, memory, nvlink_domain=nvlink, healthy=healthy)
+        inventory.nodes[node_id].gpus.append(gpus[pk])
+        inventory.gpu_pk[node_id, index] = pk
+    shares = GpuShare.objects.filter(gpu__node__pool__in=pools)
+    for gpu_id, memory, compute, exclusive, profile, start, size in shares.values_list(
+        "gpu_id", "memory_mib", "compute_milli", "exclusive", "mig_profile", "mig_start", "mig_size"
+    ):
+        gpu = gpus[gpu_id]
+        gpu.memory_used_mib += memory
+        gpu.compute_used += compute
+        gpu.exclusive |= exclusive
+        if start is not None:
+            gpu.mig_used.append(core.MigSlice(start, size, profile))
+    host = Allocation.objects.filter(node__pool__in=pools).values("node_id")
+    for row in host.annotate(cpu=Sum("cpu_milli"), memory=Sum("host_memory_mib")):
+        node = inventory.nodes[row["node_id"]]
+        node.cpu_milli_used, node.memory_mib_used = row["cpu"], row["memory"]
+    if placements:
+        inventory.placements = _placements(pools)
+    return inventory
+
+
+def _placements(pools: list[NodePool]) -> dict[int, core.Placement]:
+    """Each allocated claim's placement, rebuilt from its allocation rows."""
+    result = {}
+    allocations = Allocation.objects.filter(node__pool__in=pools).select_related("claim")
+    for alloc in allocations.prefetch_related("shares__gpu"):
+        shares = sorted(alloc.shares.all(), key=lambda s: s.gpu.index)
+        first = shares[0] if shares else None
+        result[alloc.claim_id] = core.Placement(
+            node_id=alloc.node_id,
+            gpu_indexes=tuple(s.gpu.index for s in shares),
+            memory_mib=first.memory_mib if first else 0,
+            compute_milli=first.compute_milli if first else 0,
+            isolation=alloc.isolation,
+            request=request_of(alloc.claim),
+            mig_start=first.mig_start if first else None,
+            mig_size=(first.mig_size or 0) if first else 0,
+        )
+    return result
+
+
+# --- placing -----------------------------------------------------------------------------------------
+
+
+_workloads: dict[int, core.Workload] = {}
+
+
+def workload_for(cluster_id: int) -> core.Workload:
+    """The recent mix of claim shapes in the cluster (FGD's target workload), kept per process."""
+    workload = _workloads.get(cluster_id)
+    if workload is None:
+        recent = Claim.objects.filter(cluster_id=cluster_id).order_by("-created_at")[:RECENT_SHAPES]
+        workload = _workloads[cluster_id] = core.Workload(
+            [request_of(c) for c in reversed(recent)], window=RECENT_SHAPES, refresh_every=50
+        )
+    return workload
+
+
+def _candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
+    pools = [p for p in inventory.pools if not claim.pool_id or p.pk == claim.pool_id]
+    # Whole GPUs go to exclusive pools first; sharing pools give them only idle GPUs.
+    return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
+
+
+def find_placement(claim: Claim, inventory: Inventory) -> tuple[core.Placement | None, str]:
+    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits."""
+    request = request_of(claim)
+    workload = workload_for(claim.cluster_id)
+    counts: Counter[str] = Counter()
+    total = 0
+    for pool in _candidate_pools(claim, inventory):
+        nodes = inventory.pool_nodes[pool.pk]
+        total += len(nodes)
+        if not nodes:
+            continue
+        result = core.place(request, nodes, pool.placement_policy, workload)
+        if result:
+            return result, ""
+        counts.update(result.counts)
+    if total == 0:
+        return None, "No ready GPU nodes in the cluster" + (" pool." if claim.pool_id else ".")
+    return None, unplaceable(counts, total).reason
+
+
+def _write_allocation(claim: Claim, placement: core.Placement, inventory: Inventory) -> None:
+    allocation = Allocation.objects.create(
+        claim=claim,
+        node_id=placement.node_id,
+        isolation=placement.isolation,
+        cpu_milli=claim.cpu_milli,
+        host_memory_mib=claim.host_memory_mib,
+    )
+    GpuShare.objects.bulk_create(
+        GpuShare(
+            allocation=allocation,
+            gpu_id=inventory.gpu_pk[placement.node_id, index],
+            memory_mib=placement.memory_mib,
+            compute_milli=placement.compute_milli,
+            exclusive=claim.kind == Claim.Kind.WHOLE,
+            mig_profile=claim.mig_profile if placement.mig_start is not None else "",
+            mig_start=placement.mig_start,
+            mig_size=placement.mig_size or None,
+        )
+        for index in placement.gpu_indexes
+    )
+    core.apply(placement, inventory.nodes)
+    inventory.placements[claim.pk] = placement
+
+
+def _try_place(claim: Claim, inventory: Inventory) -> bool:
+    """Place the claim if it fits now (writing its allocation); else record why it waits."""
+    placement, reason = find_placement(claim, inventory)
+    if placement is not None:
+        _write_allocation(claim, placement, inventory)
+        claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", timezone.now()
+    else:
+        claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
+    claim.save(update_fields=["status", "pending_reason", "allocated_at"])
+    _publish(claim)
+    return placement is not None
+
+
+def _publish(claim: Claim, type_: str = "claim.status") -> None:
+    event = {
+        "type": type_,
+        "claim": claim.pk,
+        "cluster": claim.cluster_id,
+        "namespace": claim.namespace,
+        "name": claim.name,
+        "status": claim.status,
+        "reason": claim.pending_reason,
+    }
+    broadcast(claim.tenant_id, event, cluster_id=claim.cluster_id)
+
+
+def refusal_if_never_fits(claim: Claim) -> str | None:
+    """Why the claim can never fit: not even an empty node of its pool, or, when it names none, of any
+    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400)."""
+    if claim.pool_id:
+        return core.fits_ever(request_of(claim), [pool_shape(claim.pool)])
+    return _catalog_refusal(request_of(claim), int(time.monotonic() // CATALOG_TTL_S))
+
+
+@functools.lru_cache(maxsize=512)
+def _catalog_refusal(request: core.Request, period: int) -> str | None:
+    """Cached per claim shape for a short period: the catalog changes rarely, claims arrive often."""
+    return core.fits_ever(request, catalog_shapes())
+
+
+def create_claim(*, context: TenantContext, cluster: Cluster, **fields) -> Claim:
+    """Validate, refuse what can never fit (400), then place now or leave it pending with a reason."""
+    if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
+        raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no claims.", field="cluster")
+    claim = Claim(tenant=context.tenant, cluster=cluster, **fields)
+    validate_claim(claim)
+    if reason := refusal_if_never_fits(claim):
+        raise DomainError(f"This claim can never fit: {reason}", field="kind", code="never_fits")
+    duplicate = Conflict(
+        f"Namespace {claim.namespace} of cluster {cluster.name} already has a claim named {claim.name!r}.",
+        field="name",
+        code="duplicate",
+    )
+    if Claim.objects.filter(cluster=cluster, namespace=claim.namespace, name=claim.name).exists():
+        raise duplicate
+    try:
+        with allocation_lock(cluster.pk):
+            claim.save()
+            workload_for(cluster.pk).record(request_of(claim))
+            _try_place(claim, load_inventory(cluster.pk))
+    except IntegrityError:  # a concurrent create won the name
+        raise duplicate from None
+    return claim
+
+
+def release_claim(claim: Claim) -> None:
+    """Free the claim's capacity at once; pending claims of the cluster get another try."""
+    from .tasks import place_pending_claims
+
+    with allocation_lock(claim.cluster_id):
+        _publish(claim, "claim.released")
+        Claim.objects.filter(pk=claim.pk).delete()
+        place_pending_claims.delay_on_commit(claim.cluster_id)
+
+
+def place_pending(cluster_id: int) -> int:
+    """Try every pending claim of the cluster, highest priority and oldest first; returns how many were
+    placed. One inventory load for the whole pass."""
+    with allocation_lock(cluster_id):
+        pending = list(
+            Claim.objects.filter(cluster_id=cluster_id, status=Claim.Status.PENDING)
+            .select_related("pool")
+            .order_by("-priority", "created_at")
+        )
+        if not pending:
+            return 0
+        inventory = load_inventory(cluster_id)
+        return sum(_try_place(claim, inventory) for claim in pending)
+
+
+def unplace_claims_on(nodes) -> list[int]:
+    """Claims on nodes about to disappear go back to pending (their allocations go with the nodes).
+    Returns the affected clusters' ids, for a placement pass after commit."""
+    claims = Claim.objects.filter(allocation__node__in=nodes)
+    clusters = sorted(set(claims.values_list("cluster_id", flat=True)))
+    claims.update(
+        status=Claim.Status.PENDING,
+        pending_reason="Its node was removed; waiting for capacity.",
+        allocated_at=None,
+    )
+    return clusters
+
+
+# --- defragmentation ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedMove:
+    claim: int
+    from_node: int
+    from_gpus: tuple[int, ...]
+    to_node: int
+    to_gpus: tuple[int, ...]
+    mig_start: int | None
+
+
+def _idle_gpus(inventory: Inventory) -> int:
+    return sum(gpu.idle() for node in inventory.nodes.values() for gpu in node.gpus)
+
+
+def plan_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], int]:
+    """Moves that free whole GPUs, and how many GPUs they free. Changes nothing."""
+    inventory = load_inventory(cluster_id, placements=True)
+    moves = core.plan_defrag(list(inventory.nodes.values()), inventory.placements, max_moves)
+    before = _idle_gpus(inventory)
+    for move in moves:
+        core.release(move.source, inventory.nodes)
+        core.apply(move.target, inventory.nodes)
+    planned = [
+        PlannedMove(
+            m.claim_id,
+            m.source.node_id,
+            m.source.gpu_indexes,
+            m.target.node_id,
+            m.target.gpu_indexes,
+            m.target.mig_start,
+        )
+        for m in moves
+    ]
+    return planned, _idle_gpus(inventory) - before
+
+
+def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], int]:
+    """Plan and carry out the moves as re-allocations, under the allocation lock."""
+    with allocation_lock(cluster_id):
+        inventory = load_inventory(cluster_id, placements=True)
+        before = _idle_gpus(inventory)
+        moves = core.plan_defrag(list(inventory.nodes.values()), inventory.placements, max_moves)
+        claims = Claim.objects.in_bulk([m.claim_id for m in moves])
+        for move in moves:
+            claim = claims[move.claim_id]
+            Allocation.objects.filter(claim=claim).delete()
+            core.release(move.source, inventory.nodes)
+            _write_allocation(claim, move.target, inventory)
+            _publish(claim, "claim.moved")
+        planned = [
+            PlannedMove(
+                m.claim_id,
+                m.source.node_id,
+                m.source.gpu_indexes,
+                m.target.node_id,
+                m.target.gpu_indexes,
+                m.target.mig_start,
+            )
+            for m in moves
+        ]
+        return planned, _idle_gpus(inventory) - before

@@ -1,0 +1,70 @@
+"""Create many claims in a cluster through the service path, as fast as one process can, and print
+what happened as JSON. Several of these run at once in the race test and the service benchmark."""
+
+import json
+import random
+import time
+
+from django.core.management.base import BaseCommand
+
+from clusters.models import Cluster
+from nodepools.claims import create_claim
+from nodepools.models import Claim, SharingMode
+from nvke.tenancy.context import TenantContext
+
+
+def shapes_for(cluster: Cluster) -> list[dict]:
+    """Claim shapes that fit the cluster's pools: fractions, whole GPUs, MIG slices."""
+    modes = set(cluster.node_pools.values_list("sharing_mode", flat=True))
+    shapes = []
+    if modes & {SharingMode.FRACTIONAL, SharingMode.TIME_SLICING, SharingMode.MPS}:
+        shapes += [
+            {"kind": "fraction", "gpu_memory_mib": mib, "compute_percent": pct}
+            for mib, pct in [(2048, 10), (4096, 25), (8192, 50), (1024, 5), (16384, 30)]
+        ]
+    if modes & {SharingMode.EXCLUSIVE}:
+        shapes += [{"kind": "whole", "gpus": n} for n in (1, 1, 2)]
+    if SharingMode.MIG in modes:
+        profiles = cluster.node_pools.filter(sharing_mode="mig").values_list(
+            "gpu_model__mig_profiles__name", flat=True
+        )
+        shapes += [{"kind": "mig", "mig_profile": p} for p in profiles if p and "+me" not in p]
+    return shapes
+
+
+class Command(BaseCommand):
+    help = "Create N claims in a cluster through the allocation service; print counts and timing as JSON."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--cluster", type=int, required=True)
+        parser.add_argument("--claims", type=int, default=100)
+        parser.add_argument("--prefix", default="load")
+        parser.add_argument("--seed", type=int, default=0)
+
+    def handle(self, *args, cluster: int, claims: int, prefix: str, seed: int, **options):
+        target = Cluster.objects.select_related("tenant").get(pk=cluster)
+        context = TenantContext(target.tenant, "owner")
+        rng = random.Random(seed)
+        shapes = shapes_for(target)
+        started = time.perf_counter()
+        for i in range(claims):
+            create_claim(
+                context=context,
+                cluster=target,
+                name=f"{prefix}-{i}",
+                cpu_milli=500,
+                host_memory_mib=1024,
+                **rng.choice(shapes),
+            )
+        elapsed = time.perf_counter() - started
+        mine = Claim.objects.filter(cluster=target, name__startswith=f"{prefix}-")
+        self.stdout.write(
+            json.dumps(
+                {
+                    "claims": claims,
+                    "allocated": mine.filter(status=Claim.Status.ALLOCATED).count(),
+                    "pending": mine.filter(status=Claim.Status.PENDING).count(),
+                    "seconds": round(elapsed, 3),
+                }
+            )
+        )

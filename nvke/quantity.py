@@ -1,0 +1,30 @@
+"""Kubernetes memory quantities ("4Gi", "512Mi", "1.5Gi", "8G", "1073741824") to and from MiB."""
+
+import math
+import re
+
+_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
+def parse_mib(text: str) -> int:
+    """MiB in a quantity, rounded up (a claim gets at least what it asked for). ValueError if malformed."""
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a memory quantity like 4Gi or 512Mi.")
+    number, unit = match.groups()
+    return math.ceil(float(number) * _UNITS[unit or ""] / 2**20)
+
+
+def format_mib(mib: int) -> str:
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"

@@ -1,0 +1,74 @@
+"""Fragmentation measure and workload model (FGD)."""
+
+import pytest
+
+from nodepools.allocation import Request, Workload
+from nodepools.allocation.fgd import FragModel, distribution_of
+from nodepools.allocation.keys import Interner
+
+from .fleets import node
+
+
+def frac(compute, cpu=0):
+    return Request("fraction", compute_milli=compute, cpu_milli=cpu)
+
+
+def frag(n, *shapes):
+    interner = Interner()
+    model = FragModel(Workload(shapes).distribution())
+    return model.frag(interner.signature(n)[0])
+
+
+def with_used(n, *compute):
+    for g, c in zip(n.gpus, compute, strict=True):
+        g.compute_used = c
+    return n
+
+
+@pytest.mark.parametrize(
+    ("used", "shapes", "expected"),
+    [
+        ((0,), [frac(500)], 0),  # an idle GPU serves the shape
+        ((400,), [frac(500)], 0),  # 600 free still serves a 500
+        ((600,), [frac(500)], 400),  # 400 free < 500: all of it is a fragment
+        ((600, 0), [frac(500)], 400),  # the idle GPU serves it; the 400 left on the other one is stranded
+        ((600, 0), [frac(500), frac(300)], 200),  # half the claims (300s) can use the 400
+        ((0, 0), [Request("whole", gpus=2)], 0),
+        ((100, 0), [Request("whole", gpus=2)], 1900),  # no two idle GPUs: everything free is stranded
+        ((1000,), [frac(500)], 0),  # nothing free, nothing fragmented
+    ],
+)
+def test_fragmentation_against_the_workload(used, shapes, expected):
+    n = with_used(node("n", gpus=len(used)), *used)
+    assert frag(n, *shapes) == pytest.approx(expected)
+
+
+def test_a_node_without_cpu_for_the_workload_strands_its_gpus():
+    """20-core claims on a 10-core node: the paper's measure counts all its free GPU (1000), and NVKE's
+    stranding term adds what 10 cores cannot feed at 40 milli-CPU per milli-GPU: 1000 - 250."""
+    shapes = [frac(500, cpu=20_000)]
+    assert frag(node("fed", gpus=1, cpu=64_000), *shapes) == pytest.approx(0)
+    assert frag(node("starved", gpus=1, cpu=10_000), *shapes) == pytest.approx(1000 + 750)
+
+
+def test_distribution_covers_the_most_frequent_shapes_and_drops_cpu_only():
+    common, rare, cpu = frac(500), frac(100), Request("cpu", cpu_milli=1000)
+    counts = {common: 90, cpu: 8, rare: 2}
+    d = distribution_of(counts, coverage=0.95)
+    assert d.shapes == (common,)  # 90 + 8 cover 98%; the CPU-only shape carries no GPU fragment
+    assert d.weights == (1.0,)
+    d = distribution_of(counts, coverage=1.0)
+    assert d.shapes == (common, rare)
+    assert d.weights == pytest.approx((90 / 92, 2 / 92))
+
+
+def test_workload_keeps_a_window_and_refreshes_its_snapshot():
+    w = Workload(window=3, refresh_every=2)
+    w.record(frac(100))
+    first = w.distribution()
+    assert first.shapes == (frac(100),)
+    w.record(frac(200))
+    assert w.distribution() is first  # one record since the snapshot: not refreshed yet
+    w.record(frac(200))
+    w.record(frac(200))  # the window now holds three 200s
+    assert w.distribution().shapes == (frac(200),)
