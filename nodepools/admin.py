@@ -2,6 +2,7 @@ from django.contrib import admin
 
 from .models import (
     Allocation,
+    AllocationEvent,
     Architecture,
     Claim,
     DriverRelease,
@@ -205,6 +206,21 @@ class GpuShareAdmin(admin.ModelAdmin):
     ]
     list_filter = ["exclusive", "mig_profile"]
     search_fields = ["allocation__claim__name", "gpu__node__name"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(AllocationEvent)
+class AllocationEventAdmin(admin.ModelAdmin):
+    """The allocator's log, for reading: placements added and removed, and inventory resets."""
+
+    list_display = ["id", "cluster", "kind", "claim_id", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["claim_id"]
 
     def has_add_permission(self, request) -> bool:
         return False

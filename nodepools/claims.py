@@ -4,6 +4,7 @@ One service around one pure placement core (`nodepools.allocation`). Every place
 under that cluster's allocation lock, reads the inventory fresh inside it, and writes the allocation in
 the same transaction, so concurrent workers never over-commit a GPU."""
 
+import datetime
 import functools
 import threading
 import time
@@ -24,7 +25,7 @@ from nvke.tenancy.context import TenantContext
 
 from . import allocation as core
 from .allocation.state import unplaceable
-from .models import Allocation, Claim, Gpu, GpuModel, GpuShare, Node, NodePool, SharingMode
+from .models import Allocation, AllocationEvent, Claim, Gpu, GpuModel, GpuShare, Node, NodePool, SharingMode
 
 LOCK_NAMESPACE = 0x4E564B45  # "NVKE": advisory-lock key space of the allocator
 _sqlite_lock = threading.Lock()  # SQLite (the embedded default) is one process: a thread lock suffices
@@ -88,7 +89,9 @@ def validate_claim(claim: Claim) -> None:
             raise DomainError("A fraction takes no mig_profile.", field="mig_profile")
         if not claim.gpu_memory_mib and not claim.compute_percent:
             raise DomainError("A fraction asks for gpu_memory and/or compute_percent.", field="gpu_memory")
-    unknown = sorted(set(claim.allowed_models) - set(GpuModel.objects.values_list("name", flat=True)))
+    unknown = claim.allowed_models and sorted(
+        set(claim.allowed_models) - set(GpuModel.objects.values_list("name", flat=True))
+    )
     if unknown:
         raise DomainError(f"Unknown GPU model {unknown[0]!r}.", field="allowed_models")
     if claim.pool_id and claim.pool.cluster_id != claim.cluster_id:
@@ -231,6 +234,124 @@ def _placements(pools: list[NodePool]) -> dict[int, core.Placement]:
     return result
 
 
+# --- the in-memory inventory, kept in step with the allocation log --------------------------------------
+
+
+def _placement_json(claim_id: int, p: core.Placement) -> dict:
+    r = p.request
+    return {
+        "node": p.node_id,
+        "gpus": list(p.gpu_indexes),
+        "memory_mib": p.memory_mib,
+        "compute_milli": p.compute_milli,
+        "isolation": p.isolation,
+        "mig_start": p.mig_start,
+        "mig_size": p.mig_size,
+        "request": {
+            "kind": r.kind,
+            "gpus": r.gpus,
+            "nvlink_required": r.nvlink_required,
+            "mig_profile": r.mig_profile,
+            "memory_mib": r.memory_mib,
+            "compute_milli": r.compute_milli,
+            "cpu_milli": r.cpu_milli,
+            "host_memory_mib": r.host_memory_mib,
+            "allowed_models": sorted(r.allowed_models),
+        },
+    }
+
+
+def _placement_of(data: dict) -> core.Placement:
+    return core.Placement(
+        node_id=data["node"],
+        gpu_indexes=tuple(data["gpus"]),
+        memory_mib=data["memory_mib"],
+        compute_milli=data["compute_milli"],
+        isolation=data["isolation"],
+        request=core.Request(**data["request"]),
+        mig_start=data["mig_start"],
+        mig_size=data["mig_size"],
+    )
+
+
+class Snapshot:
+    """One process's copy of a cluster's inventory, with a placement `Fleet` per pool. Used only inside
+    the allocation lock: it catches up on the log first, and every change it makes is logged."""
+
+    MAX_AGE_S = 300  # reload now and then: bounds the fleets' internal logs, survives log pruning
+
+    def __init__(self, cluster_id: int) -> None:
+        self.cluster_id = cluster_id
+        self.inventory = load_inventory(cluster_id, placements=True)
+        cache = core.PlacementCache()
+        self.fleets = {pk: core.Fleet(nodes, cache) for pk, nodes in self.inventory.pool_nodes.items()}
+        self.fleet_of = {
+            node.id: self.fleets[pk] for pk, nodes in self.inventory.pool_nodes.items() for node in nodes
+        }
+        last = (
+            AllocationEvent.objects.filter(cluster_id=cluster_id).order_by("-id").values_list("id", flat=True)
+        )
+        self.last_event = last.first() or 0
+        self.loaded_at = time.monotonic()
+
+    def catch_up(self) -> bool:
+        """Apply what other processes logged since; False when a reload is needed instead."""
+        if time.monotonic() - self.loaded_at > self.MAX_AGE_S:
+            return False
+        events = AllocationEvent.objects.filter(cluster_id=self.cluster_id, id__gt=self.last_event).order_by(
+            "id"
+        )
+        for event_id, kind, claim_id, placement in events.values_list("id", "kind", "claim_id", "placement"):
+            if kind == AllocationEvent.Kind.RESET:
+                return False
+            if kind == AllocationEvent.Kind.ADD:
+                self._apply(claim_id, _placement_of(placement))
+            else:
+                self._release(claim_id)
+            self.last_event = event_id
+        return True
+
+    def _apply(self, claim_id: int, placement: core.Placement) -> None:
+        self.fleet_of[placement.node_id].apply(placement)
+        self.inventory.placements[claim_id] = placement
+
+    def _release(self, claim_id: int) -> None:
+        placement = self.inventory.placements.pop(claim_id, None)
+        if placement is not None:
+            self.fleet_of[placement.node_id].release(placement)
+
+    def _log(self, **fields) -> None:
+        self.last_event = AllocationEvent.objects.create(cluster_id=self.cluster_id, **fields).pk
+
+    def add(self, claim_id: int, placement: core.Placement) -> None:
+        self._apply(claim_id, placement)
+        self._log(
+            kind=AllocationEvent.Kind.ADD, claim_id=claim_id, placement=_placement_json(claim_id, placement)
+        )
+
+    def remove(self, claim_id: int) -> None:
+        if claim_id in self.inventory.placements:
+            self._release(claim_id)
+            self._log(kind=AllocationEvent.Kind.REMOVE, claim_id=claim_id)
+
+
+_snapshots: dict[int, Snapshot] = {}
+LOG_RETENTION_S = 2 * Snapshot.MAX_AGE_S  # a snapshot reloads before the entries it needs are pruned
+
+
+def prune_log() -> int:
+    cutoff = timezone.now() - datetime.timedelta(seconds=LOG_RETENTION_S)
+    return AllocationEvent.objects.filter(created_at__lt=cutoff).delete()[0]
+
+
+def snapshot(cluster_id: int) -> Snapshot:
+    """The cluster's current inventory; call with the allocation lock held."""
+    snap = _snapshots.get(cluster_id)
+    if snap is None or not snap.catch_up():
+        snap = _snapshots[cluster_id] = Snapshot(cluster_id)
+    return snap
+
+
 # --- placing -----------------------------------------------------------------------------------------
 
 
@@ -254,18 +375,18 @@ def _candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
     return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
 
 
-def find_placement(claim: Claim, inventory: Inventory) -> tuple[core.Placement | None, str]:
+def find_placement(claim: Claim, snap: "Snapshot") -> tuple[core.Placement | None, str]:
     """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits."""
     request = request_of(claim)
     workload = workload_for(claim.cluster_id)
     counts: Counter[str] = Counter()
     total = 0
-    for pool in _candidate_pools(claim, inventory):
-        nodes = inventory.pool_nodes[pool.pk]
+    for pool in _candidate_pools(claim, snap.inventory):
+        nodes = snap.inventory.pool_nodes[pool.pk]
         total += len(nodes)
         if not nodes:
             continue
-        result = core.place(request, nodes, pool.placement_policy, workload)
+        result = snap.fleets[pool.pk].place(request, pool.placement_policy, workload)
         if result:
             return result, ""
         counts.update(result.counts)
@@ -274,7 +395,7 @@ def find_placement(claim: Claim, inventory: Inventory) -> tuple[core.Placement |
     return None, unplaceable(counts, total).reason
 
 
-def _write_allocation(claim: Claim, placement: core.Placement, inventory: Inventory) -> None:
+def _write_allocation(claim: Claim, placement: core.Placement, snap: "Snapshot") -> None:
     allocation = Allocation.objects.create(
         claim=claim,
         node_id=placement.node_id,
@@ -285,7 +406,7 @@ def _write_allocation(claim: Claim, placement: core.Placement, inventory: Invent
     GpuShare.objects.bulk_create(
         GpuShare(
             allocation=allocation,
-            gpu_id=inventory.gpu_pk[placement.node_id, index],
+            gpu_id=snap.inventory.gpu_pk[placement.node_id, index],
             memory_mib=placement.memory_mib,
             compute_milli=placement.compute_milli,
             exclusive=claim.kind == Claim.Kind.WHOLE,
@@ -295,15 +416,14 @@ def _write_allocation(claim: Claim, placement: core.Placement, inventory: Invent
         )
         for index in placement.gpu_indexes
     )
-    core.apply(placement, inventory.nodes)
-    inventory.placements[claim.pk] = placement
+    snap.add(claim.pk, placement)
 
 
-def _try_place(claim: Claim, inventory: Inventory) -> bool:
+def _try_place(claim: Claim, snap: "Snapshot") -> bool:
     """Place the claim if it fits now (writing its allocation); else record why it waits."""
-    placement, reason = find_placement(claim, inventory)
+    placement, reason = find_placement(claim, snap)
     if placement is not None:
-        _write_allocation(claim, placement, inventory)
+        _write_allocation(claim, placement, snap)
         claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", timezone.now()
     else:
         claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
@@ -352,15 +472,14 @@ def create_claim(*, context: TenantContext, cluster: Cluster, **fields) -> Claim
         field="name",
         code="duplicate",
     )
-    if Claim.objects.filter(cluster=cluster, namespace=claim.namespace, name=claim.name).exists():
-        raise duplicate
     try:
-        with allocation_lock(cluster.pk):
+        with transaction.atomic():  # pending, outside the lock; should placing never run, beat places it
             claim.save()
-            workload_for(cluster.pk).record(request_of(claim))
-            _try_place(claim, load_inventory(cluster.pk))
-    except IntegrityError:  # a concurrent create won the name
+    except IntegrityError:  # the name is taken
         raise duplicate from None
+    workload_for(cluster.pk).record(request_of(claim))
+    with allocation_lock(cluster.pk):
+        _try_place(claim, snapshot(cluster.pk))
     return claim
 
 
@@ -369,8 +488,10 @@ def release_claim(claim: Claim) -> None:
     from .tasks import place_pending_claims
 
     with allocation_lock(claim.cluster_id):
+        snap = snapshot(claim.cluster_id)
         _publish(claim, "claim.released")
         Claim.objects.filter(pk=claim.pk).delete()
+        snap.remove(claim.pk)
         place_pending_claims.delay_on_commit(claim.cluster_id)
 
 
@@ -385,21 +506,24 @@ def place_pending(cluster_id: int) -> int:
         )
         if not pending:
             return 0
-        inventory = load_inventory(cluster_id)
-        return sum(_try_place(claim, inventory) for claim in pending)
+        snap = snapshot(cluster_id)
+        return sum(_try_place(claim, snap) for claim in pending)
 
 
-def unplace_claims_on(nodes) -> list[int]:
-    """Claims on nodes about to disappear go back to pending (their allocations go with the nodes).
-    Returns the affected clusters' ids, for a placement pass after commit."""
-    claims = Claim.objects.filter(allocation__node__in=nodes)
-    clusters = sorted(set(claims.values_list("cluster_id", flat=True)))
-    claims.update(
+def unplace_claims_on(nodes) -> None:
+    """Claims on nodes about to disappear go back to pending (their allocations go with the nodes)."""
+    Claim.objects.filter(allocation__node__in=nodes).update(
         status=Claim.Status.PENDING,
         pending_reason="Its node was removed; waiting for capacity.",
         allocated_at=None,
     )
-    return clusters
+
+
+def topology_changed(cluster_id: int) -> None:
+    """Nodes or GPUs of the cluster changed (added, removed, cordoned, health): every process reloads
+    its inventory before the next placement. Call inside the transaction that made the change."""
+    with allocation_lock(cluster_id):
+        AllocationEvent.objects.create(cluster_id=cluster_id, kind=AllocationEvent.Kind.RESET)
 
 
 # --- defragmentation ---------------------------------------------------------------------------------
@@ -444,15 +568,15 @@ def plan_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], int
 def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], int]:
     """Plan and carry out the moves as re-allocations, under the allocation lock."""
     with allocation_lock(cluster_id):
-        inventory = load_inventory(cluster_id, placements=True)
-        before = _idle_gpus(inventory)
-        moves = core.plan_defrag(list(inventory.nodes.values()), inventory.placements, max_moves)
+        snap = snapshot(cluster_id)
+        before = _idle_gpus(snap.inventory)
+        moves = core.plan_defrag(list(snap.inventory.nodes.values()), snap.inventory.placements, max_moves)
         claims = Claim.objects.in_bulk([m.claim_id for m in moves])
         for move in moves:
             claim = claims[move.claim_id]
             Allocation.objects.filter(claim=claim).delete()
-            core.release(move.source, inventory.nodes)
-            _write_allocation(claim, move.target, inventory)
+            snap.remove(claim.pk)
+            _write_allocation(claim, move.target, snap)
             _publish(claim, "claim.moved")
         planned = [
             PlannedMove(
@@ -465,4 +589,4 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
             )
             for m in moves
         ]
-        return planned, _idle_gpus(inventory) - before
+        return planned, _idle_gpus(snap.inventory) - before

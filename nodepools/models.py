@@ -336,3 +336,26 @@ class GpuShare(models.Model):
 
     def __str__(self) -> str:
         return f"{self.allocation.claim} on {self.gpu}"
+
+
+class AllocationEvent(models.Model):
+    """The cluster's allocation log: every placement added or removed, and resets (nodes or GPUs
+    changed). Appended only under the cluster's allocation lock, so ids are in commit order; each
+    process keeps its in-memory inventory in step by reading what it has not seen yet."""
+
+    class Kind(models.TextChoices):
+        ADD = "add"
+        REMOVE = "remove"
+        RESET = "reset"
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    claim_id = models.BigIntegerField(null=True)
+    placement = models.JSONField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.claim_id or ''}"

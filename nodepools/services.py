@@ -195,17 +195,13 @@ def reconcile(pool_id: int) -> None:
 
 def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
     """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove)."""
-    from .claims import unplace_claims_on
+    from .claims import topology_changed, unplace_claims_on
     from .tasks import place_pending_claims
 
     existing = {node.name: node for node in pool.nodes.all()}
     gone = Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported])
-    added = {n.name for n in reported} - set(existing)
-    for cluster_id in unplace_claims_on(gone):
-        place_pending_claims.delay_on_commit(cluster_id)
+    unplace_claims_on(gone)
     gone.delete()
-    if added:
-        place_pending_claims.delay_on_commit(pool.cluster_id)
     for info in reported:
         node = existing.get(info.name) or Node(tenant_id=pool.tenant_id, pool=pool, name=info.name)
         node.status = Node.Status.READY if info.ready else Node.Status.NOT_READY
@@ -223,3 +219,5 @@ def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
             gpu.nvlink_domain = gpu_info.nvlink_domain
             gpu.healthy = gpu_info.healthy
             gpu.save()
+    topology_changed(pool.cluster_id)
+    place_pending_claims.delay_on_commit(pool.cluster_id)

@@ -36,3 +36,9 @@ def place_all_pending_claims() -> None:
     pending = Claim.objects.filter(status=Claim.Status.PENDING)
     for cluster_id in pending.values_list("cluster_id", flat=True).distinct():
         place_pending_claims.delay(cluster_id)
+
+
+@shared_task
+def prune_allocation_log() -> None:
+    """Drop allocation-log entries older than any in-memory inventory can be (see claims.Snapshot)."""
+    claims.prune_log()

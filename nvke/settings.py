@@ -148,11 +148,13 @@ CELERY_TASK_ROUTES = {
     "clusters.tasks.*": {"queue": "provisioning"},
     "nodepools.tasks.place_pending_claims": {"queue": "allocator"},
     "nodepools.tasks.place_all_pending_claims": {"queue": "allocator"},
+    "nodepools.tasks.prune_allocation_log": {"queue": "allocator"},
     "nodepools.tasks.*": {"queue": "provisioning"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
     "place-pending-claims": {"task": "nodepools.tasks.place_all_pending_claims", "schedule": 30.0},
+    "prune-allocation-log": {"task": "nodepools.tasks.prune_allocation_log", "schedule": 300.0},
 }
 
 CHANNEL_LAYERS = {

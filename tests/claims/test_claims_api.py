@@ -207,3 +207,47 @@ def test_node_detail_shows_each_gpus_allocation_snapshot(api, cluster, pools):
         2,
         4,
     )
+
+
+def test_two_processes_snapshots_stay_in_step(api, cluster, pools):
+    """Each process keeps its own inventory; the allocation log brings the other's changes in."""
+    from nodepools.claims import Snapshot, allocation_lock, snapshot
+
+    with allocation_lock(cluster.pk):
+        other = Snapshot(cluster.pk)  # another worker's copy, loaded before anything is placed
+    placed = claim(api, cluster, "a", kind="whole", gpus=8, pool=pools["whole"].pk).data
+    node = placed["allocation"]["node"]
+    with allocation_lock(cluster.pk):
+        assert other.catch_up()
+        assert not any(g.idle() for g in other.inventory.nodes[node].gpus)
+    assert api.delete(f"/api/v1/claims/{placed['id']}/").status_code == 204
+    with allocation_lock(cluster.pk):
+        assert other.catch_up()
+        assert all(g.idle() for g in other.inventory.nodes[node].gpus)
+        assert snapshot(cluster.pk).inventory.placements == {}
+
+
+def test_topology_change_forces_a_reload(api, cluster, pools):
+    from nodepools.claims import Snapshot, allocation_lock, topology_changed
+
+    with allocation_lock(cluster.pk):
+        other = Snapshot(cluster.pk)
+    topology_changed(cluster.pk)
+    with allocation_lock(cluster.pk):
+        assert other.catch_up() is False
+
+
+def test_prune_keeps_recent_entries(api, cluster, pools):
+    import datetime
+
+    from django.utils import timezone
+
+    from nodepools.claims import LOG_RETENTION_S, prune_log
+    from nodepools.models import AllocationEvent
+
+    claim(api, cluster, "a", kind="fraction", compute_percent=10)
+    recent = AllocationEvent.objects.filter(cluster=cluster).count()
+    assert recent >= 1 and prune_log() == 0
+    old = timezone.now() - datetime.timedelta(seconds=LOG_RETENTION_S + 1)
+    AllocationEvent.objects.filter(cluster=cluster).update(created_at=old)
+    assert prune_log() == recent

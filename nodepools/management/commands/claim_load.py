@@ -40,12 +40,19 @@ class Command(BaseCommand):
         parser.add_argument("--claims", type=int, default=100)
         parser.add_argument("--prefix", default="load")
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument(
+            "--start-at",
+            type=float,
+            default=0.0,
+            help="Unix time to start at, so several loaders start together",
+        )
 
-    def handle(self, *args, cluster: int, claims: int, prefix: str, seed: int, **options):
+    def handle(self, *args, cluster: int, claims: int, prefix: str, seed: int, start_at: float, **options):
         target = Cluster.objects.select_related("tenant").get(pk=cluster)
         context = TenantContext(target.tenant, "owner")
         rng = random.Random(seed)
         shapes = shapes_for(target)
+        time.sleep(max(0.0, start_at - time.time()))  # line up with the other loaders
         started = time.perf_counter()
         for i in range(claims):
             create_claim(
@@ -65,6 +72,7 @@ class Command(BaseCommand):
                     "allocated": mine.filter(status=Claim.Status.ALLOCATED).count(),
                     "pending": mine.filter(status=Claim.Status.PENDING).count(),
                     "seconds": round(elapsed, 3),
+                    "finished_at": time.time(),
                 }
             )
         )
