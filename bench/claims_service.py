@@ -4,6 +4,7 @@ concurrent worker processes, and the over-commits found afterwards.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/nvke_bench python bench/claims_service.py \
         --workers 4 --claims 250 [--json]
 
+REDIS_URL defaults to redis://127.0.0.1:6379/13 (the Channels layer that carries each claim's event).
 It empties that database (flush), seeds the catalog, builds one cluster with a fractional L4 pool and a
 MIG H100 pool in the simulator, then runs `manage.py claim_load` in each worker process at once."""
 
@@ -19,6 +20,8 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
+# The production shape: a Redis channel layer carries every claim's websocket event.
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
 
 
 def ensure_database(url: str) -> None:
