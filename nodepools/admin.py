@@ -16,6 +16,16 @@ from .models import (
 )
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows only the allocator writes: operators read them here."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
 class RegionInventoryInline(admin.TabularInline):
     model = RegionInventory
     extra = 0
@@ -177,7 +187,7 @@ class ClaimAdmin(admin.ModelAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):
+class AllocationAdmin(ReadOnlyAdmin):
     """Allocations are written by the allocator only; here they are read."""
 
     list_display = ["claim", "node", "isolation", "cpu_milli", "host_memory_mib", "created_at"]
@@ -186,15 +196,9 @@ class AllocationAdmin(admin.ModelAdmin):
     list_select_related = ["claim", "node"]
     inlines = [GpuShareInline]
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(GpuShare)
-class GpuShareAdmin(admin.ModelAdmin):
+class GpuShareAdmin(ReadOnlyAdmin):
     list_display = [
         "allocation",
         "gpu",
@@ -207,23 +211,11 @@ class GpuShareAdmin(admin.ModelAdmin):
     list_filter = ["exclusive", "mig_profile"]
     search_fields = ["allocation__claim__name", "gpu__node__name"]
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(AllocationEvent)
-class AllocationEventAdmin(admin.ModelAdmin):
+class AllocationEventAdmin(ReadOnlyAdmin):
     """The allocator's log, for reading: placements added and removed, and inventory resets."""
 
     list_display = ["id", "cluster", "kind", "claim_id", "created_at"]
     list_filter = ["kind"]
     search_fields = ["claim_id"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False

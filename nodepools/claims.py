@@ -539,6 +539,20 @@ class PlannedMove:
     mig_start: int | None
 
 
+def _planned(moves: list[core.Move]) -> list[PlannedMove]:
+    return [
+        PlannedMove(
+            m.claim_id,
+            m.source.node_id,
+            m.source.gpu_indexes,
+            m.target.node_id,
+            m.target.gpu_indexes,
+            m.target.mig_start,
+        )
+        for m in moves
+    ]
+
+
 def _idle_gpus(inventory: Inventory) -> int:
     return sum(gpu.idle() for node in inventory.nodes.values() for gpu in node.gpus)
 
@@ -551,18 +565,7 @@ def plan_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], int
     for move in moves:
         core.release(move.source, inventory.nodes)
         core.apply(move.target, inventory.nodes)
-    planned = [
-        PlannedMove(
-            m.claim_id,
-            m.source.node_id,
-            m.source.gpu_indexes,
-            m.target.node_id,
-            m.target.gpu_indexes,
-            m.target.mig_start,
-        )
-        for m in moves
-    ]
-    return planned, _idle_gpus(inventory) - before
+    return _planned(moves), _idle_gpus(inventory) - before
 
 
 def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], int]:
@@ -578,15 +581,4 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
             snap.remove(claim.pk)
             _write_allocation(claim, move.target, snap)
             _publish(claim, "claim.moved")
-        planned = [
-            PlannedMove(
-                m.claim_id,
-                m.source.node_id,
-                m.source.gpu_indexes,
-                m.target.node_id,
-                m.target.gpu_indexes,
-                m.target.mig_start,
-            )
-            for m in moves
-        ]
-        return planned, _idle_gpus(snap.inventory) - before
+        return _planned(moves), _idle_gpus(snap.inventory) - before
