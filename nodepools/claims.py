@@ -28,7 +28,9 @@ from .allocation.state import unplaceable
 from .models import Allocation, AllocationEvent, Claim, Gpu, GpuModel, GpuShare, Node, NodePool, SharingMode
 
 LOCK_NAMESPACE = 0x4E564B45  # "NVKE": advisory-lock key space of the allocator
-_sqlite_lock = threading.Lock()  # SQLite (the embedded default) is one process: a thread lock suffices
+# SQLite (the embedded default) is one process: a thread lock suffices. Re-entrant, because on-commit
+# callbacks (an eager placement pass after a release) run before the lock is let go.
+_sqlite_lock = threading.RLock()
 RECENT_SHAPES = 500  # claims that make up the workload FGD measures fragmentation against
 CATALOG_TTL_S = 60  # how long a "never fits the catalog" answer is reused
 

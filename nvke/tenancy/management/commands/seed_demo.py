@@ -52,6 +52,7 @@ class Command(BaseCommand):
             min_nodes=1,
             max_nodes=4,
             driver_release=driver,
+            sharing_mode="fractional",
         )
         create_pool(
             context=context,
