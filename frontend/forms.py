@@ -1,13 +1,14 @@
 """Forms of the dashboard. They parse and check input shapes; the services own the domain rules."""
 
 from django import forms
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from clusters.filters import ClusterFilter
 from clusters.models import Cluster, KubernetesVersion, Region, dns_label
-from nodepools.models import DriverRelease, GpuModel, NodePool, SharingMode
+from nodepools.models import Claim, DriverRelease, GpuModel, MigProfile, NodePool, SharingMode
 from nvke.errors import DomainError
+from nvke.quantity import parse_mib
 
 
 def add_domain_error(form: forms.Form, error: DomainError) -> None:
@@ -91,6 +92,103 @@ class PoolScaleForm(forms.Form):
         field = self.fields["node_count"]
         field.widget.attrs.update(min=pool.min_nodes, max=pool.max_nodes)
         field.help_text = f"Between {pool.min_nodes} and {pool.max_nodes}."
+
+
+def _cluster_mig_profiles(cluster: Cluster) -> list[tuple[str, str]]:
+    """(name, label) of every MIG profile a claim can get in the cluster's MIG pools: a pool with a
+    static layout offers only the profiles of its layout, an on-demand pool every profile of its GPU."""
+    pools = cluster.node_pools.filter(sharing_mode=SharingMode.MIG).prefetch_related(
+        Prefetch("gpu_model__mig_profiles", queryset=MigProfile.objects.order_by("-memory_slices", "name"))
+    )
+    offered: dict[str, list[str]] = {}
+    for pool in pools.order_by("name"):
+        for profile in pool.gpu_model.mig_profiles.all():
+            if not pool.mig_layout or profile.name in pool.mig_layout:
+                offered.setdefault(profile.name, []).append(pool.name)
+    return [(name, f"{name} (pool {', '.join(where)})") for name, where in offered.items()]
+
+
+class ClaimCreateForm(forms.Form):
+    """A GPU claim. Which fields apply depends on the kind; the service says which one does not fit."""
+
+    namespace = forms.CharField(max_length=63, validators=[dns_label], initial="default")
+    name = forms.CharField(
+        max_length=63, validators=[dns_label], help_text="Unique within the namespace, e.g. llm-infer."
+    )
+    kind = forms.ChoiceField(
+        choices=Claim.Kind.choices,
+        initial=Claim.Kind.FRACTION,
+        help_text="Whole GPUs, one MIG slice, or a fraction of one GPU: fill in its section below.",
+    )
+    pool = forms.ModelChoiceField(
+        queryset=NodePool.objects.none(),
+        required=False,
+        empty_label="Any pool of the cluster",
+        help_text="Place the claim only in this pool.",
+    )
+    gpus = forms.IntegerField(min_value=1, max_value=8, initial=1, label="GPUs", help_text="Whole GPUs only.")
+    nvlink_required = forms.BooleanField(
+        required=False, label="NVLink required", help_text="Whole GPUs on one NVLink domain."
+    )
+    mig_profile = forms.CharField(
+        max_length=24, required=False, label="MIG profile", help_text="The slice to carve, e.g. 3g.40gb."
+    )
+    gpu_memory = forms.CharField(
+        required=False,
+        label="GPU memory",
+        help_text="A quantity like 4Gi or 512Mi.",
+        widget=forms.TextInput(attrs={"placeholder": "4Gi"}),
+    )
+    compute_percent = forms.IntegerField(
+        min_value=1, max_value=100, required=False, label="Compute %", help_text="Share of the GPU's compute."
+    )
+    cpu_milli = forms.IntegerField(min_value=0, initial=0, label="Host CPU (millicores)")
+    host_memory_mib = forms.IntegerField(min_value=0, initial=0, label="Host memory (MiB)")
+    priority = forms.IntegerField(
+        min_value=-32768,
+        max_value=32767,
+        initial=0,
+        help_text="Higher is placed first when capacity frees.",
+    )
+
+    def __init__(self, *args, cluster: Cluster, **kwargs):
+        super().__init__(*args, **kwargs)
+        pool = self.fields["pool"]
+        pool.queryset = cluster.node_pools.select_related("gpu_model").order_by("name")
+        pool.label_from_instance = lambda p: f"{p.name} ({p.gpu_model.display_name}, {p.sharing_mode})"
+        profiles = _cluster_mig_profiles(cluster)
+        if profiles:  # else free text: the claim may wait for a MIG pool to be added
+            self.fields["mig_profile"].widget = forms.Select(choices=[("", "—"), *profiles])
+            self.fields["mig_profile"].help_text = "Profiles of this cluster's MIG pools."
+
+    def clean_gpu_memory(self) -> int | None:
+        text = self.cleaned_data["gpu_memory"].strip()
+        if not text:
+            return None
+        try:
+            mib = parse_mib(text)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+        if mib < 1:
+            raise forms.ValidationError("Ask for at least 1Mi.")
+        return mib
+
+    def claim_fields(self) -> dict:
+        """The cleaned data as `create_claim` takes it."""
+        data = dict(self.cleaned_data)
+        data["gpu_memory_mib"] = data.pop("gpu_memory")
+        return data
+
+
+class ClaimFilterForm(forms.Form):
+    namespace = forms.ChoiceField(required=False, label="Namespace")
+    status = forms.ChoiceField(
+        required=False, label="Status", choices=[("", "Any status"), *Claim.Status.choices]
+    )
+
+    def __init__(self, *args, namespaces: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["namespace"].choices = [("", "Any namespace"), *((ns, ns) for ns in namespaces)]
 
 
 class TenantSwitchForm(forms.Form):

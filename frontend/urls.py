@@ -19,5 +19,9 @@ urlpatterns = [
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
     path("pools/<int:pk>/scale/", views.pool_scale, name="pool-scale"),
     path("pools/<int:pk>/delete/", views.pool_delete, name="pool-delete"),
+    path("clusters/<int:pk>/claims/", views.claim_list, name="claim-list"),
+    path("clusters/<int:pk>/claims/new/", views.claim_create, name="claim-create"),
+    path("claims/<int:pk>/", views.claim_detail, name="claim-detail"),
+    path("claims/<int:pk>/release/", views.claim_release, name="claim-release"),
     path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
 ]

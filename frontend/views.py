@@ -16,14 +16,17 @@ from django.views.decorators.http import require_POST
 
 from clusters import services as cluster_services
 from clusters.models import Cluster
+from nodepools import claims as claim_services
 from nodepools import services as pool_services
-from nodepools.models import Gpu, Node, NodePool
+from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
 from nvke.errors import DomainError
 from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant
 from nvke.tenancy.models import Membership
 from nvke.tenancy.roles import Action
 
 from .forms import (
+    ClaimCreateForm,
+    ClaimFilterForm,
     ClusterCreateForm,
     PoolCreateForm,
     PoolScaleForm,
@@ -34,6 +37,7 @@ from .forms import (
 
 WS_EVENTS = "/ws/events/"  # nvke/routing.py
 CLUSTERS_PER_PAGE = 50
+CLAIMS_PER_PAGE = 100
 
 TenantView = Callable[..., HttpResponse]
 
@@ -156,12 +160,17 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
     cluster = get_object_or_404(
         Cluster.objects.restrict(context).select_related("region", "kubernetes_version"), pk=pk
     )
+    claim_counts = dict(cluster.claims.values_list("status").annotate(n=Count("pk")).order_by())
     return render(
         request,
         "frontend/cluster_detail.html",
         {
             "cluster": cluster,
             "pools": _pools_with_ready_nodes(cluster.node_pools.all()),
+            "claim_counts": {
+                "total": sum(claim_counts.values()),
+                **{status: claim_counts.get(status, 0) for status in Claim.Status.values},
+            },
             "live": live(
                 f"cluster={cluster.pk}",
                 refresh_on=f"cluster:{cluster.pk}",
@@ -214,7 +223,9 @@ def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
 def _pool_page(
     request: HttpRequest, pool: NodePool, scale_form: PoolScaleForm, status: int = 200
 ) -> HttpResponse:
-    nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=Gpu.objects.order_by("index")))
+    shares = GpuShare.objects.select_related("allocation__claim").order_by("mig_start", "pk")
+    gpus = Gpu.objects.order_by("index").prefetch_related(Prefetch("shares", queryset=shares))
+    nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=gpus))
     return render(
         request,
         "frontend/pool_detail.html",
@@ -223,9 +234,10 @@ def _pool_page(
             "nodes": nodes,
             "nodes_ready": sum(1 for node in nodes if node.status == Node.Status.READY),
             "scale_form": scale_form,
+            "mig": pool.sharing_mode == SharingMode.MIG,
             "live": live(
                 f"cluster={pool.cluster_id}",
-                refresh_on=f"pool:{pool.pk}",
+                refresh_on=f"pool:{pool.pk} claims:{pool.cluster_id}",  # claims move the GPU snapshot
                 gone_on=f"pool:{pool.pk}",
                 gone_url=reverse("cluster-detail", args=[pool.cluster_id]),
             ),
@@ -274,6 +286,137 @@ def pool_delete(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
     return render(
         request, "frontend/pool_confirm_delete.html", {"pool": pool, "node_count": pool.nodes.count()}
     )
+
+
+# --- GPU claims ------------------------------------------------------------------------------------
+
+
+def _claims_page(request: HttpRequest, cluster: Cluster, claims) -> dict:
+    namespaces = list(cluster.claims.order_by("namespace").values_list("namespace", flat=True).distinct())
+    filters = ClaimFilterForm(request.GET or None, namespaces=namespaces)
+    if filters.is_valid():  # an unknown namespace or status filters nothing out
+        chosen = {name: value for name, value in filters.cleaned_data.items() if value}
+        claims = claims.filter(**chosen)
+    return {
+        "filters": filters,
+        "filtered": any(request.GET.get(name) for name in filters.fields),
+        "page_obj": Paginator(claims, CLAIMS_PER_PAGE).get_page(request.GET.get("page")),
+    }
+
+
+@tenant_view
+def claim_list(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    allocated = Q(status=Claim.Status.ALLOCATED)  # a pending claim holds nothing, whatever rows linger
+    claims = (
+        Claim.objects.restrict(context)
+        .filter(cluster=cluster)
+        .select_related("allocation__node")
+        .annotate(
+            memory_held=Sum("allocation__shares__memory_mib", filter=allocated),
+            compute_held=Sum("allocation__shares__compute_milli", filter=allocated),
+        )
+        .order_by("namespace", "name")
+    )
+    return render(
+        request,
+        "frontend/claim_list.html",
+        {
+            "cluster": cluster,
+            **_claims_page(request, cluster, claims),
+            "live": live(f"cluster={cluster.pk}", refresh_on=f"claims:{cluster.pk}"),
+        },
+    )
+
+
+@tenant_view
+def claim_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    require_change(context)
+    form = ClaimCreateForm(request.POST or None, cluster=cluster)
+    if request.method == "POST" and form.is_valid():
+        try:
+            claim = claim_services.create_claim(context=context, cluster=cluster, **form.claim_fields())
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            if claim.status == Claim.Status.ALLOCATED:
+                messages.success(request, f"Claim {claim} is allocated.")
+            else:
+                messages.warning(request, f"Claim {claim} is pending: {claim.pending_reason}")
+            return redirect("claim-detail", pk=claim.pk)
+    return render(
+        request,
+        "frontend/claim_form.html",
+        {"form": form, "cluster": cluster},
+        status=400 if form.errors else 200,
+    )
+
+
+def _get_claim(context: TenantContext, pk: int) -> Claim:
+    return get_object_or_404(Claim.objects.restrict(context).select_related("cluster", "pool"), pk=pk)
+
+
+def _allocation_of(claim: Claim) -> Allocation | None:
+    if claim.status != Claim.Status.ALLOCATED:
+        return None
+    return (
+        Allocation.objects.filter(claim=claim)
+        .select_related("node__pool__gpu_model")
+        .prefetch_related(Prefetch("shares", queryset=GpuShare.objects.select_related("gpu")))
+        .first()
+    )
+
+
+ISOLATION_EXPLAINED = {
+    Allocation.Isolation.EXCLUSIVE: "Exclusive GPU: no other claim runs on its GPUs.",
+    Allocation.Isolation.HARD: (
+        "Hard isolation (MIG): its own memory and compute slices, enforced by the GPU."
+    ),
+    Allocation.Isolation.MEMORY_CAPPED: (
+        "Memory-capped (MPS): its GPU memory is capped; compute is shared with the GPU's other claims."
+    ),
+    Allocation.Isolation.NONE: (
+        "No isolation (time-slicing): it shares the GPU's memory and compute with other claims, and "
+        "nothing enforces its share."
+    ),
+}
+
+
+@tenant_view
+def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    claim = _get_claim(context, pk)
+    allocation = _allocation_of(claim)
+    shares = list(allocation.shares.all()) if allocation else []
+    return render(
+        request,
+        "frontend/claim_detail.html",
+        {
+            "claim": claim,
+            "allocation": allocation,
+            "isolation": ISOLATION_EXPLAINED.get(allocation.isolation, "") if allocation else "",
+            "shares": shares,
+            "memory_held": sum(share.memory_mib for share in shares) if allocation else None,
+            "compute_held": sum(share.compute_milli for share in shares) if allocation else None,
+            "live": live(
+                f"cluster={claim.cluster_id}",
+                refresh_on=f"claim:{claim.pk}",
+                gone_on=f"claim:{claim.pk}",
+                gone_url=reverse("claim-list", args=[claim.cluster_id]),
+            ),
+        },
+    )
+
+
+@tenant_view
+def claim_release(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    claim = _get_claim(context, pk)
+    require_change(context)
+    if request.method == "POST":
+        claim_services.release_claim(claim)
+        messages.success(request, f"Claim {claim} is released.")
+        return redirect("claim-list", pk=claim.cluster_id)
+    return render(request, "frontend/claim_confirm_release.html", {"claim": claim})
 
 
 # --- Tenant switch ---------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 
 from . import allocation as core
+from .allocation import fleet
 from .allocation.state import unplaceable
 from .models import Allocation, AllocationEvent, Claim, Gpu, GpuModel, GpuShare, Node, NodePool, SharingMode
 
@@ -455,6 +456,30 @@ def refusal_if_never_fits(claim: Claim) -> str | None:
     return _catalog_refusal(request_of(claim), int(time.monotonic() // CATALOG_TTL_S))
 
 
+# Which claim field a "never fits" reason points at; reasons about where a node is (its mode, its model)
+# say nothing about the claim's size and are skipped.
+_FIELD_OF_REASON = {
+    fleet.NO_PROFILE: "mig_profile",
+    fleet.NO_MIG_PLACEMENT: "mig_profile",
+    fleet.INSUFFICIENT_GPU_MEMORY: "gpu_memory",
+    fleet.INSUFFICIENT_GPU_COMPUTE: "compute_percent",
+    fleet.NOT_ENOUGH_GPUS: "gpus",
+    fleet.NO_NVLINK: "nvlink_required",
+    fleet.INSUFFICIENT_CPU: "cpu_milli",
+    fleet.INSUFFICIENT_HOST_MEMORY: "host_memory_mib",
+}
+
+
+def field_at_fault(reason: str) -> str:
+    """The field to name for a never-fits reason ("0/9 nodes: 6 insufficient GPU memory, 3 wrong sharing
+    mode" → gpu_memory): the most frequent reason that is about the claim's size, else `kind`."""
+    for part in reason.partition(": ")[2].split(", "):
+        name = part.partition(" ")[2]
+        if name in _FIELD_OF_REASON:
+            return _FIELD_OF_REASON[name]
+    return "kind"
+
+
 @functools.lru_cache(maxsize=512)
 def _catalog_refusal(request: core.Request, period: int) -> str | None:
     """Cached per claim shape for a short period: the catalog changes rarely, claims arrive often."""
@@ -468,7 +493,9 @@ def create_claim(*, context: TenantContext, cluster: Cluster, **fields) -> Claim
     claim = Claim(tenant=context.tenant, cluster=cluster, **fields)
     validate_claim(claim)
     if reason := refusal_if_never_fits(claim):
-        raise DomainError(f"This claim can never fit: {reason}", field="kind", code="never_fits")
+        raise DomainError(
+            f"This claim can never fit: {reason}", field=field_at_fault(reason), code="never_fits"
+        )
     duplicate = Conflict(
         f"Namespace {claim.namespace} of cluster {cluster.name} already has a claim named {claim.name!r}.",
         field="name",

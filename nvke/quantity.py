@@ -28,3 +28,8 @@ def parse_mib(text: str) -> int:
 
 def format_mib(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def human_mib(mib: int) -> str:
+    """For reading, not round-tripping: '12Gi', or one decimal where the figure is not whole: '22.5Gi'."""
+    return format_mib(mib) if mib % 1024 == 0 or mib < 1024 else f"{mib / 1024:.1f}Gi"

@@ -1,8 +1,12 @@
-"""Small display filters for the dashboard templates."""
+"""Small display filters and tags for the dashboard templates."""
 
 import datetime
 
 from django import template
+
+from frontend.snapshot import gpu_bar
+from nodepools.models import Claim, Gpu
+from nvke.quantity import human_mib
 
 register = template.Library()
 
@@ -26,3 +30,31 @@ def iso_datetime(value: str | None) -> datetime.datetime | str | None:
         return datetime.datetime.fromisoformat(value)
     except (TypeError, ValueError):
         return value
+
+
+@register.filter
+def quantity(mib: int | None) -> str:
+    """MiB for reading, '-' for none: 4096 → '4Gi', 20389 → '19.9Gi'."""
+    return "-" if mib is None else human_mib(mib)
+
+
+@register.filter
+def milli_percent(milli: int | None) -> str:
+    """A compute share in thousandths of a GPU as a percentage, '-' for none: 500 → '50%'."""
+    return "-" if milli is None else f"{milli // 10}%"
+
+
+@register.filter
+def claim_kind(claim: Claim) -> str:
+    """The KIND column: 'fraction', 'whole ×4', 'mig 3g.40gb'."""
+    if claim.kind == Claim.Kind.WHOLE:
+        return f"whole ×{claim.gpus}"
+    if claim.kind == Claim.Kind.MIG:
+        return f"mig {claim.mig_profile}"
+    return claim.kind
+
+
+@register.inclusion_tag("frontend/_gpu_bar.html")
+def gpu_snapshot(gpu: Gpu, mig: bool = False) -> dict:
+    """One GPU's allocation drawn to scale (see frontend/snapshot.py)."""
+    return {"bar": gpu_bar(gpu, mig)}

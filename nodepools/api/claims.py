@@ -8,7 +8,7 @@ from clusters.models import Cluster
 from nodepools import claims as service
 from nodepools.models import Claim, NodePool
 from nvke.api.viewsets import TenantScopedViewSet
-from nvke.quantity import format_mib, parse_mib
+from nvke.quantity import format_mib, human_mib, parse_mib
 from nvke.tenancy.context import resolve_tenant
 
 
@@ -113,7 +113,7 @@ class ClaimSerializer(serializers.ModelSerializer):
 
     def get_gpu_memory_display(self, claim: Claim) -> str:
         allocation = self._allocation(claim)
-        return format_mib(sum(s.memory_mib for s in allocation.shares.all())) if allocation else "-"
+        return human_mib(sum(s.memory_mib for s in allocation.shares.all())) if allocation else "-"
 
     def get_gpu_util_display(self, claim: Claim) -> str:
         allocation = self._allocation(claim)

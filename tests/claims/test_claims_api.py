@@ -83,8 +83,9 @@ def test_pending_with_reason_then_placed_when_capacity_frees(
 @pytest.mark.parametrize(
     ("fields", "field", "code"),
     [
-        ({"kind": "fraction", "gpu_memory": "200Gi"}, "kind", "never_fits"),  # no catalog GPU has it
-        ({"kind": "mig", "mig_profile": "9g.1tb"}, "kind", "never_fits"),
+        ({"kind": "fraction", "gpu_memory": "200Gi"}, "gpu_memory", "never_fits"),  # no catalog GPU has it
+        ({"kind": "mig", "mig_profile": "9g.1tb"}, "mig_profile", "never_fits"),
+        ({"kind": "fraction", "compute_percent": 10, "cpu_milli": 10**7}, "cpu_milli", "never_fits"),
         ({"kind": "whole", "gpus": 9}, "gpus", "invalid"),
         ({"kind": "fraction"}, "gpu_memory", "invalid"),
         ({"kind": "fraction", "gpu_memory": "lots"}, "gpu_memory", "invalid"),

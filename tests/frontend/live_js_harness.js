@@ -20,6 +20,9 @@ const elements = [
   makeElement({ "data-cluster-status": "5" }, "provisioning"),
   makeElement({ "data-cluster-status": "6" }, "provisioning"),
   makeElement({ "data-live-region": "", id: "pool-nodes" }),
+  makeElement({ "data-claim-status": "30" }, "pending"),
+  makeElement({ "data-claim-reason": "30" }, "0/1 nodes: 1 insufficient GPU memory"),
+  makeElement({ "data-claim-row": "31" }),
 ];
 const parent = {
   removeChild(child) {
@@ -124,6 +127,36 @@ const byAttr = (attr, id) => elements.find((el) => el.attrs[attr] === id);
          nodes: 0, node_count: 0 });
   assert.equal(byAttr("data-pool-row", "8"), undefined);
   assert.deepEqual(assigned, []);
+
+  // A claim placed: its badge and reason change, and the page refreshes (the pool page listens for
+  // "claims:<cluster>" so its GPU snapshot follows). A released claim's row goes.
+  sandbox.document.body.dataset.refreshOn = "pool:7 claims:5";
+  const fetchedBefore = fetches.length;
+  send({ type: "claim.status", claim: 30, cluster: 5, namespace: "default", name: "infer", status: "allocated",
+         reason: "" });
+  assert.equal(byAttr("data-claim-status", "30").textContent, "allocated");
+  assert.equal(byAttr("data-claim-status", "30").className, "status status-allocated");
+  assert.equal(byAttr("data-claim-reason", "30").hidden, true);
+  send({ type: "claim.released", claim: 31, cluster: 5, namespace: "default", name: "old", status: "allocated",
+         reason: "" });
+  assert.equal(byAttr("data-claim-row", "31"), undefined);
+  assert.equal(runTimers().length, 2);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(fetches.length, fetchedBefore + 2);
+  // Another cluster's claims do not refresh this page.
+  send({ type: "claim.status", claim: 40, cluster: 9, namespace: "default", name: "x", status: "pending",
+         reason: "waiting" });
+  assert.equal(timers.length, 0);
+  // A claim detail page whose claim is released goes to the claims list.
+  sandbox.document.body.dataset.goneOn = "claim:30";
+  sandbox.document.body.dataset.goneUrl = "/clusters/5/claims/";
+  send({ type: "claim.released", claim: 30, cluster: 5, namespace: "default", name: "infer", status: "allocated",
+         reason: "" });
+  assert.deepEqual(assigned, ["/clusters/5/claims/"]);
+  assigned.length = 0;
+  sandbox.document.body.dataset.goneOn = "pool:7";
+  sandbox.document.body.dataset.goneUrl = "/clusters/5/";
+  sandbox.document.body.dataset.refreshOn = "pool:7";
 
   // Garbage and unknown events are ignored.
   sockets[0].onmessage({ data: "not json" });

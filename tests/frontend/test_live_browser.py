@@ -14,7 +14,11 @@ from websockets.sync.client import connect
 
 from clusters.models import Cluster
 from clusters.services import cluster_event
+from nodepools.claims import create_claim, release_claim
+from nodepools.models import Claim
+from nodepools.services import reconcile
 from nvke.realtime import broadcast
+from nvke.tenancy.context import TenantContext
 from tests.integration import processes
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -121,3 +125,46 @@ def follow_events(daphne: str, browser: "Browser", owner, make_cluster) -> None:
     # Deleted elsewhere: the page leaves for the cluster list.
     broadcast(cluster.tenant_id, cluster_event(cluster, "cluster.deleted"), cluster_id=cluster.pk)
     browser.wait_for("location.pathname === '/clusters/'", "the move to the cluster list")
+
+
+def test_claims_list_follows_claim_events(asgi_server, browser, owner, make_cluster, make_pool):
+    try:
+        follow_claims(asgi_server.url, browser, owner, make_cluster, make_pool)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n--- daphne ---\n{asgi_server.log[-4000:]}") from None
+
+
+def follow_claims(daphne: str, browser: "Browser", owner, make_cluster, make_pool) -> None:
+    tenant = owner.memberships.get().tenant
+    cluster = make_cluster(tenant, "live")
+    pool = make_pool(cluster, name="frac", nodes=1, gpus_per_node=1, sharing_mode="fractional")
+    reconcile(pool.pk)
+    context = TenantContext(tenant, "owner")
+    big = create_claim(context=context, cluster=cluster, name="big", kind="fraction", gpu_memory_mib=20480)
+    late = create_claim(context=context, cluster=cluster, name="late", kind="fraction", gpu_memory_mib=8192)
+    assert (big.status, late.status) == ("allocated", "pending")
+
+    session = Client()
+    session.force_login(owner)
+    browser.call("Network.enable")
+    browser.call("Network.setCookie", name="sessionid", value=session.cookies["sessionid"].value, url=daphne)
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=f"{daphne}/clusters/{cluster.pk}/claims/")
+    badge = f"document.querySelector('[data-claim-status=\"{late.pk}\"]')"
+    browser.wait_for(f"{badge} && {badge}.textContent === 'pending'", "the claims page")
+
+    # Released elsewhere: its row goes; the waiting claim is placed, and its row refreshes with figures.
+    release_claim(big)  # places `late` after commit (tasks run eagerly in tests)
+    assert Claim.objects.get(pk=late.pk).status == "allocated"
+
+    def send() -> None:
+        event = {"cluster": cluster.pk, "namespace": "default", "reason": ""}
+        broadcast(tenant.pk, {**event, "type": "claim.released", "claim": big.pk, "name": "big",
+                              "status": "allocated"}, cluster_id=cluster.pk)  # fmt: skip
+        broadcast(tenant.pk, {**event, "type": "claim.status", "claim": late.pk, "name": "late",
+                              "status": "allocated"}, cluster_id=cluster.pk)  # fmt: skip
+
+    browser.wait_for(f"{badge}.textContent === 'allocated'", "the live claim status", poke=send)
+    browser.wait_for(f"!document.querySelector('[data-claim-row=\"{big.pk}\"]')", "the released row gone")
+    row = f"document.querySelector('[data-claim-row=\"{late.pk}\"]')"
+    browser.wait_for(f"{row} && {row}.textContent.includes('8Gi')", "the refreshed GPU-MEMORY column")

@@ -51,11 +51,17 @@ def test_embedded_default_serves_api_and_pages(tmp_path):
         # runs on commit, under the same allocation lock.
         csrf_header = {"X-CSRFToken": browser.cookies["csrftoken"], "Referer": f"{base}/"}
         body = {"cluster": clusters[0]["id"], "kind": "fraction", "gpu_memory": "4Gi", "compute_percent": 50}
-        first = browser.post(f"{base}/api/v1/claims/", json={**body, "name": "a"}, headers=csrf_header, timeout=10)
+        first = browser.post(
+            f"{base}/api/v1/claims/", json={**body, "name": "a"}, headers=csrf_header, timeout=10
+        )
         assert first.status_code == 201 and first.json()["status"] == "allocated", first.text
-        released = browser.delete(f"{base}/api/v1/claims/{first.json()['id']}/", headers=csrf_header, timeout=10)
+        released = browser.delete(
+            f"{base}/api/v1/claims/{first.json()['id']}/", headers=csrf_header, timeout=10
+        )
         assert released.status_code == 204
-        second = browser.post(f"{base}/api/v1/claims/", json={**body, "name": "b"}, headers=csrf_header, timeout=10)
+        second = browser.post(
+            f"{base}/api/v1/claims/", json={**body, "name": "b"}, headers=csrf_header, timeout=10
+        )
         assert second.status_code == 201 and second.json()["status"] == "allocated", second.text
 
         page = browser.get(f"{base}/clusters/{clusters[0]['id']}/", timeout=10)

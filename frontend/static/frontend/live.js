@@ -5,11 +5,14 @@
  *   data-cluster-status="<id>" / data-pool-status="<id>"  text and class from event.status
  *   data-cluster-reason="<id>" / data-pool-reason="<id>"  "reason: message"
  *   data-pool-nodes="<id>"                                "nodes/node_count"
+ *   data-claim-status="<id>" / data-claim-reason="<id>"   a GPU claim's status and pending reason
  *   data-cluster-row="<id>" / data-pool-row="<id>"        removed when the object is deleted
+ *   data-claim-row="<id>"                                 removed when the claim is released
  * Elements with data-live-region and an id are re-fetched from the server (the page itself) when an
- * event matches <body data-refresh-on> ("cluster:<id>", "pool:<id>" or "*", space-separated), and
- * after a reconnect, since events may have been missed meanwhile. When the page's own object is
- * deleted (<body data-gone-on>), the browser goes to <body data-gone-url>.
+ * event matches <body data-refresh-on> (space-separated keys: "cluster:<id>", "pool:<id>",
+ * "claim:<id>", "claims:<cluster id>" for any claim of a cluster, or "*"), and after a reconnect,
+ * since events may have been missed meanwhile. When the page's own object is deleted or released
+ * (<body data-gone-on>), the browser goes to <body data-gone-url>.
  */
 (function () {
   "use strict";
@@ -55,15 +58,21 @@
     });
   }
 
-  // "pool:<id>" for pool events, "cluster:<id>" for cluster events: the object the event is about.
+  function isClaimEvent(event) {
+    return event.type.indexOf("claim.") === 0;
+  }
+
+  // The object the event is about: "claim:<id>", "pool:<id>" or "cluster:<id>".
   function ownKey(event) {
+    if (isClaimEvent(event)) return "claim:" + event.claim;
     return event.type.indexOf("pool.") === 0 ? "pool:" + event.pool : "cluster:" + event.cluster;
   }
 
-  // A pool's events also concern its cluster's pages.
+  // A pool's or a claim's events also concern its cluster's pages; a claim's, the pages of claims.
   function keys(event) {
     var result = ["cluster:" + event.cluster];
     if (event.pool !== undefined) result.push("pool:" + event.pool);
+    if (isClaimEvent(event)) result.push("claims:" + event.cluster, "claim:" + event.claim);
     return result;
   }
 
@@ -118,10 +127,18 @@
       case "pool.deleted":
         removeRows("data-pool-row", event.pool);
         break;
+      case "claim.status":
+      case "claim.moved":
+        setStatus("data-claim-status", event.claim, event.status);
+        setReason("data-claim-reason", event.claim, event);
+        break;
+      case "claim.released":
+        removeRows("data-claim-row", event.claim);
+        break;
       default:
         return;
     }
-    if (/\.deleted$/.test(event.type) && listed(body.dataset.goneOn, [ownKey(event)])) {
+    if (/\.(deleted|released)$/.test(event.type) && listed(body.dataset.goneOn, [ownKey(event)])) {
       location.assign(body.dataset.goneUrl);
       return;
     }
