@@ -155,3 +155,23 @@ def test_delete_marks_the_cluster_deleting_until_the_task_runs(ui, tenant, make_
     ui.post(f"/clusters/{cluster.pk}/delete/")  # on_commit callbacks not run: the teardown waits
     response = ui.get("/clusters/")
     assert live_texts(response, "data-cluster-status", cluster.pk) == ["deleting"]
+
+
+def test_every_page_has_a_plain_title(ui, tenant, make_cluster, make_pool):
+    """Titles are text: markup that slips into a title block shows up raw in the browser's tab."""
+    import re
+
+    cluster = make_cluster(tenant, "prod")
+    pool = make_pool(cluster, name="gpu")
+    pages = {
+        "/": "Overview",
+        "/clusters/": "Clusters",
+        f"/clusters/{cluster.pk}/": "prod",
+        f"/clusters/{cluster.pk}/claims/": None,
+        f"/pools/{pool.pk}/": None,
+    }
+    for url, expected in pages.items():
+        title = re.search(r"<title>(.*?)</title>", text(ui.get(url)), re.S).group(1)
+        assert "<" not in title and "\n" not in title, (url, title)
+        if expected:
+            assert title == f"{expected} · NVKE", (url, title)
