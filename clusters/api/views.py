@@ -1,3 +1,4 @@
+from django.db.models import Count
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -23,7 +24,12 @@ class ClusterViewSet(
 ):
     """Kubernetes clusters of the tenant. Create and delete are asynchronous: watch `status`."""
 
-    queryset = Cluster.objects.select_related("kubernetes_version", "region")
+    # Meta.ordering does not apply to an aggregating query: order explicitly.
+    queryset = (
+        Cluster.objects.select_related("kubernetes_version", "region")
+        .annotate(node_pool_count=Count("node_pools"))
+        .order_by("name")
+    )
     serializer_class = ClusterSerializer
     filterset_class = ClusterFilter
     ordering_fields = ["name", "created_at", "status"]

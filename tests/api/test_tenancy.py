@@ -181,3 +181,37 @@ def test_token_acts_only_in_its_tenant(make_member, make_cluster, catalog):
         {"name": "x", "kubernetes_version": "1.35", "region": "us-east-1", "control_plane_nodes": 1},
     )
     assert response.status_code == 403
+
+
+@pytest.mark.parametrize("route", ["clusters", "node-pools", "nodes", "claims"])
+def test_lists_take_the_same_queries_for_one_object_or_many(api, owner, make_cluster, make_pool, route):
+    """No N+1: a list costs the same number of queries whatever its length."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from nodepools.claims import create_claim
+    from nodepools.services import reconcile
+    from nvke.tenancy.context import TenantContext
+
+    tenant = owner.memberships.get().tenant
+
+    def grow(n):
+        cluster = make_cluster(tenant, f"c{n}")
+        pool = make_pool(cluster, name="p", sharing_mode="fractional")
+        reconcile(pool.pk)
+        create_claim(
+            context=TenantContext(tenant, "owner"),
+            cluster=cluster,
+            name="x",
+            kind="fraction",
+            compute_percent=10,
+        )
+
+    grow(1)
+    with CaptureQueriesContext(connection) as one:
+        assert api.get(f"/api/v1/{route}/").status_code == 200
+    grow(2)
+    grow(3)
+    with CaptureQueriesContext(connection) as many:
+        assert api.get(f"/api/v1/{route}/").data["count"] > 1
+    assert len(many) == len(one), [q["sql"][:120] for q in many]
