@@ -252,3 +252,18 @@ def test_prune_keeps_recent_entries(api, cluster, pools):
     old = timezone.now() - datetime.timedelta(seconds=LOG_RETENTION_S + 1)
     AllocationEvent.objects.filter(cluster=cluster).update(created_at=old)
     assert prune_log() == recent
+
+
+def test_pending_claim_is_placed_when_its_pool_scales_up(
+    api, cluster, pools, django_capture_on_commit_callbacks
+):
+    assert (
+        claim(api, cluster, "all", kind="whole", gpus=8, pool=pools["whole"].pk).data["status"] == "allocated"
+    )
+    waiting = claim(api, cluster, "more", kind="whole", gpus=8, pool=pools["whole"].pk).data
+    assert waiting["status"] == "pending"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api.patch(f"/api/v1/node-pools/{pools['whole'].pk}/", {"node_count": 2}).status_code == 200
+    placed = api.get(f"/api/v1/claims/{waiting['id']}/").data
+    assert placed["status"] == "allocated"
+    assert placed["allocation"]["node"] != Claim.objects.get(name="all").allocation.node_id
