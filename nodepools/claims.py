@@ -38,15 +38,20 @@ CATALOG_TTL_S = 60  # how long a "never fits the catalog" answer is reused
 
 @contextmanager
 def allocation_lock(cluster_id: int) -> Iterator[None]:
-    """A transaction holding the cluster's allocation lock until it commits."""
-    if connection.vendor == "postgresql":
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, cluster_id])
-            yield
-    else:
-        with _sqlite_lock, transaction.atomic():
-            yield
+    """A transaction holding the cluster's allocation lock until it commits. If it rolls back, this
+    process's in-memory inventory of the cluster may hold changes that never happened: drop it."""
+    try:
+        if connection.vendor == "postgresql":
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, cluster_id])
+                yield
+        else:
+            with _sqlite_lock, transaction.atomic():
+                yield
+    except BaseException:
+        _snapshots.pop(cluster_id, None)
+        raise
 
 
 # --- claim shapes ------------------------------------------------------------------------------------

@@ -267,3 +267,20 @@ def test_pending_claim_is_placed_when_its_pool_scales_up(
     placed = api.get(f"/api/v1/claims/{waiting['id']}/").data
     assert placed["status"] == "allocated"
     assert placed["allocation"]["node"] != Claim.objects.get(name="all").allocation.node_id
+
+
+def test_a_rolled_back_placement_leaves_no_phantom_in_memory(api, cluster, pools, monkeypatch):
+    """The process's inventory is dropped when the locked transaction fails after placing."""
+    from nodepools import claims as service
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("broadcast failed")
+
+    monkeypatch.setattr(service, "_publish", fail)
+    with pytest.raises(RuntimeError):
+        claim(api, cluster, "doomed", kind="whole", gpus=8, pool=pools["whole"].pk)
+    monkeypatch.undo()
+    assert not GpuShare.objects.exists()
+    # The 8 GPUs the failed placement took in memory are free again for the next claim.
+    placed = claim(api, cluster, "next", kind="whole", gpus=8, pool=pools["whole"].pk).data
+    assert placed["status"] == "allocated", placed
