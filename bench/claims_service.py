@@ -42,6 +42,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--claims", type=int, default=250, help="claims per worker")
     parser.add_argument("--nodes", type=int, default=40, help="nodes per pool")
+    parser.add_argument(
+        "--queue",
+        action="store_true",
+        help="queue the claims: the loaders submit, N real Celery workers on the allocator queue place",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
@@ -90,8 +95,37 @@ def main() -> None:
         )
         reconcile(pool.pk)
 
-    # Workers start together a few seconds from now, once Django is loaded in each of them.
-    start_at = time.time() + 3 + args.workers
+    allocators = []
+    if args.queue:
+        import redis
+
+        redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+        allocators = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "nvke",
+                    "worker",
+                    "-Q",
+                    "allocator",
+                    "-P",
+                    "solo",
+                    "-n",
+                    f"allocator{i}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "-l",
+                    "warning",
+                ],
+                cwd=ROOT,
+            )
+            for i in range(args.workers)
+        ]
+    # Loaders start together a few seconds from now, once Django is loaded in each of them.
+    start_at = time.time() + 3 + 2 * args.workers
     workers = [
         subprocess.Popen(
             [
@@ -108,6 +142,7 @@ def main() -> None:
                 str(i),
                 "--start-at",
                 str(start_at),
+                *(["--queue"] if args.queue else []),
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -116,15 +151,29 @@ def main() -> None:
         for i in range(args.workers)
     ]
     reports = [json.loads(w.communicate()[0].strip().splitlines()[-1]) for w in workers]
-    wall = max(r["finished_at"] for r in reports) - start_at
     if any(w.returncode for w in workers):
-        sys.exit("a worker failed")
+        sys.exit("a loader failed")
+    finished = max(r["finished_at"] for r in reports)
+    if args.queue:  # done when the allocator workers have placed every claim
+        from nodepools.models import Claim
+
+        deadline = time.time() + 300
+        while Claim.objects.filter(status=Claim.Status.PENDING).exists() and time.time() < deadline:
+            time.sleep(0.05)
+        finished = time.time()
+        for allocator in allocators:
+            allocator.terminate()
+            allocator.wait()
+    from nodepools.models import Claim
+
+    wall = finished - start_at
     total = sum(r["claims"] for r in reports)
     result = {
+        "path": "queue" if args.queue else "api",
         "workers": args.workers,
         "claims": total,
-        "allocated": sum(r["allocated"] for r in reports),
-        "pending": sum(r["pending"] for r in reports),
+        "allocated": Claim.objects.filter(status=Claim.Status.ALLOCATED).count(),
+        "pending": Claim.objects.filter(status=Claim.Status.PENDING).count(),
         "seconds": round(wall, 2),
         "claims_per_s": round(total / wall, 1),
         "overcommits": len(allocation_violations(cluster.pk)),

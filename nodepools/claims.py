@@ -8,7 +8,7 @@ import datetime
 import functools
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -313,13 +313,14 @@ class Snapshot:
             if kind == AllocationEvent.Kind.RESET:
                 return False
             if kind == AllocationEvent.Kind.ADD:
-                self._apply(claim_id, _placement_of(placement))
+                self.apply(claim_id, _placement_of(placement))
             else:
                 self._release(claim_id)
             self.last_event = event_id
         return True
 
-    def _apply(self, claim_id: int, placement: core.Placement) -> None:
+    def apply(self, claim_id: int, placement: core.Placement) -> None:
+        """In memory only: the caller writes the allocation and logs it (`log_added`)."""
         self.fleet_of[placement.node_id].apply(placement)
         self.inventory.placements[claim_id] = placement
 
@@ -328,19 +329,33 @@ class Snapshot:
         if placement is not None:
             self.fleet_of[placement.node_id].release(placement)
 
-    def _log(self, **fields) -> None:
-        self.last_event = AllocationEvent.objects.create(cluster_id=self.cluster_id, **fields).pk
+    def _log(self, events: list[AllocationEvent]) -> None:
+        # One insert; ids come in list order, and we hold the lock, so the log stays in commit order.
+        self.last_event = max(e.pk for e in AllocationEvent.objects.bulk_create(events))
 
-    def add(self, claim_id: int, placement: core.Placement) -> None:
-        self._apply(claim_id, placement)
+    def log_added(self, placed: list[tuple[int, core.Placement]]) -> None:
         self._log(
-            kind=AllocationEvent.Kind.ADD, claim_id=claim_id, placement=_placement_json(claim_id, placement)
+            [
+                AllocationEvent(
+                    cluster_id=self.cluster_id,
+                    kind=AllocationEvent.Kind.ADD,
+                    claim_id=claim_id,
+                    placement=_placement_json(claim_id, placement),
+                )
+                for claim_id, placement in placed
+            ]
         )
 
     def remove(self, claim_id: int) -> None:
         if claim_id in self.inventory.placements:
             self._release(claim_id)
-            self._log(kind=AllocationEvent.Kind.REMOVE, claim_id=claim_id)
+            self._log(
+                [
+                    AllocationEvent(
+                        cluster_id=self.cluster_id, kind=AllocationEvent.Kind.REMOVE, claim_id=claim_id
+                    )
+                ]
+            )
 
 
 _snapshots: dict[int, Snapshot] = {}
@@ -403,41 +418,62 @@ def find_placement(claim: Claim, snap: "Snapshot") -> tuple[core.Placement | Non
     return None, unplaceable(counts, total).reason
 
 
-def _write_allocation(claim: Claim, placement: core.Placement, snap: "Snapshot") -> None:
-    allocation = Allocation.objects.create(
-        claim=claim,
-        node_id=placement.node_id,
-        isolation=placement.isolation,
-        cpu_milli=claim.cpu_milli,
-        host_memory_mib=claim.host_memory_mib,
+def _write_allocations(placed: list[tuple[Claim, core.Placement]], snap: "Snapshot") -> None:
+    """Rows for placements already applied to the snapshot: allocations, GPU shares, log entries, in
+    three inserts however many claims."""
+    allocations = Allocation.objects.bulk_create(
+        Allocation(
+            claim=claim,
+            node_id=p.node_id,
+            isolation=p.isolation,
+            cpu_milli=claim.cpu_milli,
+            host_memory_mib=claim.host_memory_mib,
+        )
+        for claim, p in placed
     )
     GpuShare.objects.bulk_create(
         GpuShare(
             allocation=allocation,
-            gpu_id=snap.inventory.gpu_pk[placement.node_id, index],
-            memory_mib=placement.memory_mib,
-            compute_milli=placement.compute_milli,
+            gpu_id=snap.inventory.gpu_pk[p.node_id, index],
+            memory_mib=p.memory_mib,
+            compute_milli=p.compute_milli,
             exclusive=claim.kind == Claim.Kind.WHOLE,
-            mig_profile=claim.mig_profile if placement.mig_start is not None else "",
-            mig_start=placement.mig_start,
-            mig_size=placement.mig_size or None,
+            mig_profile=claim.mig_profile if p.mig_start is not None else "",
+            mig_start=p.mig_start,
+            mig_size=p.mig_size or None,
         )
-        for index in placement.gpu_indexes
+        for allocation, (claim, p) in zip(allocations, placed, strict=True)
+        for index in p.gpu_indexes
     )
-    snap.add(claim.pk, placement)
+    snap.log_added([(claim.pk, p) for claim, p in placed])
 
 
-def _try_place(claim: Claim, snap: "Snapshot") -> bool:
-    """Place the claim if it fits now (writing its allocation); else record why it waits."""
-    placement, reason = find_placement(claim, snap)
-    if placement is not None:
-        _write_allocation(claim, placement, snap)
-        claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", timezone.now()
-    else:
-        claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
-    claim.save(update_fields=["status", "pending_reason", "allocated_at"])
-    _publish(claim)
-    return placement is not None
+def _place_all(claims: list[Claim], snap: "Snapshot") -> int:
+    """Place what fits, in order (each placement counts for the next), record why the rest wait, and
+    write it all in a handful of statements. Returns how many were placed."""
+    placed = []
+    now = timezone.now()
+    for claim in claims:
+        placement, reason = find_placement(claim, snap)
+        if placement is not None:
+            snap.apply(claim.pk, placement)
+            placed.append((claim, placement))
+            claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
+        else:
+            claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
+    if placed:
+        _write_allocations(placed, snap)
+    # One UPDATE per outcome (allocated, or waiting for a given reason), not one per claim.
+    outcomes: dict[tuple, list[int]] = defaultdict(list)
+    for claim in claims:
+        outcomes[claim.status, claim.pending_reason, claim.allocated_at].append(claim.pk)
+    for (status, reason, allocated_at), pks in outcomes.items():
+        Claim.objects.filter(pk__in=pks).update(
+            status=status, pending_reason=reason, allocated_at=allocated_at
+        )
+    for claim in claims:
+        _publish(claim)
+    return len(placed)
 
 
 def _publish(claim: Claim, type_: str = "claim.status") -> None:
@@ -491,8 +527,9 @@ def _catalog_refusal(request: core.Request, period: int) -> str | None:
     return core.fits_ever(request, catalog_shapes())
 
 
-def create_claim(*, context: TenantContext, cluster: Cluster, **fields) -> Claim:
-    """Validate, refuse what can never fit (400), then place now or leave it pending with a reason."""
+def create_claim(*, context: TenantContext, cluster: Cluster, place: bool = True, **fields) -> Claim:
+    """Validate, refuse what can never fit (400), then place now or leave it pending with a reason.
+    With `place=False` the claim is queued: the allocator queue places it in its next batch."""
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no claims.", field="cluster")
     claim = Claim(tenant=context.tenant, cluster=cluster, **fields)
@@ -512,8 +549,13 @@ def create_claim(*, context: TenantContext, cluster: Cluster, **fields) -> Claim
     except IntegrityError:  # the name is taken
         raise duplicate from None
     workload_for(cluster.pk).record(request_of(claim))
+    if not place:
+        from .tasks import place_pending_claims
+
+        place_pending_claims.delay(cluster.pk)
+        return claim
     with allocation_lock(cluster.pk):
-        _try_place(claim, snapshot(cluster.pk))
+        _place_all([claim], snapshot(cluster.pk))
     return claim
 
 
@@ -540,8 +582,7 @@ def place_pending(cluster_id: int) -> int:
         )
         if not pending:
             return 0
-        snap = snapshot(cluster_id)
-        return sum(_try_place(claim, snap) for claim in pending)
+        return _place_all(pending, snapshot(cluster_id))
 
 
 def unplace_claims_on(nodes) -> None:
@@ -613,6 +654,7 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
             claim = claims[move.claim_id]
             Allocation.objects.filter(claim=claim).delete()
             snap.remove(claim.pk)
-            _write_allocation(claim, move.target, snap)
+            snap.apply(claim.pk, move.target)
+            _write_allocations([(claim, move.target)], snap)
             _publish(claim, "claim.moved")
         return _planned(moves), _idle_gpus(snap.inventory) - before

@@ -40,6 +40,7 @@ class Command(BaseCommand):
         parser.add_argument("--claims", type=int, default=100)
         parser.add_argument("--prefix", default="load")
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--queue", action="store_true", help="queue the claims for the allocator queue")
         parser.add_argument(
             "--start-at",
             type=float,
@@ -47,7 +48,17 @@ class Command(BaseCommand):
             help="Unix time to start at, so several loaders start together",
         )
 
-    def handle(self, *args, cluster: int, claims: int, prefix: str, seed: int, start_at: float, **options):
+    def handle(
+        self,
+        *args,
+        cluster: int,
+        claims: int,
+        prefix: str,
+        seed: int,
+        start_at: float,
+        queue: bool,
+        **options,
+    ):
         target = Cluster.objects.select_related("tenant").get(pk=cluster)
         context = TenantContext(target.tenant, "owner")
         rng = random.Random(seed)
@@ -61,6 +72,7 @@ class Command(BaseCommand):
                 name=f"{prefix}-{i}",
                 cpu_milli=500,
                 host_memory_mib=1024,
+                place=not queue,
                 **rng.choice(shapes),
             )
         elapsed = time.perf_counter() - started
