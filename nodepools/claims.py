@@ -552,7 +552,7 @@ def create_claim(*, context: TenantContext, cluster: Cluster, place: bool = True
     if not place:
         from .tasks import place_pending_claims
 
-        place_pending_claims.delay(cluster.pk)
+        place_pending_claims.delay_on_commit(cluster.pk)
         return claim
     with allocation_lock(cluster.pk):
         _place_all([claim], snapshot(cluster.pk))

@@ -284,3 +284,30 @@ def test_a_rolled_back_placement_leaves_no_phantom_in_memory(api, cluster, pools
     # The 8 GPUs the failed placement took in memory are free again for the next claim.
     placed = claim(api, cluster, "next", kind="whole", gpus=8, pool=pools["whole"].pk).data
     assert placed["status"] == "allocated", placed
+
+
+def test_queued_claims_are_placed_in_one_batch(
+    owner, cluster, pools, django_capture_on_commit_callbacks, django_assert_max_num_queries
+):
+    from nodepools.claims import create_claim, place_pending
+    from nvke.tenancy.context import TenantContext
+
+    context = TenantContext(owner.memberships.get().tenant, "owner")
+    queued = [
+        create_claim(
+            context=context, cluster=cluster, name=f"q{i}", kind="fraction", compute_percent=20, place=False
+        )
+        for i in range(12)
+    ]
+    assert all(c.status == "pending" and c.pending_reason == "" for c in queued)
+    # Twelve claims, one pass: the writes do not grow with the number of claims.
+    with django_assert_max_num_queries(20):
+        assert place_pending(cluster.pk) == 12
+    assert Claim.objects.filter(status="allocated").count() == 12
+    assert GpuShare.objects.filter(allocation__claim__in=queued).count() == 12
+    with django_capture_on_commit_callbacks(execute=True):
+        late = create_claim(
+            context=context, cluster=cluster, name="late", kind="fraction", compute_percent=20, place=False
+        )
+    late.refresh_from_db()
+    assert late.status == "allocated"  # the queued task ran (eagerly here) after the commit
