@@ -97,14 +97,19 @@ def test_cluster_page_follows_events(asgi_server, browser, owner, make_cluster):
         raise AssertionError(f"{error}\n--- daphne ---\n{asgi_server.log[-4000:]}") from None
 
 
-def follow_events(daphne: str, browser: "Browser", owner, make_cluster) -> None:
-    cluster = make_cluster(owner.memberships.get().tenant, "live", status=Cluster.Status.PROVISIONING)
+def open_as(browser: "Browser", daphne: str, user, path: str) -> None:
+    """Sign `user` in (a real session cookie) and open `path` in the browser."""
     session = Client()
-    session.force_login(owner)
+    session.force_login(user)
     browser.call("Network.enable")
     browser.call("Network.setCookie", name="sessionid", value=session.cookies["sessionid"].value, url=daphne)
     browser.call("Page.enable")
-    browser.call("Page.navigate", url=f"{daphne}/clusters/{cluster.pk}/")
+    browser.call("Page.navigate", url=f"{daphne}{path}")
+
+
+def follow_events(daphne: str, browser: "Browser", owner, make_cluster) -> None:
+    cluster = make_cluster(owner.memberships.get().tenant, "live", status=Cluster.Status.PROVISIONING)
+    open_as(browser, daphne, owner, f"/clusters/{cluster.pk}/")
     badge = f"document.querySelector('[data-cluster-status=\"{cluster.pk}\"]')"
     browser.wait_for(f"{badge} && {badge}.textContent === 'provisioning'", "the cluster page")
 
@@ -144,12 +149,7 @@ def follow_claims(daphne: str, browser: "Browser", owner, make_cluster, make_poo
     late = create_claim(context=context, cluster=cluster, name="late", kind="fraction", gpu_memory_mib=8192)
     assert (big.status, late.status) == ("allocated", "pending")
 
-    session = Client()
-    session.force_login(owner)
-    browser.call("Network.enable")
-    browser.call("Network.setCookie", name="sessionid", value=session.cookies["sessionid"].value, url=daphne)
-    browser.call("Page.enable")
-    browser.call("Page.navigate", url=f"{daphne}/clusters/{cluster.pk}/claims/")
+    open_as(browser, daphne, owner, f"/clusters/{cluster.pk}/claims/")
     badge = f"document.querySelector('[data-claim-status=\"{late.pk}\"]')"
     browser.wait_for(f"{badge} && {badge}.textContent === 'pending'", "the claims page")
 
