@@ -594,6 +594,23 @@ def unplace_claims_on(nodes) -> None:
     )
 
 
+def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
+    """Take allocated claims off their GPUs (a drain, a failed GPU) and place them again at once where
+    they fit; the rest wait pending with the reason. Mark the node or GPU they leave unschedulable first
+    (and call `topology_changed`), or they land back on it. Returns how many were placed again."""
+    with allocation_lock(cluster_id):
+        snap = snapshot(cluster_id)
+        claims = list(
+            Claim.objects.filter(cluster_id=cluster_id, pk__in=claim_ids, status=Claim.Status.ALLOCATED)
+            .select_related("pool")
+            .order_by("-priority", "created_at")
+        )
+        Allocation.objects.filter(claim__in=claims).delete()
+        for claim in claims:
+            snap.remove(claim.pk)
+        return _place_all(claims, snap)
+
+
 def topology_changed(cluster_id: int) -> None:
     """Nodes or GPUs of the cluster changed (added, removed, cordoned, health): every process reloads
     its inventory before the next placement. Call inside the transaction that made the change."""

@@ -311,3 +311,28 @@ def test_queued_claims_are_placed_in_one_batch(
         )
     late.refresh_from_db()
     assert late.status == "allocated"  # the queued task ran (eagerly here) after the commit
+
+
+def test_evicted_claims_move_to_another_gpu_or_wait(api, cluster, pools):
+    from nodepools.claims import evict_claims, topology_changed
+    from nodepools.models import Gpu
+
+    moved = claim(api, cluster, "moved", kind="fraction", gpu_memory="20Gi").data
+    bystander = claim(api, cluster, "bystander", kind="fraction", gpu_memory="20Gi").data
+    (share,) = moved["allocation"]["gpus"]
+    failed = Gpu.objects.get(uuid=share["gpu_uuid"])
+    Gpu.objects.filter(pk=failed.pk).update(healthy=False)
+    topology_changed(cluster.pk)
+
+    assert evict_claims(cluster.pk, [moved["id"]]) == 1
+    after = GpuShare.objects.get(allocation__claim_id=moved["id"])
+    assert after.gpu_id != failed.pk and after.gpu.healthy
+    assert api.get(f"/api/v1/claims/{bystander['id']}/").data["allocation"] == bystander["allocation"]
+
+    Gpu.objects.filter(node=failed.node).update(healthy=False)
+    topology_changed(cluster.pk)
+    assert evict_claims(cluster.pk, [moved["id"], bystander["id"]]) == 0
+    for pk in (moved["id"], bystander["id"]):
+        pending = Claim.objects.get(pk=pk)
+        assert pending.status == "pending" and "nodes" in pending.pending_reason
+        assert not GpuShare.objects.filter(allocation__claim=pending).exists()
