@@ -4,12 +4,14 @@ One service around one pure placement core (`nodepools.allocation`). Every place
 under that cluster's allocation lock, reads the inventory fresh inside it, and writes the allocation in
 the same transaction, so concurrent workers never over-commit a GPU."""
 
+import contextlib
 import datetime
 import functools
+import json
 import threading
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -24,8 +26,10 @@ from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 
 from . import allocation as core
+from . import claim_rows
 from .allocation import fleet
 from .allocation.state import unplaceable
+from .claim_rows import AllocationRow, Outcome, ShareRow
 from .models import Allocation, AllocationEvent, Claim, Gpu, GpuModel, GpuShare, Node, NodePool, SharingMode
 
 LOCK_NAMESPACE = 0x4E564B45  # "NVKE": advisory-lock key space of the allocator
@@ -43,8 +47,14 @@ def allocation_lock(cluster_id: int) -> Iterator[None]:
     try:
         if connection.vendor == "postgresql":
             with transaction.atomic():
+                # One round trip: the lock, and the log entries this process's snapshot has not seen.
+                snap = _snapshots.get(cluster_id)
+                after = snap.last_event if snap else None
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, cluster_id])
+                    cursor.execute(
+                        "SELECT * FROM nvke_allocation_lock(%s, %s, %s)", [LOCK_NAMESPACE, cluster_id, after]
+                    )
+                    _log_tails[cluster_id] = (after, cursor.fetchall())
                 yield
         else:
             with _sqlite_lock, transaction.atomic():
@@ -52,6 +62,8 @@ def allocation_lock(cluster_id: int) -> Iterator[None]:
     except BaseException:
         _snapshots.pop(cluster_id, None)
         raise
+    finally:
+        _log_tails.pop(cluster_id, None)
 
 
 # --- claim shapes ------------------------------------------------------------------------------------
@@ -306,10 +318,7 @@ class Snapshot:
         """Apply what other processes logged since; False when a reload is needed instead."""
         if time.monotonic() - self.loaded_at > self.MAX_AGE_S:
             return False
-        events = AllocationEvent.objects.filter(cluster_id=self.cluster_id, id__gt=self.last_event).order_by(
-            "id"
-        )
-        for event_id, kind, claim_id, placement in events.values_list("id", "kind", "claim_id", "placement"):
+        for event_id, kind, claim_id, placement in self._unseen_log():
             if kind == AllocationEvent.Kind.RESET:
                 return False
             if kind == AllocationEvent.Kind.ADD:
@@ -319,8 +328,16 @@ class Snapshot:
             self.last_event = event_id
         return True
 
+    def _unseen_log(self) -> Iterable[tuple[int, str, int | None, dict | None]]:
+        after, rows = _log_tails.get(self.cluster_id, (None, None))
+        if rows is not None and after == self.last_event:  # fetched with the lock
+            # Django's PostgreSQL backend hands jsonb to raw cursors as text.
+            return ((i, kind, c, json.loads(p) if p else None) for i, kind, c, p in rows)
+        events = AllocationEvent.objects.filter(cluster_id=self.cluster_id, id__gt=self.last_event)
+        return events.order_by("id").values_list("id", "kind", "claim_id", "placement")
+
     def apply(self, claim_id: int, placement: core.Placement) -> None:
-        """In memory only: the caller writes the allocation and logs it (`log_added`)."""
+        """In memory only: the caller writes the allocation and logs it (`_write_pass`)."""
         self.fleet_of[placement.node_id].apply(placement)
         self.inventory.placements[claim_id] = placement
 
@@ -332,19 +349,6 @@ class Snapshot:
     def _log(self, events: list[AllocationEvent]) -> None:
         # One insert; ids come in list order, and we hold the lock, so the log stays in commit order.
         self.last_event = max(e.pk for e in AllocationEvent.objects.bulk_create(events))
-
-    def log_added(self, placed: list[tuple[int, core.Placement]]) -> None:
-        self._log(
-            [
-                AllocationEvent(
-                    cluster_id=self.cluster_id,
-                    kind=AllocationEvent.Kind.ADD,
-                    claim_id=claim_id,
-                    placement=_placement_json(claim_id, placement),
-                )
-                for claim_id, placement in placed
-            ]
-        )
 
     def remove(self, claim_id: int) -> None:
         if claim_id in self.inventory.placements:
@@ -359,6 +363,8 @@ class Snapshot:
 
 
 _snapshots: dict[int, Snapshot] = {}
+# Per cluster: the log entries after a given id, read with the lock by `allocation_lock` (PostgreSQL).
+_log_tails: dict[int, tuple[int | None, list[tuple]]] = {}
 LOG_RETENTION_S = 2 * Snapshot.MAX_AGE_S  # a snapshot reloads before the entries it needs are pruned
 
 
@@ -418,34 +424,38 @@ def find_placement(claim: Claim, snap: "Snapshot") -> tuple[core.Placement | Non
     return None, unplaceable(counts, total).reason
 
 
-def _write_allocations(placed: list[tuple[Claim, core.Placement]], snap: "Snapshot") -> None:
-    """Rows for placements already applied to the snapshot: allocations, GPU shares, log entries, in
-    three inserts however many claims."""
-    allocations = Allocation.objects.bulk_create(
-        Allocation(
-            claim=claim,
-            node_id=p.node_id,
-            isolation=p.isolation,
-            cpu_milli=claim.cpu_milli,
-            host_memory_mib=claim.host_memory_mib,
+def _write_pass(
+    snap: "Snapshot", placed: list[tuple[Claim, core.Placement]], outcomes: list[Outcome]
+) -> None:
+    """Rows for placements already applied to the snapshot (allocations, GPU shares, log entries) and the
+    claims' new status, in one statement on PostgreSQL however many claims."""
+    last = claim_rows.write(
+        claim_rows.Pass(
+            cluster_id=snap.cluster_id,
+            allocations=[
+                AllocationRow(claim.pk, p.node_id, p.isolation, claim.cpu_milli, claim.host_memory_mib)
+                for claim, p in placed
+            ],
+            shares=[
+                ShareRow(
+                    claim_id=claim.pk,
+                    gpu_id=snap.inventory.gpu_pk[p.node_id, index],
+                    memory_mib=p.memory_mib,
+                    compute_milli=p.compute_milli,
+                    exclusive=claim.kind == Claim.Kind.WHOLE,
+                    mig_profile=claim.mig_profile if p.mig_start is not None else "",
+                    mig_start=p.mig_start,
+                    mig_size=p.mig_size or None,
+                )
+                for claim, p in placed
+                for index in p.gpu_indexes
+            ],
+            log=[(claim.pk, _placement_json(claim.pk, p)) for claim, p in placed],
+            outcomes=outcomes,
         )
-        for claim, p in placed
     )
-    GpuShare.objects.bulk_create(
-        GpuShare(
-            allocation=allocation,
-            gpu_id=snap.inventory.gpu_pk[p.node_id, index],
-            memory_mib=p.memory_mib,
-            compute_milli=p.compute_milli,
-            exclusive=claim.kind == Claim.Kind.WHOLE,
-            mig_profile=claim.mig_profile if p.mig_start is not None else "",
-            mig_start=p.mig_start,
-            mig_size=p.mig_size or None,
-        )
-        for allocation, (claim, p) in zip(allocations, placed, strict=True)
-        for index in p.gpu_indexes
-    )
-    snap.log_added([(claim.pk, p) for claim, p in placed])
+    if last is not None:
+        snap.last_event = last
 
 
 def _place_all(claims: list[Claim], snap: "Snapshot") -> int:
@@ -461,16 +471,7 @@ def _place_all(claims: list[Claim], snap: "Snapshot") -> int:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
         else:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
-    if placed:
-        _write_allocations(placed, snap)
-    # One UPDATE per outcome (allocated, or waiting for a given reason), not one per claim.
-    outcomes: dict[tuple, list[int]] = defaultdict(list)
-    for claim in claims:
-        outcomes[claim.status, claim.pending_reason, claim.allocated_at].append(claim.pk)
-    for (status, reason, allocated_at), pks in outcomes.items():
-        Claim.objects.filter(pk__in=pks).update(
-            status=status, pending_reason=reason, allocated_at=allocated_at
-        )
+    _write_pass(snap, placed, [Outcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
     for claim in claims:
         _publish(claim)
     return len(placed)
@@ -543,16 +544,18 @@ def create_claim(*, context: TenantContext, cluster: Cluster, place: bool = True
         field="name",
         code="duplicate",
     )
+    # Saved pending, outside the lock: should placing never run, beat places it. Inside a caller's
+    # transaction, a savepoint keeps a taken name from breaking it; alone, one INSERT is enough.
     try:
-        with transaction.atomic():  # pending, outside the lock; should placing never run, beat places it
+        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
             claim.save()
     except IntegrityError:  # the name is taken
         raise duplicate from None
     workload_for(cluster.pk).record(request_of(claim))
     if not place:
-        from .tasks import place_pending_claims
+        from .tasks import request_placement
 
-        place_pending_claims.delay_on_commit(cluster.pk)
+        request_placement(cluster.pk)
         return claim
     with allocation_lock(cluster.pk):
         _place_all([claim], snapshot(cluster.pk))
@@ -561,14 +564,14 @@ def create_claim(*, context: TenantContext, cluster: Cluster, place: bool = True
 
 def release_claim(claim: Claim) -> None:
     """Free the claim's capacity at once; pending claims of the cluster get another try."""
-    from .tasks import place_pending_claims
+    from .tasks import request_placement
 
     with allocation_lock(claim.cluster_id):
         snap = snapshot(claim.cluster_id)
         _publish(claim, "claim.released")
         Claim.objects.filter(pk=claim.pk).delete()
         snap.remove(claim.pk)
-        place_pending_claims.delay_on_commit(claim.cluster_id)
+        request_placement(claim.cluster_id)
 
 
 def place_pending(cluster_id: int) -> int:
@@ -672,6 +675,6 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
             Allocation.objects.filter(claim=claim).delete()
             snap.remove(claim.pk)
             snap.apply(claim.pk, move.target)
-            _write_allocations([(claim, move.target)], snap)
+            _write_pass(snap, [(claim, move.target)], [])
             _publish(claim, "claim.moved")
         return _planned(moves), _idle_gpus(snap.inventory) - before

@@ -196,7 +196,7 @@ def reconcile(pool_id: int) -> None:
 def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
     """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove)."""
     from .claims import topology_changed, unplace_claims_on
-    from .tasks import place_pending_claims
+    from .tasks import request_placement
 
     existing = {node.name: node for node in pool.nodes.all()}
     gone = Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported])
@@ -220,4 +220,4 @@ def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
             gpu.healthy = gpu_info.healthy
             gpu.save()
     topology_changed(pool.cluster_id)
-    place_pending_claims.delay_on_commit(pool.cluster_id)
+    request_placement(pool.cluster_id)

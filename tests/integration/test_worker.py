@@ -45,3 +45,32 @@ def test_worker_provisions_cluster_and_pool(api, catalog, celery_worker_process)
     assert api.delete(f"/api/v1/clusters/{cluster_id}/").status_code == 202
     wait_until(lambda: not Cluster.objects.filter(pk=cluster_id).exists(), "cluster torn down")
     assert not NodePool.objects.exists()
+
+
+def test_queued_claims_ride_on_one_queued_pass(owner, make_cluster, make_pool, celery_worker_process):
+    """A burst of queued claims: a real worker on the allocator queue places them all, and claims that
+    arrive while a pass is queued do not queue passes of their own."""
+    from nodepools.claims import create_claim
+    from nodepools.models import Claim
+    from nodepools.services import reconcile
+    from nodepools.tasks import _queued_key, _redis
+    from nvke.tenancy.context import TenantContext
+
+    tenant = owner.memberships.get().tenant
+    cluster = make_cluster(tenant, "prod")
+    reconcile(make_pool(cluster, name="frac", gpu_model="l4", nodes=2, sharing_mode="fractional").pk)
+    context = TenantContext(tenant, "owner")
+    for i in range(30):
+        create_claim(
+            context=context, cluster=cluster, name=f"q{i}", kind="fraction", gpu_memory_mib=2048, place=False
+        )
+    wait_until(
+        lambda: Claim.objects.filter(cluster=cluster, status="allocated").count() == 30, "all 30 placed"
+    )
+    passes = [
+        line
+        for line in celery_worker_process.log.splitlines()
+        if "place_pending_claims" in line and "received" in line
+    ]
+    assert 1 <= len(passes) < 30, celery_worker_process.log
+    wait_until(lambda: not _redis().exists(_queued_key(cluster.pk)), "no pass left queued")

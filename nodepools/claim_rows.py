@@ -1,0 +1,142 @@
+"""Writing a placement pass: allocations, GPU shares, allocation-log entries and each claim's new status.
+
+On PostgreSQL it all goes in one statement (data-modifying CTEs fed by JSON), because the allocation
+lock is held while it runs and every round trip there is time no other worker can place. SQLite (the
+embedded default, one process) takes the same rows through the ORM."""
+
+import datetime
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+from django.db import connection
+
+from .models import Allocation, AllocationEvent, Claim, GpuShare
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    claim_id: int
+    node_id: int
+    isolation: str
+    cpu_milli: int
+    host_memory_mib: int
+
+
+@dataclass(frozen=True)
+class ShareRow:
+    claim_id: int
+    gpu_id: int
+    memory_mib: int
+    compute_milli: int
+    exclusive: bool
+    mig_profile: str
+    mig_start: int | None
+    mig_size: int | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    claim_id: int
+    status: str
+    reason: str
+    allocated_at: datetime.datetime | None
+
+
+@dataclass
+class Pass:
+    """What one placement pass decided, in placement order."""
+
+    cluster_id: int
+    allocations: list[AllocationRow]
+    shares: list[ShareRow]
+    log: list[tuple[int, dict]]  # (claim id, placement as the log stores it)
+    outcomes: list[Outcome]
+
+
+def write(decided: Pass) -> int | None:
+    """Write the pass in the current transaction; returns the id of its last log entry, if any."""
+    if connection.vendor == "postgresql":
+        return _write_one_statement(decided)
+    return _write_with_orm(decided)
+
+
+_ONE_STATEMENT = """
+WITH a_rows AS (
+    SELECT * FROM jsonb_to_recordset(%(allocations)s::jsonb) AS r(
+        claim_id bigint, node_id bigint, isolation text, cpu_milli integer, host_memory_mib integer)
+), a AS (
+    INSERT INTO nodepools_allocation (claim_id, node_id, isolation, cpu_milli, host_memory_mib, created_at)
+    SELECT claim_id, node_id, isolation, cpu_milli, host_memory_mib, %(now)s FROM a_rows
+    RETURNING id, claim_id
+), s AS (
+    INSERT INTO nodepools_gpushare
+        (allocation_id, gpu_id, memory_mib, compute_milli, exclusive, mig_profile, mig_start, mig_size)
+    SELECT a.id, r.gpu_id, r.memory_mib, r.compute_milli, r.exclusive, r.mig_profile, r.mig_start, r.mig_size
+    FROM jsonb_to_recordset(%(shares)s::jsonb) AS r(
+        claim_id bigint, gpu_id bigint, memory_mib integer, compute_milli integer, exclusive boolean,
+        mig_profile text, mig_start integer, mig_size integer)
+    JOIN a ON a.claim_id = r.claim_id
+), u AS (
+    UPDATE nodepools_claim c
+    SET status = r.status, pending_reason = r.reason, allocated_at = r.allocated_at
+    FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS r(
+        claim_id bigint, status text, reason text, allocated_at timestamptz)
+    WHERE c.id = r.claim_id
+), e AS (
+    INSERT INTO nodepools_allocationevent (cluster_id, kind, claim_id, placement, created_at)
+    SELECT %(cluster)s, 'add', r.claim_id, r.placement, %(now)s
+    FROM jsonb_to_recordset(%(log)s::jsonb) AS r(n integer, claim_id bigint, placement jsonb)
+    ORDER BY n
+    RETURNING id
+)
+SELECT max(id) FROM e
+"""
+
+
+def _json(rows: list) -> str:
+    return json.dumps([asdict(row) for row in rows], default=str)
+
+
+def _write_one_statement(decided: Pass) -> int | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ONE_STATEMENT,
+            {
+                "allocations": _json(decided.allocations),
+                "shares": _json(decided.shares),
+                "outcomes": _json(decided.outcomes),
+                "log": json.dumps(
+                    [{"n": n, "claim_id": c, "placement": p} for n, (c, p) in enumerate(decided.log)]
+                ),
+                "cluster": decided.cluster_id,
+                "now": datetime.datetime.now(datetime.UTC),
+            },
+        )
+        return cursor.fetchone()[0]
+
+
+def _write_with_orm(decided: Pass) -> int | None:
+    allocations = Allocation.objects.bulk_create(Allocation(**asdict(row)) for row in decided.allocations)
+    allocation_of = {a.claim_id: a for a in allocations}
+    GpuShare.objects.bulk_create(
+        GpuShare(allocation=allocation_of[row.claim_id], **asdict(row, dict_factory=_without_claim))
+        for row in decided.shares
+    )
+    # One UPDATE per outcome (allocated, or waiting for a given reason), not one per claim.
+    by_outcome: dict[tuple, list[int]] = defaultdict(list)
+    for o in decided.outcomes:
+        by_outcome[o.status, o.reason, o.allocated_at].append(o.claim_id)
+    for (status, reason, allocated_at), pks in by_outcome.items():
+        Claim.objects.filter(pk__in=pks).update(
+            status=status, pending_reason=reason, allocated_at=allocated_at
+        )
+    events = AllocationEvent.objects.bulk_create(
+        AllocationEvent(cluster_id=decided.cluster_id, kind=AllocationEvent.Kind.ADD, claim_id=c, placement=p)
+        for c, p in decided.log
+    )
+    return max((e.pk for e in events), default=None)
+
+
+def _without_claim(items: list[tuple[str, object]]) -> dict:
+    return {k: v for k, v in items if k != "claim_id"}
