@@ -45,5 +45,7 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def nvke_event(self, message):
-        await self.send_json(message["event"])
+    async def nvke_events(self, message):
+        """Events that were broadcast together arrive as one message: one frame each."""
+        for event in message["events"]:
+            await self.send_json(event)

@@ -3,22 +3,30 @@
 Groups: `tenant-<id>` (fleet views) and `tenant-<id>.cluster-<id>` (a cluster's pages).
 
 With a Redis channel layer, events go out from one long-lived event loop in a background thread, so
-a service that broadcasts per claim does not pay for a new event loop and thread every time; the
-in-memory layer (the embedded default, one process) is reached with async_to_sync, as its consumers
-live on the server's own loop."""
+a service that broadcasts per claim does not pay for a new event loop and thread every time. Events
+that are waiting there together (a placement pass commits hundreds at once) go to each group as one
+channel-layer message; consumers unpack it into one websocket frame per event. The in-memory layer
+(the embedded default, one process) is reached with async_to_sync, as its consumers live on the
+server's own loop."""
 
 import asyncio
 import atexit
 import concurrent.futures
+import logging
 import threading
+from collections import defaultdict
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
 FLUSH_AT_EXIT_S = 5.0
+MESSAGE_TYPE = "nvke.events"  # handled by a consumer's `nvke_events`
+
+log = logging.getLogger(__name__)
 
 _loop: asyncio.AbstractEventLoop | None = None
+_outbox: asyncio.Queue | None = None
 _loop_lock = threading.Lock()
 _in_flight: set[concurrent.futures.Future] = set()
 
@@ -31,19 +39,39 @@ def cluster_group(tenant_id: int, cluster_id: int) -> str:
     return f"tenant-{tenant_id}.cluster-{cluster_id}"
 
 
-async def _send(layer, groups: list[str], event: dict) -> None:
-    for group in groups:
-        await layer.group_send(group, {"type": "nvke.event", "event": event})
+async def _send(layer, by_group: dict[str, list[dict]]) -> None:
+    for group, events in by_group.items():
+        await layer.group_send(group, {"type": MESSAGE_TYPE, "events": events})
 
 
-def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+async def _sender(outbox: asyncio.Queue) -> None:
+    """Take whatever has queued up, send it as one message per group, repeat."""
+    while True:
+        batch = [await outbox.get()]
+        while not outbox.empty():
+            batch.append(outbox.get_nowait())
+        by_group: dict[str, list[dict]] = defaultdict(list)
+        for groups, event, _ in batch:
+            for group in groups:
+                by_group[group].append(event)
+        try:
+            await _send(get_channel_layer(), by_group)
+        except Exception:  # a broken channel layer must not stop later events
+            log.exception("Could not send %d events", len(batch))
+        for _, _, done in batch:
+            done.set_result(None)
+
+
+def _background_loop() -> tuple[asyncio.AbstractEventLoop, asyncio.Queue]:
+    global _loop, _outbox
     with _loop_lock:
         if _loop is None:
             _loop = asyncio.new_event_loop()
+            _outbox = asyncio.Queue()
+            _loop.create_task(_sender(_outbox))
             threading.Thread(target=_loop.run_forever, name="nvke-broadcast", daemon=True).start()
             atexit.register(flush)
-    return _loop
+    return _loop, _outbox
 
 
 def flush(timeout_s: float = FLUSH_AT_EXIT_S) -> None:
@@ -60,10 +88,12 @@ def broadcast(tenant_id: int, event: dict, cluster_id: int | None = None) -> Non
     def send() -> None:
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):
-            async_to_sync(_send)(layer, groups, event)
+            async_to_sync(_send)(layer, {group: [event] for group in groups})
             return
-        future = asyncio.run_coroutine_threadsafe(_send(layer, groups, event), _background_loop())
-        _in_flight.add(future)
-        future.add_done_callback(_in_flight.discard)
+        loop, outbox = _background_loop()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        _in_flight.add(done)
+        done.add_done_callback(_in_flight.discard)
+        loop.call_soon_threadsafe(outbox.put_nowait, (groups, event, done))
 
     transaction.on_commit(send)

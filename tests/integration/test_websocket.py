@@ -85,3 +85,20 @@ def test_sockets_refuse_strangers(asgi_server, owner, make_member, make_cluster)
     with open_socket(asgi_server, owner, f"/ws/events/?cluster={mine.pk}") as ws:
         with pytest.raises(TimeoutError):
             ws.recv(timeout=0.5)  # accepted, and quiet until something changes
+
+
+def test_events_committed_together_arrive_as_frames_in_order(asgi_server, owner):
+    """A transaction's events travel as one channel-layer message per group; the client still gets
+    one frame per event, in the order they were broadcast."""
+    from django.db import transaction
+
+    from nvke.realtime import broadcast, flush
+
+    tenant = owner.memberships.get().tenant
+    with open_socket(asgi_server, owner) as socket:
+        with transaction.atomic():
+            for n in range(50):
+                broadcast(tenant.pk, {"type": "test.tick", "n": n})
+        flush()
+        frames = [json.loads(socket.recv(timeout=10)) for _ in range(50)]
+    assert [f["n"] for f in frames] == list(range(50))
