@@ -6,7 +6,8 @@ concurrent worker processes, and the over-commits found afterwards.
 
 REDIS_URL defaults to redis://127.0.0.1:6379/13 (the Channels layer that carries each claim's event).
 It empties that database (flush), seeds the catalog, builds one cluster with a fractional L4 pool and a
-MIG H100 pool in the simulator, then runs `manage.py claim_load` in each worker process at once."""
+MIG H100 pool in the simulator, then runs `manage.py claim_load` in each worker process; the clock
+starts once every loader has loaded Django (and, with --queue, every allocator worker answers a ping)."""
 
 import argparse
 import json
@@ -124,8 +125,11 @@ def main() -> None:
             )
             for i in range(args.workers)
         ]
-    # Loaders start together a few seconds from now, once Django is loaded in each of them.
-    start_at = time.time() + 3 + 2 * args.workers
+    if allocators:  # every allocator worker answers before the clock starts
+        from nvke.celery import app
+
+        while len(app.control.ping(timeout=1.0)) < len(allocators):
+            pass
     workers = [
         subprocess.Popen(
             [
@@ -140,16 +144,22 @@ def main() -> None:
                 f"w{i}",
                 "--seed",
                 str(i),
-                "--start-at",
-                str(start_at),
+                "--wait-for-go",
                 *(["--queue"] if args.queue else []),
             ],
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for i in range(args.workers)
     ]
+    for w in workers:  # Django loaded in each loader
+        assert w.stdout.readline().strip() == "ready"
+    start_at = time.time()
+    for w in workers:
+        w.stdin.write("go\n")
+        w.stdin.flush()
     reports = [json.loads(w.communicate()[0].strip().splitlines()[-1]) for w in workers]
     if any(w.returncode for w in workers):
         sys.exit("a loader failed")
@@ -177,6 +187,7 @@ def main() -> None:
         "seconds": round(wall, 2),
         "claims_per_s": round(total / wall, 1),
         "overcommits": len(allocation_violations(cluster.pk)),
+        "loader_seconds": [r["seconds"] for r in reports],
         "gpus": 2 * 8 * args.nodes,
     }
     if args.json:

@@ -95,7 +95,7 @@ SELECT max(id) FROM e
 
 
 def _json(rows: list) -> str:
-    return json.dumps([asdict(row) for row in rows], default=str)
+    return json.dumps([vars(row) for row in rows], default=str)
 
 
 def _write_one_statement(decided: Pass) -> int | None:

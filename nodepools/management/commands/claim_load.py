@@ -3,6 +3,7 @@ what happened as JSON. Several of these run at once in the race test and the ser
 
 import json
 import random
+import sys
 import time
 
 from django.core.management.base import BaseCommand
@@ -42,10 +43,9 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--queue", action="store_true", help="queue the claims for the allocator queue")
         parser.add_argument(
-            "--start-at",
-            type=float,
-            default=0.0,
-            help="Unix time to start at, so several loaders start together",
+            "--wait-for-go",
+            action="store_true",
+            help='print "ready", then start when a line arrives on stdin (so several loaders start together)',
         )
 
     def handle(
@@ -55,7 +55,7 @@ class Command(BaseCommand):
         claims: int,
         prefix: str,
         seed: int,
-        start_at: float,
+        wait_for_go: bool,
         queue: bool,
         **options,
     ):
@@ -63,7 +63,10 @@ class Command(BaseCommand):
         context = TenantContext(target.tenant, "owner")
         rng = random.Random(seed)
         shapes = shapes_for(target)
-        time.sleep(max(0.0, start_at - time.time()))  # line up with the other loaders
+        if wait_for_go:  # line up with the other loaders, Django's start-up done
+            self.stdout.write("ready")
+            self.stdout.flush()
+            sys.stdin.readline()
         started = time.perf_counter()
         for i in range(claims):
             create_claim(
