@@ -1,6 +1,9 @@
 import pytest
 from django.test import Client
 
+# Browser fixtures (Playwright + Debian's Chromium on a live daphne): see browser.py.
+from .browser import browser_context_factory, owner_page, page  # noqa: F401
+
 
 @pytest.fixture
 def tenant(owner):
@@ -23,3 +26,11 @@ def ui_for():
 def ui(owner, ui_for):
     """A browser session signed in as an owner of tenant 'acme'."""
     return ui_for(owner)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item, so browser fixtures can tell a failure at teardown."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
