@@ -19,6 +19,7 @@ urlpatterns = [
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
     path("pools/<int:pk>/scale/", views.pool_scale, name="pool-scale"),
     path("pools/<int:pk>/delete/", views.pool_delete, name="pool-delete"),
+    path("nodes/<int:pk>/", views.node_detail, name="node-detail"),
     path("clusters/<int:pk>/claims/", views.claim_list, name="claim-list"),
     path("clusters/<int:pk>/claims/new/", views.claim_create, name="claim-create"),
     path("claims/<int:pk>/", views.claim_detail, name="claim-detail"),

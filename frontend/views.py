@@ -34,6 +34,7 @@ from .forms import (
     add_domain_error,
     cluster_filter,
 )
+from .snapshot import host_usage
 
 WS_EVENTS = "/ws/events/"  # nvke/routing.py
 CLUSTERS_PER_PAGE = 50
@@ -220,12 +221,16 @@ def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
     )
 
 
+def _gpus_with_shares():
+    """GPUs in index order with each claim share (and its claim) prefetched, for the GPU snapshot."""
+    shares = GpuShare.objects.select_related("allocation__claim").order_by("mig_start", "pk")
+    return Gpu.objects.order_by("index").prefetch_related(Prefetch("shares", queryset=shares))
+
+
 def _pool_page(
     request: HttpRequest, pool: NodePool, scale_form: PoolScaleForm, status: int = 200
 ) -> HttpResponse:
-    shares = GpuShare.objects.select_related("allocation__claim").order_by("mig_start", "pk")
-    gpus = Gpu.objects.order_by("index").prefetch_related(Prefetch("shares", queryset=shares))
-    nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=gpus))
+    nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=_gpus_with_shares()))
     return render(
         request,
         "frontend/pool_detail.html",
@@ -285,6 +290,38 @@ def pool_delete(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
         return redirect("cluster-detail", pk=pool.cluster_id)
     return render(
         request, "frontend/pool_confirm_delete.html", {"pool": pool, "node_count": pool.nodes.count()}
+    )
+
+
+# --- Nodes -----------------------------------------------------------------------------------------
+
+
+@tenant_view
+def node_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    node = get_object_or_404(
+        Node.objects.restrict(context).select_related("pool__cluster", "pool__gpu_model"), pk=pk
+    )
+    pool = node.pool
+    held = Allocation.objects.filter(node=node, claim__status=Claim.Status.ALLOCATED).aggregate(
+        cpu=Sum("cpu_milli"), memory=Sum("host_memory_mib"), claims=Count("pk")
+    )
+    return render(
+        request,
+        "frontend/node_detail.html",
+        {
+            "node": node,
+            "pool": pool,
+            "gpus": _gpus_with_shares().filter(node=node),
+            "mig": pool.sharing_mode == SharingMode.MIG,
+            "host": host_usage(node, held["cpu"] or 0, held["memory"] or 0),
+            "claim_count": held["claims"],
+            "live": live(
+                f"cluster={pool.cluster_id}",
+                refresh_on=f"pool:{pool.pk} claims:{pool.cluster_id}",  # node sync and claims move it
+                gone_on=f"pool:{pool.pk}",
+                gone_url=reverse("cluster-detail", args=[pool.cluster_id]),
+            ),
+        },
     )
 
 
