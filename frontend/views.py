@@ -34,6 +34,7 @@ from .forms import (
     add_domain_error,
     cluster_filter,
 )
+from .pool_hints import pool_hints
 from .snapshot import host_usage
 
 WS_EVENTS = "/ws/events/"  # nvke/routing.py
@@ -216,7 +217,7 @@ def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
     return render(
         request,
         "frontend/pool_form.html",
-        {"form": form, "cluster": cluster},
+        {"form": form, "cluster": cluster, "hints": pool_hints(form.fields["driver_release"].queryset)},
         status=400 if form.errors else 200,
     )
 

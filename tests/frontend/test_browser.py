@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 from clusters.models import Cluster
 from clusters.services import cluster_event
 from nodepools.claims import create_claim, release_claim
-from nodepools.models import Claim, NodePool
+from nodepools.models import Claim, GpuModel, NodePool
 from nodepools.services import pool_event, reconcile, update_pool
 from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
@@ -119,6 +119,38 @@ def test_create_a_cluster_and_a_pool_through_the_forms(owner_page, celery_worker
     expect(page.locator(f'[data-pool-status="{pool.pk}"]')).to_have_text("ready")
     expect(page.locator(f'[data-pool-nodes="{pool.pk}"]')).to_have_text("1/1")
     expect(page.locator("#pool-nodes .gpu")).to_have_count(2)
+
+
+def test_pool_form_hints_follow_the_chosen_gpu(owner_page, tenant, make_cluster, hopper_only_driver):
+    cluster = make_cluster(tenant, "prod")
+    page = owner_page
+    page.goto(f"/clusters/{cluster.pk}/pools/new/")
+    hints = page.locator("#pool-hints")
+    driver = page.get_by_label("Driver")
+    hopper_only = page.locator('#id_driver_release option[value="600.10.01"]')
+    page.get_by_label("GPU model").select_option("h100-sxm5-80gb")
+    driver.select_option("600.10.01")
+
+    page.get_by_label("GPU model").select_option("b200-sxm-180gb")
+    b200 = GpuModel.objects.get(name="b200-sxm-180gb")
+    expect(hints.locator(".hints-title")).to_contain_text(f"{b200.display_name}: ")
+    expect(hints.locator('[data-hint="driver-refused"]')).to_have_text(
+        "600.10.01 does not fit: Driver branch 600 (600.10.01) does not support Blackwell."
+    )
+    expect(hopper_only).to_be_disabled()
+    expect(driver).not_to_have_value("600.10.01")  # moved to a driver that fits
+    screenshot(page, "pool-form-hints-b200")
+
+    page.get_by_label("GPU model").select_option("l4")
+    expect(hopper_only).to_be_enabled()
+    expect(page.locator('#id_sharing_mode option[value="mig"]')).to_be_disabled()
+    expect(hints.locator('[data-hint="mig"]')).to_have_text("L4 24GB does not support MIG.")
+    expect(page.get_by_label("GPUs per node")).to_have_attribute("max", "8")
+
+    page.get_by_label("GPU model").select_option("h100-sxm5-80gb")
+    page.get_by_label("Sharing mode").select_option("mig")
+    expect(hints.locator('[data-hint="drivers"]')).to_contain_text("Drivers that fit with MIG: ")
+    expect(hints.locator('[data-hint="mig"]')).to_contain_text("3g.40gb")
 
 
 # --- claims and the GPU snapshot ---------------------------------------------------------------------

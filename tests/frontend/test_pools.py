@@ -1,9 +1,14 @@
 """Node pools through the dashboard: create, detail with nodes and GPUs, scale, delete."""
 
+import json
+import re
+
 import pytest
 
 from clusters.models import Cluster
-from nodepools.models import Gpu, Node, NodePool
+from frontend.forms import PoolCreateForm
+from nodepools.compatibility import driver_refusals, sharing_refusal
+from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
 
 from .helpers import field_errors, live_texts, text
 
@@ -199,3 +204,37 @@ def test_pool_delete_asks_first_then_removes_the_pool(ui, ready_pool, django_cap
     assert not NodePool.objects.filter(pk=ready_pool.pk).exists()
     assert not Gpu.objects.exists()
     assert ui.get(f"/pools/{ready_pool.pk}/").status_code == 404
+
+
+# --- compatibility hints ---------------------------------------------------------------------------
+
+
+def embedded_hints(response) -> dict:
+    found = re.search(
+        r'<script id="pool-hints-data" type="application/json">(.*?)</script>', text(response), re.S
+    )
+    assert found, "no hints on the page"
+    return json.loads(found.group(1))
+
+
+def test_pool_form_embeds_what_fits_each_gpu_model(ui, running_cluster, hopper_only_driver):
+    hints = embedded_hints(ui.get(f"/clusters/{running_cluster.pk}/pools/new/"))
+    assert set(hints) == set(GpuModel.objects.values_list("name", flat=True))
+    l4, h100, b200 = hints["l4"], hints["h100-sxm5-80gb"], hints["b200-sxm-180gb"]
+    assert l4["sharing"]["mig"] == sharing_refusal(GpuModel.objects.get(name="l4"), "mig").message
+    assert l4["sharing"]["exclusive"] == "" and l4["mig_profiles"] == []
+    assert h100["sharing"]["mig"] == "" and "3g.40gb" in h100["mig_profiles"]
+    assert b200["drivers"]["other"]["600.10.01"] == [
+        "Driver branch 600 (600.10.01) does not support Blackwell."
+    ]
+    assert h100["drivers"]["other"]["600.10.01"] == []
+    # Every offered driver (and only those) with the service's own reasons for the chosen mode.
+    offered = {d.version for d in PoolCreateForm().fields["driver_release"].queryset}
+    assert "600.10.01" in offered and "535.230.02" not in offered  # past end of life
+    for name, hint in hints.items():
+        model = GpuModel.objects.get(name=name)
+        for mode, key in [("exclusive", "other"), ("mig", "mig")]:
+            assert set(hint["drivers"][key]) == offered
+            for version, reasons in hint["drivers"][key].items():
+                driver = DriverRelease.objects.get(version=version)
+                assert reasons == [r.message for r in driver_refusals(driver, model, mode)]
