@@ -34,6 +34,7 @@ from .forms import (
     add_domain_error,
     cluster_filter,
 )
+from .overview import capacity_by_model, clusters_needing_attention
 from .pool_hints import pool_hints
 from .snapshot import host_usage
 
@@ -87,19 +88,6 @@ def _pools_with_ready_nodes(pools):
 def dashboard(request: HttpRequest, context: TenantContext) -> HttpResponse:
     clusters = Cluster.objects.restrict(context)
     by_status = dict(clusters.values_list("status").annotate(n=Count("pk")).order_by())
-    gpus = (
-        Gpu.objects.restrict(context)
-        .values("node__pool__gpu_model__name", "node__pool__gpu_model__display_name")
-        .annotate(
-            count=Count("pk"), memory_mib=Sum("memory_mib"), healthy=Count("pk", filter=Q(healthy=True))
-        )
-        .order_by("node__pool__gpu_model__name")
-    )
-    attention = (
-        NodePool.objects.restrict(context)
-        .filter(status__in=[NodePool.Status.PENDING, NodePool.Status.FAILED])
-        .select_related("cluster")
-    )
     recent = clusters.select_related("region").annotate(pool_count=Count("node_pools")).order_by("name")
     return render(
         request,
@@ -109,8 +97,8 @@ def dashboard(request: HttpRequest, context: TenantContext) -> HttpResponse:
                 (value, label, by_status.get(value, 0)) for value, label in Cluster.Status.choices
             ],
             "cluster_total": sum(by_status.values()),
-            "gpus_by_model": gpus,
-            "attention": attention,
+            "gpus_by_model": capacity_by_model(context),
+            "attention": clusters_needing_attention(context),
             "clusters": recent[:10],
             "live": live(refresh_on="*"),  # every event may move a count
         },

@@ -7,6 +7,7 @@ import pytest
 
 from clusters.models import Cluster
 from frontend.forms import PoolCreateForm
+from frontend.overview import ModelCapacity
 from nodepools.compatibility import driver_refusals, sharing_refusal
 from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
 
@@ -108,16 +109,18 @@ def test_cluster_detail_shows_the_pool_row(ui, ready_pool):
 
 def test_dashboard_counts_gpus_by_model(ui, ready_pool):
     response = ui.get("/")
-    assert list(response.context["gpus_by_model"]) == [
-        {
-            "node__pool__gpu_model__name": "h100-sxm5-80gb",
-            "node__pool__gpu_model__display_name": "H100 SXM5 80GB",
-            "count": 16,
-            "memory_mib": 16 * 81559,
-            "healthy": 16,
-        }
+    assert response.context["gpus_by_model"] == [
+        ModelCapacity(
+            name="h100-sxm5-80gb",
+            display_name="H100 SXM5 80GB",
+            gpus=16,
+            healthy=16,
+            memory_mib=16 * 81559,
+            memory_held_mib=0,
+            compute_held_milli=0,
+        )
     ]
-    assert "1274.4" in text(response)  # GiB
+    assert "0Gi / 1274.4Gi" in text(response)
 
 
 def test_mig_on_a_gpu_without_mig_is_shown_next_to_sharing_mode(ui, running_cluster):
