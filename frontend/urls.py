@@ -14,6 +14,7 @@ urlpatterns = [
     path("clusters/", views.cluster_list, name="cluster-list"),
     path("clusters/new/", views.cluster_create, name="cluster-create"),
     path("clusters/<int:pk>/", views.cluster_detail, name="cluster-detail"),
+    path("clusters/<int:pk>/kubeconfig/", views.cluster_kubeconfig, name="cluster-kubeconfig"),
     path("clusters/<int:pk>/delete/", views.cluster_delete, name="cluster-delete"),
     path("clusters/<int:pk>/pools/new/", views.pool_create, name="pool-create"),
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),

@@ -34,6 +34,7 @@ from .forms import (
     add_domain_error,
     cluster_filter,
 )
+from .kubeconfig import kubeconfig_filename, kubeconfig_yaml
 from .overview import capacity_by_model, clusters_needing_attention
 from .pool_hints import pool_hints
 from .snapshot import host_usage
@@ -151,12 +152,26 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
         Cluster.objects.restrict(context).select_related("region", "kubernetes_version"), pk=pk
     )
     claim_counts = dict(cluster.claims.values_list("status").annotate(n=Count("pk")).order_by())
+    nodes = (
+        Node.objects.restrict(context)
+        .filter(pool__cluster=cluster)
+        .select_related("pool")
+        .annotate(
+            gpu_count=Count("gpus", distinct=True),
+            gpus_healthy=Count("gpus", filter=Q(gpus__healthy=True), distinct=True),
+            claim_count=Count(
+                "allocations", filter=Q(allocations__claim__status=Claim.Status.ALLOCATED), distinct=True
+            ),
+        )
+        .order_by("pool__name", "name")
+    )
     return render(
         request,
         "frontend/cluster_detail.html",
         {
             "cluster": cluster,
             "pools": _pools_with_ready_nodes(cluster.node_pools.all()),
+            "nodes": nodes,
             "claim_counts": {
                 "total": sum(claim_counts.values()),
                 **{status: claim_counts.get(status, 0) for status in Claim.Status.values},
@@ -169,6 +184,22 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
             ),
         },
     )
+
+
+@tenant_view
+def cluster_kubeconfig(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    """Download the cluster's kubeconfig; a cluster with no endpoint yet has none (404)."""
+    cluster = get_object_or_404(
+        Cluster.objects.restrict(context).select_related("tenant", "region", "kubernetes_version"),
+        pk=pk,
+        status=Cluster.Status.RUNNING,
+        endpoint__gt="",
+    )
+    response = HttpResponse(
+        kubeconfig_yaml(cluster, request.user.get_username()), content_type="application/yaml; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{kubeconfig_filename(cluster)}"'
+    return response
 
 
 @tenant_view

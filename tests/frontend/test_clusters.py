@@ -1,6 +1,7 @@
 """Overview, cluster list, create and delete through the dashboard."""
 
 import pytest
+import yaml
 
 from clusters.models import Cluster
 from nodepools.claims import create_claim
@@ -225,3 +226,47 @@ def test_a_failed_cluster_needs_attention_first(ui, tenant, make_cluster, make_p
     assert [a.cluster.name for a in attention] == ["broken", "busy"]
     assert attention[0].problems == ["Cluster failed — QuotaExceeded: No control-plane capacity"]
     assert [p.name for p in attention[1].pools] == ["short"]
+
+
+def test_cluster_page_lists_every_node_with_gpu_health_and_claims(ui, tenant, make_cluster, make_pool):
+    cluster = make_cluster(tenant, "prod")
+    pool = make_pool(cluster, "frac", nodes=2, gpus_per_node=2, sharing_mode="fractional")
+    reconcile(pool.pk)
+    context = TenantContext(tenant, "owner")
+    claim = create_claim(context=context, cluster=cluster, name="a", kind="fraction", gpu_memory_mib=1024)
+    busy = claim.allocation.node
+    Gpu.objects.filter(pk=busy.gpus.order_by("index").first().pk).update(healthy=False)
+    page = text(ui.get(f"/clusters/{cluster.pk}/"))
+    rows = {
+        pk: page.split(f'data-node-row="{pk}"')[1].split("</tr>")[0]
+        for pk in pool.nodes.values_list("pk", flat=True)
+    }
+    assert len(rows) == 2
+    assert f'href="/nodes/{busy.pk}/"' in rows[busy.pk]
+    assert '<td class="num text-danger">1/2</td>' in rows[busy.pk]
+    assert '<td class="num">1</td>' in rows[busy.pk]  # claims on it
+    [idle] = set(rows) - {busy.pk}
+    assert '<td class="num">2/2</td>' in rows[idle] and '<td class="num">0</td>' in rows[idle]
+
+
+def test_kubeconfig_download_names_the_endpoint_and_context(ui, tenant, owner, make_cluster):
+    cluster = make_cluster(tenant, "prod")
+    page = text(ui.get(f"/clusters/{cluster.pk}/"))
+    assert f'href="/clusters/{cluster.pk}/kubeconfig/" download>Download kubeconfig</a>' in page
+    response = ui.get(f"/clusters/{cluster.pk}/kubeconfig/")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="prod-kubeconfig.yaml"'
+    config = yaml.safe_load(response.content)
+    name = f"nvke-{tenant.slug}-prod"
+    assert config["clusters"] == [{"name": name, "cluster": {"server": cluster.endpoint}}]
+    assert cluster.endpoint.startswith("https://")
+    assert config["current-context"] == name
+    assert config["contexts"][0]["context"] == {"cluster": name, "user": f"{name}-{owner.username}"}
+
+
+def test_a_cluster_without_an_endpoint_has_no_kubeconfig(ui, tenant, make_cluster, make_member):
+    provisioning = make_cluster(tenant, "new", status="provisioning")
+    assert "Available once the cluster is running" in text(ui.get(f"/clusters/{provisioning.pk}/"))
+    assert ui.get(f"/clusters/{provisioning.pk}/kubeconfig/").status_code == 404
+    theirs = make_cluster(make_member("globex").memberships.get().tenant, "theirs")
+    assert ui.get(f"/clusters/{theirs.pk}/kubeconfig/").status_code == 404
