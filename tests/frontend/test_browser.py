@@ -185,6 +185,16 @@ def test_a_claim_from_the_form_shows_in_the_gpu_snapshot(owner_page, frac_pool):
     assert width == f"{round(6144 / 23034 * 100, 2):g}%"
     expect(page.locator(".gpu-figures").first).to_contain_text("6Gi / 22.5Gi, 25%")
 
+    # The node page draws the claim on the GPU's memory and compute bars.
+    page.locator("#pool-nodes [data-node-row] a").first.click()
+    expect(page.get_by_role("heading", name=re.compile("^Node "))).to_be_visible()
+    expect(page.locator(f'[data-claim-segment="{claim.pk}"]')).to_have_attribute(
+        "style", f"left: 0%; width: {width}"
+    )
+    expect(page.locator(f'[data-claim-compute="{claim.pk}"]')).to_have_text("25%")
+    assert page.locator(f'[data-claim-compute="{claim.pk}"]').evaluate("el => el.style.width") == "25%"
+    expect(page.locator('[data-gpu-health="0"]')).to_have_text("healthy")
+
 
 # --- live updates without reload ---------------------------------------------------------------------
 
@@ -207,6 +217,34 @@ def test_a_pool_page_shows_new_nodes_without_reload(owner_page, frac_pool):
     expect(page.locator("#pool-nodes [data-node-row]")).to_have_count(2)  # the region re-fetched
     assert still_same_page(page)
     screenshot(page, "pool-after-scale-up")
+
+
+def test_a_node_page_draws_a_new_claim_without_reload(owner_page, tenant, frac_pool):
+    node = frac_pool.nodes.get()
+    page = owner_page
+    page.goto(f"/nodes/{node.pk}/")
+    expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("0Gi / 22.5Gi, 0%")
+    mark_page(page)
+
+    claim = create_claim(
+        context=TenantContext(tenant, "owner"), cluster=frac_pool.cluster, name="live", kind="fraction",
+        gpu_memory_mib=11517, compute_percent=50,
+    )  # fmt: skip
+    assert claim.status == "allocated"
+    event = {"type": "claim.status", "claim": claim.pk, "cluster": claim.cluster_id, "status": "allocated"}
+    until(
+        page,
+        f"document.querySelector('[data-claim-segment=\"{claim.pk}\"]') !== null",
+        lambda: broadcast(tenant.pk, event, cluster_id=claim.cluster_id),
+    )
+    expect(page.locator(f'[data-claim-segment="{claim.pk}"]')).to_have_attribute(
+        "style", "left: 0%; width: 50%"
+    )
+    expect(page.locator(f'[data-claim-compute="{claim.pk}"]')).to_have_attribute(
+        "style", "left: 0%; width: 50%"
+    )
+    expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("11.2Gi / 22.5Gi, 50%")
+    assert still_same_page(page)
 
 
 def test_a_claims_list_follows_claim_events(owner_page, tenant, frac_pool):
