@@ -43,7 +43,7 @@ BROWSER_TEST = [
 
 def artifact_path(name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    return ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+    return ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "-", name).replace("-.", ".")
 
 
 def screenshot(page, label: str) -> Path:

@@ -18,7 +18,7 @@ from nodepools.services import pool_event, reconcile, update_pool
 from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 
-from .browser import BROWSER_TEST, screenshot
+from .browser import BROWSER_TEST, LAPTOP, TABLET, screenshot
 
 pytestmark = BROWSER_TEST
 
@@ -301,3 +301,47 @@ def test_a_cluster_page_follows_its_status_and_leaves_when_deleted(owner_page, t
     # Deleted elsewhere: the page leaves for the cluster list.
     broadcast(cluster.tenant_id, cluster_event(cluster, "cluster.deleted"), cluster_id=cluster.pk)
     expect(page).to_have_url(re.compile(r"/clusters/$"))
+
+
+# --- laptop and tablet widths ------------------------------------------------------------------------
+
+UNLABELLED_CONTROLS = """() => Array.from(document.querySelectorAll("input, select, textarea, button"))
+    .filter(el => el.type !== "hidden" && el.offsetParent !== null)
+    .filter(el => !(el.labels && el.labels.length) && !el.getAttribute("aria-label"))
+    .filter(el => !(el.tagName === "BUTTON" && el.textContent.trim()))
+    .map(el => el.outerHTML)"""
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, TABLET], ids=["1280px", "768px"])
+def test_pages_are_usable_at_laptop_and_tablet_widths(owner_page, tenant, frac_pool, make_pool, viewport):
+    cluster = frac_pool.cluster
+    mig = make_pool(
+        cluster, name="mig", gpu_model="h100-sxm5-80gb", nodes=1, gpus_per_node=2, sharing_mode="mig"
+    )
+    reconcile(mig.pk)
+    context = TenantContext(tenant, "owner")
+    for name, fields in [
+        ("infer", {"kind": "fraction", "gpu_memory_mib": 6144, "compute_percent": 25}),
+        ("slice-a", {"kind": "mig", "mig_profile": "3g.40gb"}),
+        ("slice-b", {"kind": "mig", "mig_profile": "1g.10gb"}),
+    ]:
+        assert create_claim(context=context, cluster=cluster, name=name, **fields).status == "allocated"
+    page = owner_page
+    page.set_viewport_size(viewport)
+    pages = {
+        "overview": "/",
+        "cluster": f"/clusters/{cluster.pk}/",
+        "pool": f"/pools/{mig.pk}/",
+        "node": f"/nodes/{mig.nodes.get().pk}/",
+        "claims": f"/clusters/{cluster.pk}/claims/",
+        "pool-form": f"/clusters/{cluster.pk}/pools/new/",
+        "claim-form": f"/clusters/{cluster.pk}/claims/new/",
+    }
+    for name, path in pages.items():
+        page.goto(path)
+        expect(page.locator("main h1")).to_be_visible()
+        # Wide tables scroll inside their own box; the page itself never scrolls sideways.
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} is {overflow}px wider than {viewport['width']}px"
+        assert page.evaluate(UNLABELLED_CONTROLS) == [], f"unlabelled controls on {path}"
+        screenshot(page, f"{name}-{viewport['width']}px")
