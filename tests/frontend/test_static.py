@@ -8,6 +8,7 @@ from django.test import Client
     ("path", "content_type", "marker"),
     [
         ("/static/frontend/live.js", "text/javascript", b"new WebSocket("),
+        ("/static/frontend/pool_form.js", "text/javascript", b"pool-hints-data"),
         ("/static/frontend/app.css", "text/css", b".status-running"),
     ],
 )
