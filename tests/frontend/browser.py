@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.db import connections
 from django.test import Client
 
 from tests.integration.processes import ROOT
@@ -90,6 +91,9 @@ def browser_context_factory(asgi_server, request) -> Iterator[Callable]:
         finally:
             _save_artifacts(request, contexts, asgi_server)
             browser.close()
+            # Connections the test opened while Playwright's event loop ran outlive pytest-django's
+            # clean-up (the test database could not be dropped at the end): close them here.
+            connections.close_all()
             if previous is None:
                 os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
             else:
