@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from django.db import connections
 from django.test import Client
+from playwright.sync_api import expect
 
 from tests.integration.processes import ROOT
 
@@ -34,6 +35,8 @@ LAPTOP = {"width": 1280, "height": 900}
 TABLET = {"width": 768, "height": 1024}
 HOST = "127.0.0.1"  # where the asgi_server fixture listens
 TIMEOUT_MS = 20_000  # a loaded 2-core CI machine runs daphne, a worker and Chromium at once
+
+expect.set_options(timeout=TIMEOUT_MS)  # assertions wait as long as actions do
 
 BROWSER_TEST = [
     pytest.mark.integration,

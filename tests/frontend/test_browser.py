@@ -37,8 +37,11 @@ def until(page, condition: str, poke: Callable[[], None], timeout_s: float = 20)
             poke()
 
 
-def mark_page(page) -> None:
-    """Tag the loaded document; `still_same_page` then proves an update came without a reload."""
+def listening(page) -> None:
+    """Wait for the page's websocket to open, then tag the document: `still_same_page` then proves an
+    update came without a reload."""
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    expect(page.locator("[data-live-indicator]")).to_have_text("Live")
     page.evaluate("window.__notReloaded = true")
 
 
@@ -204,7 +207,7 @@ def test_a_pool_page_shows_new_nodes_without_reload(owner_page, frac_pool):
     page.goto(f"/pools/{frac_pool.pk}/")
     nodes = page.locator(f'[data-pool-nodes="{frac_pool.pk}"]')
     expect(nodes).to_have_text("1/1")
-    mark_page(page)
+    listening(page)
 
     reconcile(update_pool(frac_pool, node_count=2).pk)  # two nodes now; the service broadcast after commit
     pool = NodePool.objects.get(pk=frac_pool.pk)
@@ -224,7 +227,7 @@ def test_a_node_page_draws_a_new_claim_without_reload(owner_page, tenant, frac_p
     page = owner_page
     page.goto(f"/nodes/{node.pk}/")
     expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("0Gi / 22.5Gi, 0%")
-    mark_page(page)
+    listening(page)
 
     claim = create_claim(
         context=TenantContext(tenant, "owner"), cluster=frac_pool.cluster, name="live", kind="fraction",
@@ -258,7 +261,7 @@ def test_a_claims_list_follows_claim_events(owner_page, tenant, frac_pool):
     page.goto(f"/clusters/{cluster.pk}/claims/")
     badge = f"document.querySelector('[data-claim-status=\"{late.pk}\"]')"
     expect(page.locator(f'[data-claim-status="{late.pk}"]')).to_have_text("pending")
-    mark_page(page)
+    listening(page)
 
     release_claim(big)  # places `late` after commit (tasks run eagerly in the test process)
     assert Claim.objects.get(pk=late.pk).status == "allocated"
@@ -282,7 +285,7 @@ def test_a_cluster_page_follows_its_status_and_leaves_when_deleted(owner_page, t
     page.goto(f"/clusters/{cluster.pk}/")
     badge = page.locator(f'[data-cluster-status="{cluster.pk}"]')
     expect(badge).to_have_text("provisioning")
-    mark_page(page)
+    listening(page)
 
     # The provider finished: the row changes, then the services broadcast after commit.
     cluster.status, cluster.endpoint = Cluster.Status.RUNNING, "https://live.example:6443"
