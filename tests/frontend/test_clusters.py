@@ -170,12 +170,16 @@ def test_every_page_has_a_plain_title(ui, tenant, make_cluster, make_pool):
 
     cluster = make_cluster(tenant, "prod")
     pool = make_pool(cluster, name="gpu")
+    reconcile(pool.pk)
+    node = pool.nodes.first()
     pages = {
         "/": "Overview",
         "/clusters/": "Clusters",
         f"/clusters/{cluster.pk}/": "prod",
         f"/clusters/{cluster.pk}/claims/": None,
         f"/pools/{pool.pk}/": None,
+        f"/nodes/{node.pk}/": f"Node {node.name}",
+        f"/clusters/{cluster.pk}/pools/new/": "Add node pool to prod",
     }
     for url, expected in pages.items():
         title = re.search(r"<title>(.*?)</title>", text(ui.get(url)), re.S).group(1)
