@@ -17,6 +17,7 @@ from nodepools.models import Claim, GpuModel, NodePool
 from nodepools.services import pool_event, reconcile, update_pool
 from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
+from nvke.tenancy.models import Membership, Tenant
 
 from .browser import BROWSER_TEST, LAPTOP, TABLET, screenshot
 
@@ -73,6 +74,25 @@ def test_sign_in_then_out(page, owner):
     expect(page.get_by_role("heading", name="Sign in to NVKE")).to_be_visible()
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
+
+
+def test_switch_tenant_from_the_header(owner_page, owner, tenant, make_cluster):
+    globex = Tenant.objects.create(name="Globex", slug="globex")
+    Membership.objects.create(tenant=globex, user=owner, role="viewer")
+    make_cluster(tenant, "acme-cluster")
+    make_cluster(globex, "globex-cluster")
+    page = owner_page
+    page.goto("/clusters/")
+    expect(page.get_by_role("link", name="acme-cluster")).to_be_visible()
+    expect(page.locator(".role-badge")).to_have_text("owner")
+
+    page.get_by_label("Tenant").select_option(label="Globex")
+    page.get_by_role("button", name="Switch").click()
+    expect(page.locator(".messages")).to_contain_text("You are now working in Globex as viewer.")
+    page.goto("/clusters/")
+    expect(page.get_by_role("link", name="globex-cluster")).to_be_visible()
+    expect(page.get_by_role("link", name="acme-cluster")).to_have_count(0)
+    expect(page.get_by_role("link", name="New cluster")).to_have_count(0)  # a viewer creates nothing
 
 
 # --- forms -------------------------------------------------------------------------------------------
@@ -154,6 +174,22 @@ def test_pool_form_hints_follow_the_chosen_gpu(owner_page, tenant, make_cluster,
     page.get_by_label("Sharing mode").select_option("mig")
     expect(hints.locator('[data-hint="drivers"]')).to_contain_text("Drivers that fit with MIG: ")
     expect(hints.locator('[data-hint="mig"]')).to_contain_text("3g.40gb")
+
+
+def test_deleting_a_pool_asks_first(owner_page, frac_pool):
+    page = owner_page
+    page.goto(f"/pools/{frac_pool.pk}/")
+    page.get_by_role("link", name="Delete node pool").click()
+    expect(page.get_by_role("heading", name="Delete node pool frac and its 1 node?")).to_be_visible()
+    page.get_by_role("link", name="Cancel").click()
+    expect(page).to_have_url(re.compile(rf"/pools/{frac_pool.pk}/$"))
+    assert NodePool.objects.get(pk=frac_pool.pk).status == "ready"
+
+    page.get_by_role("link", name="Delete node pool").click()
+    page.get_by_role("button", name="Delete node pool").click()
+    expect(page).to_have_url(re.compile(rf"/clusters/{frac_pool.cluster_id}/$"))
+    expect(page.locator(".messages")).to_contain_text("Node pool frac is being deleted.")
+    assert NodePool.objects.get(pk=frac_pool.pk).status == "deleting"  # a worker would now tear it down
 
 
 # --- claims and the GPU snapshot ---------------------------------------------------------------------
