@@ -34,6 +34,10 @@ from .forms import (
     add_domain_error,
     cluster_filter,
 )
+from .kubeconfig import kubeconfig_filename, kubeconfig_yaml
+from .overview import capacity_by_model, clusters_needing_attention
+from .pool_hints import pool_hints
+from .snapshot import host_usage
 
 WS_EVENTS = "/ws/events/"  # nvke/routing.py
 CLUSTERS_PER_PAGE = 50
@@ -85,19 +89,6 @@ def _pools_with_ready_nodes(pools):
 def dashboard(request: HttpRequest, context: TenantContext) -> HttpResponse:
     clusters = Cluster.objects.restrict(context)
     by_status = dict(clusters.values_list("status").annotate(n=Count("pk")).order_by())
-    gpus = (
-        Gpu.objects.restrict(context)
-        .values("node__pool__gpu_model__name", "node__pool__gpu_model__display_name")
-        .annotate(
-            count=Count("pk"), memory_mib=Sum("memory_mib"), healthy=Count("pk", filter=Q(healthy=True))
-        )
-        .order_by("node__pool__gpu_model__name")
-    )
-    attention = (
-        NodePool.objects.restrict(context)
-        .filter(status__in=[NodePool.Status.PENDING, NodePool.Status.FAILED])
-        .select_related("cluster")
-    )
     recent = clusters.select_related("region").annotate(pool_count=Count("node_pools")).order_by("name")
     return render(
         request,
@@ -107,8 +98,8 @@ def dashboard(request: HttpRequest, context: TenantContext) -> HttpResponse:
                 (value, label, by_status.get(value, 0)) for value, label in Cluster.Status.choices
             ],
             "cluster_total": sum(by_status.values()),
-            "gpus_by_model": gpus,
-            "attention": attention,
+            "gpus_by_model": capacity_by_model(context),
+            "attention": clusters_needing_attention(context),
             "clusters": recent[:10],
             "live": live(refresh_on="*"),  # every event may move a count
         },
@@ -161,12 +152,26 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
         Cluster.objects.restrict(context).select_related("region", "kubernetes_version"), pk=pk
     )
     claim_counts = dict(cluster.claims.values_list("status").annotate(n=Count("pk")).order_by())
+    nodes = (
+        Node.objects.restrict(context)
+        .filter(pool__cluster=cluster)
+        .select_related("pool")
+        .annotate(
+            gpu_count=Count("gpus", distinct=True),
+            gpus_healthy=Count("gpus", filter=Q(gpus__healthy=True), distinct=True),
+            claim_count=Count(
+                "allocations", filter=Q(allocations__claim__status=Claim.Status.ALLOCATED), distinct=True
+            ),
+        )
+        .order_by("pool__name", "name")
+    )
     return render(
         request,
         "frontend/cluster_detail.html",
         {
             "cluster": cluster,
             "pools": _pools_with_ready_nodes(cluster.node_pools.all()),
+            "nodes": nodes,
             "claim_counts": {
                 "total": sum(claim_counts.values()),
                 **{status: claim_counts.get(status, 0) for status in Claim.Status.values},
@@ -179,6 +184,22 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
             ),
         },
     )
+
+
+@tenant_view
+def cluster_kubeconfig(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    """Download the cluster's kubeconfig; a cluster with no endpoint yet has none (404)."""
+    cluster = get_object_or_404(
+        Cluster.objects.restrict(context).select_related("tenant", "region", "kubernetes_version"),
+        pk=pk,
+        status=Cluster.Status.RUNNING,
+        endpoint__gt="",
+    )
+    response = HttpResponse(
+        kubeconfig_yaml(cluster, request.user.get_username()), content_type="application/yaml; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{kubeconfig_filename(cluster)}"'
+    return response
 
 
 @tenant_view
@@ -215,17 +236,21 @@ def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
     return render(
         request,
         "frontend/pool_form.html",
-        {"form": form, "cluster": cluster},
+        {"form": form, "cluster": cluster, "hints": pool_hints(form.fields["driver_release"].queryset)},
         status=400 if form.errors else 200,
     )
+
+
+def _gpus_with_shares():
+    """GPUs in index order with each claim share (and its claim) prefetched, for the GPU snapshot."""
+    shares = GpuShare.objects.select_related("allocation__claim").order_by("mig_start", "pk")
+    return Gpu.objects.order_by("index").prefetch_related(Prefetch("shares", queryset=shares))
 
 
 def _pool_page(
     request: HttpRequest, pool: NodePool, scale_form: PoolScaleForm, status: int = 200
 ) -> HttpResponse:
-    shares = GpuShare.objects.select_related("allocation__claim").order_by("mig_start", "pk")
-    gpus = Gpu.objects.order_by("index").prefetch_related(Prefetch("shares", queryset=shares))
-    nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=gpus))
+    nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=_gpus_with_shares()))
     return render(
         request,
         "frontend/pool_detail.html",
@@ -285,6 +310,38 @@ def pool_delete(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
         return redirect("cluster-detail", pk=pool.cluster_id)
     return render(
         request, "frontend/pool_confirm_delete.html", {"pool": pool, "node_count": pool.nodes.count()}
+    )
+
+
+# --- Nodes -----------------------------------------------------------------------------------------
+
+
+@tenant_view
+def node_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    node = get_object_or_404(
+        Node.objects.restrict(context).select_related("pool__cluster", "pool__gpu_model"), pk=pk
+    )
+    pool = node.pool
+    held = Allocation.objects.filter(node=node, claim__status=Claim.Status.ALLOCATED).aggregate(
+        cpu=Sum("cpu_milli"), memory=Sum("host_memory_mib"), claims=Count("pk")
+    )
+    return render(
+        request,
+        "frontend/node_detail.html",
+        {
+            "node": node,
+            "pool": pool,
+            "gpus": _gpus_with_shares().filter(node=node),
+            "mig": pool.sharing_mode == SharingMode.MIG,
+            "host": host_usage(node, held["cpu"] or 0, held["memory"] or 0),
+            "claim_count": held["claims"],
+            "live": live(
+                f"cluster={pool.cluster_id}",
+                refresh_on=f"pool:{pool.pk} claims:{pool.cluster_id}",  # node sync and claims move it
+                gone_on=f"pool:{pool.pk}",
+                gone_url=reverse("cluster-detail", args=[pool.cluster_id]),
+            ),
+        },
     )
 
 

@@ -4,7 +4,7 @@ import datetime
 
 from django import template
 
-from frontend.snapshot import gpu_bar
+from frontend.snapshot import MIG_SLOTS, gpu_bar
 from nodepools.models import Claim, Gpu
 from nvke.quantity import human_mib
 
@@ -55,6 +55,7 @@ def claim_kind(claim: Claim) -> str:
 
 
 @register.inclusion_tag("frontend/_gpu_bar.html")
-def gpu_snapshot(gpu: Gpu, mig: bool = False) -> dict:
-    """One GPU's allocation drawn to scale (see frontend/snapshot.py)."""
-    return {"bar": gpu_bar(gpu, mig)}
+def gpu_snapshot(gpu: Gpu, mig: bool = False, detail: bool = False) -> dict:
+    """One GPU's allocation drawn to scale (see frontend/snapshot.py); `detail` adds the compute bar
+    and the MIG slot numbers (the node page)."""
+    return {"bar": gpu_bar(gpu, mig), "detail": detail, "mig_slots": range(MIG_SLOTS)}

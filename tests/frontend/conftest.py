@@ -1,6 +1,11 @@
 import pytest
 from django.test import Client
 
+from nodepools.models import Architecture, DriverRelease
+
+# Browser fixtures (Playwright + Debian's Chromium on a live daphne): see browser.py.
+from .browser import browser_context_factory, owner_page, page  # noqa: F401
+
 
 @pytest.fixture
 def tenant(owner):
@@ -23,3 +28,21 @@ def ui_for():
 def ui(owner, ui_for):
     """A browser session signed in as an owner of tenant 'acme'."""
     return ui_for(owner)
+
+
+@pytest.fixture
+def hopper_only_driver(catalog) -> DriverRelease:
+    """An offered driver whose branch stops at Hopper: it cannot run a Blackwell B200."""
+    driver = DriverRelease.objects.create(
+        version="600.10.01", branch=600, branch_type="nfb", cuda_version="13.3"
+    )
+    driver.architectures.set(Architecture.objects.exclude(name="Blackwell"))
+    return driver
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item, so browser fixtures can tell a failure at teardown."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report

@@ -9,7 +9,15 @@ const vm = require("node:vm");
 const source = fs.readFileSync(path.join(__dirname, "../../frontend/static/frontend/live.js"), "utf8");
 
 function makeElement(attrs, text) {
-  return { attrs, id: attrs.id || "", textContent: text || "", className: "", hidden: false, innerHTML: "old" };
+  return {
+    attrs,
+    id: attrs.id || "",
+    textContent: text || "",
+    className: "",
+    hidden: false,
+    innerHTML: "old",
+    getAttribute: (name) => attrs[name],
+  };
 }
 
 const elements = [
@@ -33,11 +41,15 @@ elements.forEach((el) => (el.parentNode = parent));
 
 function querySelectorAll(selector) {
   if (selector === "[data-live-region][id]") return elements.filter((el) => "data-live-region" in el.attrs && el.id);
+  const present = /^\[([\w-]+)\]$/.exec(selector);
+  if (present) return elements.filter((el) => present[1] in el.attrs);
   const match = /^\[([\w-]+)="([^"]*)"\]$/.exec(selector);
   assert.ok(match, `unexpected selector ${selector}`);
   return elements.filter((el) => el.attrs[match[1]] === match[2]);
 }
 
+// Status badges on the page as the server renders it now (set by each check).
+let freshBadges = {};
 const sockets = [];
 class FakeWebSocket {
   constructor(url) {
@@ -68,7 +80,10 @@ const sandbox = {
   },
   DOMParser: class {
     parseFromString() {
-      return { getElementById: (id) => ({ innerHTML: `fresh ${id}` }) };
+      return {
+        getElementById: (id) => ({ innerHTML: `fresh ${id}` }),
+        querySelector: (selector) => freshBadges[selector] || null,
+      };
     }
   },
   Math,
@@ -96,7 +111,21 @@ const byAttr = (attr, id) => elements.find((el) => el.attrs[attr] === id);
   // One socket, on wss:// because the page is on https.
   assert.equal(sockets.length, 1);
   assert.equal(sockets[0].url, "wss://nvke.example/ws/events/?cluster=5");
+  assert.equal(sandbox.document.body.dataset.liveState, "connecting");
   sockets[0].onopen();
+  assert.equal(sandbox.document.body.dataset.liveState, "open");
+  // What happened between the page's render and the socket's opening: one refresh catches up, badges
+  // outside the live regions included (cluster 5 started running meanwhile).
+  freshBadges = { '[data-cluster-status="5"]': { textContent: "running", className: "status status-running" } };
+  assert.equal(runTimers().length, 1);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(fetches.length, 1);
+  assert.equal(byAttr("data-cluster-status", "5").textContent, "running");
+  assert.equal(byAttr("data-cluster-status", "5").className, "status status-running");
+  assert.equal(byAttr("data-pool-status", "7").textContent, "provisioning"); // not on the fresh page: kept
+  fetches.length = 0;
+  freshBadges = {};
+  byAttr("data-cluster-status", "5").textContent = "provisioning";
 
   // A pool event updates its badge, its reason, its node count, and refreshes the live regions.
   send({ type: "pool.status", pool: 7, cluster: 5, name: "train", status: "pending", reason: "InsufficientCapacity",
@@ -164,6 +193,7 @@ const byAttr = (attr, id) => elements.find((el) => el.attrs[attr] === id);
 
   // A dropped socket reconnects after a backoff delay (1 s ± jitter first) and refreshes on reopening.
   sockets[0].onclose({ code: 1006 });
+  assert.equal(sandbox.document.body.dataset.liveState, "reconnecting");
   assert.equal(timers.length, 1);
   assert.ok(timers[0].delay >= 500 && timers[0].delay <= 1000, `delay ${timers[0].delay}`);
   runTimers();
@@ -179,6 +209,7 @@ const byAttr = (attr, id) => elements.find((el) => el.attrs[attr] === id);
   // Refused by the server (4403): no retry.
   sockets[2].onclose({ code: 4403 });
   assert.equal(timers.length, 0);
+  assert.equal(sandbox.document.body.dataset.liveState, "off");
 
   // The page's own pool deleted: go to the cluster.
   send({ type: "pool.deleted", pool: 7, cluster: 5, name: "train", status: "deleting", reason: "", message: "",

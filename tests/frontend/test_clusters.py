@@ -1,8 +1,14 @@
 """Overview, cluster list, create and delete through the dashboard."""
 
 import pytest
+import yaml
 
 from clusters.models import Cluster
+from nodepools.claims import create_claim
+from nodepools.models import Gpu
+from nodepools.services import reconcile
+from nvke.quantity import human_mib
+from nvke.tenancy.context import TenantContext
 
 from .helpers import field_errors, live_texts, text
 
@@ -42,11 +48,12 @@ def test_dashboard_lists_pools_needing_attention_with_their_reason(ui, tenant, m
         "Region us-east-1 has 0 of 128 l4 GPUs free",
     )
     pool.save()
-    make_pool(cluster, "fine")
+    fine = make_pool(cluster, "fine")
     page = text(ui.get("/"))
     assert live_texts(ui.get("/"), "data-pool-status", pool.pk) == ["pending"]
     assert "InsufficientCapacity: Region us-east-1 has 0 of 128 l4 GPUs free" in page
-    assert "prod/fine" not in page
+    assert f'href="/pools/{pool.pk}/">waiting</a>' in page
+    assert f'href="/pools/{fine.pk}/"' not in page
 
 
 def test_empty_states_say_what_to_do_next(ui):
@@ -163,15 +170,107 @@ def test_every_page_has_a_plain_title(ui, tenant, make_cluster, make_pool):
 
     cluster = make_cluster(tenant, "prod")
     pool = make_pool(cluster, name="gpu")
+    reconcile(pool.pk)
+    node = pool.nodes.first()
     pages = {
         "/": "Overview",
         "/clusters/": "Clusters",
         f"/clusters/{cluster.pk}/": "prod",
         f"/clusters/{cluster.pk}/claims/": None,
         f"/pools/{pool.pk}/": None,
+        f"/nodes/{node.pk}/": f"Node {node.name}",
+        f"/clusters/{cluster.pk}/pools/new/": "Add node pool to prod",
     }
     for url, expected in pages.items():
         title = re.search(r"<title>(.*?)</title>", text(ui.get(url)), re.S).group(1)
         assert "<" not in title and "\n" not in title, (url, title)
         if expected:
             assert title == f"{expected} · NVKE", (url, title)
+
+
+def test_overview_shows_capacity_held_and_free_and_what_needs_attention(ui, tenant, make_cluster, make_pool):
+    cluster = make_cluster(tenant, "prod")
+    pool = make_pool(cluster, "frac", nodes=2, gpus_per_node=1, sharing_mode="fractional")
+    reconcile(pool.pk)
+    context = TenantContext(tenant, "owner")
+    create_claim(
+        context=context, cluster=cluster, name="a", kind="fraction", gpu_memory_mib=6144, compute_percent=25
+    )
+    waiting = create_claim(context=context, cluster=cluster, name="huge", kind="whole", gpus=4)
+    assert waiting.status == "pending"
+    Gpu.objects.filter(pk=Gpu.objects.filter(node__pool=pool).order_by("pk").first().pk).update(healthy=False)
+    make_cluster(tenant, "quiet")
+
+    response = ui.get("/")
+    [l4] = response.context["gpus_by_model"]
+    total = 2 * 23034
+    assert (l4.gpus, l4.healthy, l4.memory_mib, l4.memory_held_mib, l4.compute_held_milli) == (
+        2,
+        1,
+        total,
+        6144,
+        250,
+    )
+    page = text(response)
+    assert f"6Gi / {human_mib(total)}" in page and f">{human_mib(total - 6144)}<" in page  # held/total, free
+    assert "0.25 / 2 GPUs" in page and ">1.75 GPUs<" in page
+    [attention] = response.context["attention"]
+    assert attention.cluster == cluster
+    assert attention.problems == ["1 pending claim", "1 unhealthy GPU"]
+    assert '<span class="problem">1 pending claim</span>' in page
+
+
+def test_a_failed_cluster_needs_attention_first(ui, tenant, make_cluster, make_pool):
+    busy = make_cluster(tenant, "busy")
+    make_pool(busy, "short", status="pending")
+    failed = make_cluster(tenant, "broken", status="failed")
+    failed.status_reason, failed.status_message = "QuotaExceeded", "No control-plane capacity"
+    failed.save()
+    attention = ui.get("/").context["attention"]
+    assert [a.cluster.name for a in attention] == ["broken", "busy"]
+    assert attention[0].problems == ["Cluster failed — QuotaExceeded: No control-plane capacity"]
+    assert [p.name for p in attention[1].pools] == ["short"]
+
+
+def test_cluster_page_lists_every_node_with_gpu_health_and_claims(ui, tenant, make_cluster, make_pool):
+    cluster = make_cluster(tenant, "prod")
+    pool = make_pool(cluster, "frac", nodes=2, gpus_per_node=2, sharing_mode="fractional")
+    reconcile(pool.pk)
+    context = TenantContext(tenant, "owner")
+    claim = create_claim(context=context, cluster=cluster, name="a", kind="fraction", gpu_memory_mib=1024)
+    busy = claim.allocation.node
+    Gpu.objects.filter(pk=busy.gpus.order_by("index").first().pk).update(healthy=False)
+    page = text(ui.get(f"/clusters/{cluster.pk}/"))
+    rows = {
+        pk: page.split(f'data-node-row="{pk}"')[1].split("</tr>")[0]
+        for pk in pool.nodes.values_list("pk", flat=True)
+    }
+    assert len(rows) == 2
+    assert f'href="/nodes/{busy.pk}/"' in rows[busy.pk]
+    assert '<td class="num text-danger">1/2</td>' in rows[busy.pk]
+    assert '<td class="num">1</td>' in rows[busy.pk]  # claims on it
+    [idle] = set(rows) - {busy.pk}
+    assert '<td class="num">2/2</td>' in rows[idle] and '<td class="num">0</td>' in rows[idle]
+
+
+def test_kubeconfig_download_names_the_endpoint_and_context(ui, tenant, owner, make_cluster):
+    cluster = make_cluster(tenant, "prod")
+    page = text(ui.get(f"/clusters/{cluster.pk}/"))
+    assert f'href="/clusters/{cluster.pk}/kubeconfig/" download>Download kubeconfig</a>' in page
+    response = ui.get(f"/clusters/{cluster.pk}/kubeconfig/")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="prod-kubeconfig.yaml"'
+    config = yaml.safe_load(response.content)
+    name = f"nvke-{tenant.slug}-prod"
+    assert config["clusters"] == [{"name": name, "cluster": {"server": cluster.endpoint}}]
+    assert cluster.endpoint.startswith("https://")
+    assert config["current-context"] == name
+    assert config["contexts"][0]["context"] == {"cluster": name, "user": f"{name}-{owner.username}"}
+
+
+def test_a_cluster_without_an_endpoint_has_no_kubeconfig(ui, tenant, make_cluster, make_member):
+    provisioning = make_cluster(tenant, "new", status="provisioning")
+    assert "Available once the cluster is running" in text(ui.get(f"/clusters/{provisioning.pk}/"))
+    assert ui.get(f"/clusters/{provisioning.pk}/kubeconfig/").status_code == 404
+    theirs = make_cluster(make_member("globex").memberships.get().tenant, "theirs")
+    assert ui.get(f"/clusters/{theirs.pk}/kubeconfig/").status_code == 404

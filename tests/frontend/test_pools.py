@@ -1,9 +1,15 @@
 """Node pools through the dashboard: create, detail with nodes and GPUs, scale, delete."""
 
+import json
+import re
+
 import pytest
 
 from clusters.models import Cluster
-from nodepools.models import Gpu, Node, NodePool
+from frontend.forms import PoolCreateForm
+from frontend.overview import ModelCapacity
+from nodepools.compatibility import driver_refusals, sharing_refusal
+from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
 
 from .helpers import field_errors, live_texts, text
 
@@ -103,16 +109,18 @@ def test_cluster_detail_shows_the_pool_row(ui, ready_pool):
 
 def test_dashboard_counts_gpus_by_model(ui, ready_pool):
     response = ui.get("/")
-    assert list(response.context["gpus_by_model"]) == [
-        {
-            "node__pool__gpu_model__name": "h100-sxm5-80gb",
-            "node__pool__gpu_model__display_name": "H100 SXM5 80GB",
-            "count": 16,
-            "memory_mib": 16 * 81559,
-            "healthy": 16,
-        }
+    assert response.context["gpus_by_model"] == [
+        ModelCapacity(
+            name="h100-sxm5-80gb",
+            display_name="H100 SXM5 80GB",
+            gpus=16,
+            healthy=16,
+            memory_mib=16 * 81559,
+            memory_held_mib=0,
+            compute_held_milli=0,
+        )
     ]
-    assert "1274.4" in text(response)  # GiB
+    assert "0Gi / 1274.4Gi" in text(response)
 
 
 def test_mig_on_a_gpu_without_mig_is_shown_next_to_sharing_mode(ui, running_cluster):
@@ -199,3 +207,37 @@ def test_pool_delete_asks_first_then_removes_the_pool(ui, ready_pool, django_cap
     assert not NodePool.objects.filter(pk=ready_pool.pk).exists()
     assert not Gpu.objects.exists()
     assert ui.get(f"/pools/{ready_pool.pk}/").status_code == 404
+
+
+# --- compatibility hints ---------------------------------------------------------------------------
+
+
+def embedded_hints(response) -> dict:
+    found = re.search(
+        r'<script id="pool-hints-data" type="application/json">(.*?)</script>', text(response), re.S
+    )
+    assert found, "no hints on the page"
+    return json.loads(found.group(1))
+
+
+def test_pool_form_embeds_what_fits_each_gpu_model(ui, running_cluster, hopper_only_driver):
+    hints = embedded_hints(ui.get(f"/clusters/{running_cluster.pk}/pools/new/"))
+    assert set(hints) == set(GpuModel.objects.values_list("name", flat=True))
+    l4, h100, b200 = hints["l4"], hints["h100-sxm5-80gb"], hints["b200-sxm-180gb"]
+    assert l4["sharing"]["mig"] == sharing_refusal(GpuModel.objects.get(name="l4"), "mig").message
+    assert l4["sharing"]["exclusive"] == "" and l4["mig_profiles"] == []
+    assert h100["sharing"]["mig"] == "" and "3g.40gb" in h100["mig_profiles"]
+    assert b200["drivers"]["other"]["600.10.01"] == [
+        "Driver branch 600 (600.10.01) does not support Blackwell."
+    ]
+    assert h100["drivers"]["other"]["600.10.01"] == []
+    # Every offered driver (and only those) with the service's own reasons for the chosen mode.
+    offered = {d.version for d in PoolCreateForm().fields["driver_release"].queryset}
+    assert "600.10.01" in offered and "535.230.02" not in offered  # past end of life
+    for name, hint in hints.items():
+        model = GpuModel.objects.get(name=name)
+        for mode, key in [("exclusive", "other"), ("mig", "mig")]:
+            assert set(hint["drivers"][key]) == offered
+            for version, reasons in hint["drivers"][key].items():
+                driver = DriverRelease.objects.get(version=version)
+                assert reasons == [r.message for r in driver_refusals(driver, model, mode)]

@@ -8,6 +8,7 @@ from django.test import Client
     ("path", "content_type", "marker"),
     [
         ("/static/frontend/live.js", "text/javascript", b"new WebSocket("),
+        ("/static/frontend/pool_form.js", "text/javascript", b"pool-hints-data"),
         ("/static/frontend/app.css", "text/css", b".status-running"),
     ],
 )
@@ -16,3 +17,16 @@ def test_static_assets_are_served(path, content_type, marker):
     assert response.status_code == 200
     assert response["Content-Type"].startswith(content_type)
     assert marker in b"".join(response.streaming_content)
+
+
+@pytest.mark.django_db
+def test_api_docs_load_swagger_ui_from_the_app(ui):
+    page = ui.get("/api/docs/").content.decode()
+    assert "cdn.jsdelivr.net" not in page and "unpkg.com" not in page
+    assets = [src for src in ("swagger-ui-bundle.js", "swagger-ui.css") if src in page]
+    assert assets == ["swagger-ui-bundle.js", "swagger-ui.css"]
+    bundle = next(line for line in page.split('"') if line.endswith("swagger-ui-bundle.js"))
+    assert bundle.startswith("/static/drf_spectacular_sidecar/")
+    response = ui.get(bundle)
+    assert response.status_code == 200
+    assert b"SwaggerUIBundle" in b"".join(response.streaming_content)

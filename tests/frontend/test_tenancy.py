@@ -42,11 +42,16 @@ def foreign(make_member, make_cluster, make_pool):
         ("post", "/pools/{pool}/scale/"),
         ("get", "/pools/{pool}/delete/"),
         ("post", "/pools/{pool}/delete/"),
+        ("get", "/nodes/{node}/"),
+        ("get", "/clusters/{cluster}/kubeconfig/"),
     ],
 )
 def test_another_tenants_objects_are_404(ui, foreign, method, path):
     cluster, pool = foreign
-    response = getattr(ui, method)(path.format(cluster=cluster.pk, pool=pool.pk), {"node_count": "1"})
+    node = pool.nodes.get()
+    response = getattr(ui, method)(
+        path.format(cluster=cluster.pk, pool=pool.pk, node=node.pk), {"node_count": "1"}
+    )
     assert response.status_code == 404
     assert Cluster.objects.get(pk=cluster.pk).status == "running"
     assert (

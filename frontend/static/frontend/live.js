@@ -10,9 +10,12 @@
  *   data-claim-row="<id>"                                 removed when the claim is released
  * Elements with data-live-region and an id are re-fetched from the server (the page itself) when an
  * event matches <body data-refresh-on> (space-separated keys: "cluster:<id>", "pool:<id>",
- * "claim:<id>", "claims:<cluster id>" for any claim of a cluster, or "*"), and after a reconnect,
- * since events may have been missed meanwhile. When the page's own object is deleted or released
- * (<body data-gone-on>), the browser goes to <body data-gone-url>.
+ * "claim:<id>", "claims:<cluster id>" for any claim of a cluster, or "*"), and each time the socket
+ * opens, since events may have been missed between the page's render (or a drop) and then; the status
+ * badges outside those regions are copied from the fresh page as well. When the page's own object is
+ * deleted or released (<body data-gone-on>), the browser goes to <body data-gone-url>.
+ * The connection's state is <body data-live-state> ("connecting", "open", "reconnecting", "off"), and
+ * [data-live-indicator] elements say it in words.
  */
 (function () {
   "use strict";
@@ -21,15 +24,31 @@
   var path = body && body.dataset.wsUrl;
   if (!path || !("WebSocket" in window)) return;
 
+  var STATUS_ATTRS = ["data-cluster-status", "data-pool-status", "data-claim-status"];
   var FORBIDDEN = 4403; // the server refused this stream (signed out, another tenant's cluster): stop
   var MAX_DELAY_MS = 30000;
   var attempts = 0;
-  var connectedBefore = false;
   var refreshTimer = null;
 
   function socketUrl() {
     var scheme = location.protocol === "https:" ? "wss:" : "ws:";
     return scheme + "//" + location.host + path;
+  }
+
+  var STATE_TEXT = {
+    connecting: "Connecting…",
+    open: "Live",
+    reconnecting: "Reconnecting…",
+    off: "Not live — reload the page",
+  };
+
+  function setState(state) {
+    body.dataset.liveState = state;
+    each("data-live-indicator", "page", function (el) {
+      el.textContent = STATE_TEXT[state];
+      el.className = "live-indicator live-" + state;
+      el.hidden = false;
+    });
   }
 
   function each(attr, id, fn) {
@@ -96,6 +115,16 @@
           var replacement = fresh.getElementById(el.id);
           if (replacement) el.innerHTML = replacement.innerHTML;
         });
+        // Status badges outside the regions (a page's title) follow the fresh page too.
+        STATUS_ATTRS.forEach(function (attr) {
+          Array.prototype.forEach.call(document.querySelectorAll("[" + attr + "]"), function (el) {
+            var twin = fresh.querySelector("[" + attr + '="' + el.getAttribute(attr) + '"]');
+            if (twin) {
+              el.textContent = twin.textContent;
+              el.className = twin.className;
+            }
+          });
+        });
       })
       .catch(function () {
         /* the next event or reconnect tries again */
@@ -148,8 +177,9 @@
   function connect() {
     var socket = new WebSocket(socketUrl());
     socket.onopen = function () {
-      if (connectedBefore) scheduleRefresh(); // catch up on what happened while disconnected
-      connectedBefore = true;
+      setState("open");
+      // Catch up on what happened since the page was rendered, or while the socket was down.
+      scheduleRefresh();
       attempts = 0;
     };
     socket.onmessage = function (message) {
@@ -162,7 +192,11 @@
       if (event && typeof event.type === "string") handle(event);
     };
     socket.onclose = function (close) {
-      if (close.code === FORBIDDEN) return;
+      if (close.code === FORBIDDEN) {
+        setState("off");
+        return;
+      }
+      setState("reconnecting");
       // Exponential backoff with jitter, so a restarted server is not hit by every page at once.
       var delay = Math.min(MAX_DELAY_MS, 1000 * Math.pow(2, attempts)) * (0.5 + Math.random() / 2);
       attempts += 1;
@@ -170,5 +204,6 @@
     };
   }
 
+  setState("connecting");
   connect();
 })();

@@ -1,0 +1,97 @@
+/* Compatibility hints of the node-pool form. No framework, no build step.
+ *
+ * The page embeds every GPU model's hints as JSON (#pool-hints-data, frontend/pool_hints.py). When the
+ * GPU model or the sharing mode changes, this shows which drivers fit the chosen GPU and why the others
+ * do not, which sharing modes it allows and its MIG profiles; it disables the driver and sharing-mode
+ * options that do not fit (moving the choice to one that does) and caps GPUs per node. Without
+ * JavaScript the form still works: the server refuses what does not fit, next to the field.
+ */
+(function () {
+  "use strict";
+
+  var data = document.getElementById("pool-hints-data");
+  var form = document.querySelector("[data-pool-form]");
+  if (!data || !form) return;
+  var hints = JSON.parse(data.textContent);
+  var model = form.elements.gpu_model;
+  var sharing = form.elements.sharing_mode;
+  var driver = form.elements.driver_release;
+  var gpus = form.elements.gpus_per_node;
+  var box = document.getElementById("pool-hints");
+
+  function element(tag, className, text) {
+    var el = document.createElement(tag);
+    if (className) el.className = className;
+    if (text !== undefined) el.textContent = text;
+    return el;
+  }
+
+  // Enable the options that fit; if the chosen one does not, choose the first that does.
+  function fitOptions(select, reasonOf) {
+    var firstFit = null;
+    Array.prototype.forEach.call(select.options, function (option) {
+      var reason = reasonOf(option.value);
+      option.disabled = Boolean(reason);
+      option.title = reason || "";
+      if (!reason && firstFit === null) firstFit = option;
+    });
+    if (select.selectedOptions[0] && select.selectedOptions[0].disabled && firstFit) {
+      firstFit.selected = true;
+    }
+  }
+
+  function render() {
+    var hint = hints[model.value];
+    if (!hint) return;
+    fitOptions(sharing, function (mode) {
+      return hint.sharing[mode];
+    });
+    var fits = hint.drivers[sharing.value === "mig" ? "mig" : "other"];
+    fitOptions(driver, function (version) {
+      return (fits[version] || []).join(" ");
+    });
+    gpus.max = hint.max_gpus_per_node;
+
+    var good = [];
+    var bad = [];
+    Object.keys(fits).forEach(function (version) {
+      if (fits[version].length) bad.push([version, fits[version]]);
+      else good.push(version);
+    });
+    var allowed = Object.keys(hint.sharing).filter(function (mode) {
+      return !hint.sharing[mode];
+    });
+
+    box.textContent = "";
+    box.appendChild(element("p", "hints-title", hint.display_name + ": " + hint.summary + "."));
+    var list = element("ul", "hints-list");
+    var drivers = element("li", good.length ? "hint-ok" : "hint-bad");
+    drivers.setAttribute("data-hint", "drivers");
+    drivers.textContent = good.length
+      ? "Drivers that fit" + (sharing.value === "mig" ? " with MIG" : "") + ": " + good.join(", ") + "."
+      : "No offered driver fits this GPU" + (sharing.value === "mig" ? " with MIG" : "") + ".";
+    list.appendChild(drivers);
+    bad.forEach(function (pair) {
+      var li = element("li", "hint-bad", pair[0] + " does not fit: " + pair[1].join(" "));
+      li.setAttribute("data-hint", "driver-refused");
+      list.appendChild(li);
+    });
+    var modes = element("li", "hint-ok", "Sharing modes it allows: " + allowed.join(", ") + ".");
+    modes.setAttribute("data-hint", "sharing");
+    list.appendChild(modes);
+    if (hint.mig_profiles.length) {
+      var mig = element("li", "", "MIG profiles: " + hint.mig_profiles.join(", ") + ".");
+      mig.setAttribute("data-hint", "mig");
+      list.appendChild(mig);
+    } else if (hint.sharing.mig) {
+      var noMig = element("li", "hint-bad", hint.sharing.mig);
+      noMig.setAttribute("data-hint", "mig");
+      list.appendChild(noMig);
+    }
+    box.appendChild(list);
+  }
+
+  model.addEventListener("change", render);
+  sharing.addEventListener("change", render);
+  render();
+})();
