@@ -72,3 +72,55 @@ def sample(gpu: Gpu, ts: float | None = None, util: float = 50, claims: dict | N
 
 def post(client, samples: list[dict]):
     return client.post("/api/v1/telemetry/ingest/", {"samples": samples}, format="json")
+
+
+def client_of_node(node: Node) -> APIClient:
+    _, raw = NodeToken.issue(node)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Node {raw}")
+    return client
+
+
+@pytest.fixture
+def add_pool(cluster, make_pool):
+    """add_pool(name, nodes, gpus_per_node): a fractional L4 pool, provisioned."""
+
+    def add(name: str, nodes: int = 1, gpus_per_node: int = 1):
+        pool = make_pool(
+            cluster,
+            name=name,
+            gpu_model="l4",
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            sharing_mode="fractional",
+        )
+        reconcile(pool.pk)
+        return pool
+
+    return add
+
+
+@pytest.fixture
+def claim_in(cluster, tenant):
+    """claim_in(name, compute_percent, pool=None): a fractional claim, placed at once."""
+    from nodepools.claims import create_claim
+    from nvke.tenancy.context import TenantContext
+
+    def make(name: str, compute_percent: int, pool=None):
+        return create_claim(
+            context=TenantContext(tenant, "owner"),
+            cluster=cluster,
+            name=name,
+            kind="fraction",
+            gpu_memory_mib=2048,
+            compute_percent=compute_percent,
+            pool=pool,
+        )
+
+    return make
+
+
+def gpu_of(claim) -> Gpu:
+    from nodepools.models import GpuShare
+
+    return GpuShare.objects.select_related("gpu__node").get(allocation__claim=claim).gpu
