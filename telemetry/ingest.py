@@ -72,7 +72,7 @@ def parse(identity: NodeIdentity, payload, now: float) -> list[store.Sample]:
         where = f"samples[{i}]"
         if not isinstance(raw, dict):
             raise _invalid(f"{where}: expected an object.", where)
-        gpu_id = identity.gpus.get(str(raw.get("gpu", "")).lower())
+        gpu_id = identity.gpus.get(str(raw.get("gpu", "")).lower().removeprefix("gpu-"))  # NVML: GPU-<uuid>
         if gpu_id is None:
             raise _invalid(
                 f"{where}.gpu: no GPU {raw.get('gpu')!r} on this node.", f"{where}.gpu", "unknown_gpu"
