@@ -164,7 +164,14 @@ CELERY_BEAT_SCHEDULE = {
 
 CHANNEL_LAYERS = {
     "default": (
-        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        # redis-py 8 reads with a 5 s socket timeout by default, the same as channels_redis's blocking
+        # BZPOPMIN: an idle consumer's receive then fails with "Timeout reading" (1011). Read longer.
+        # Its pools also stop at 100 connections: hundreds of sockets closing at once (group_discard)
+        # raised "Too many connections".
+        {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 1000}]},
+        }
         if REDIS_URL
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     )

@@ -14,6 +14,7 @@ from . import store
 from .models import ClaimScaling
 
 BURST_PERIOD_S, BURST_S = 60, 10  # bursty: 10 s at 130 % of the request every minute, else 40 %
+NODES_PER_ROUND_TRIP = 100
 GROWTH_PER_S = 20 / 60  # growing: from 50 % of the request, +20 points a minute, up to 250 %
 
 
@@ -100,6 +101,7 @@ def tick(now: float, gpus: list[GpuLoad] | None = None) -> int:
     by_node: dict[int, list[store.Sample]] = defaultdict(list)
     for gpu in gpus:
         by_node[gpu.node_id].append(sample(gpu, now))
-    for node_id, samples in by_node.items():
-        store.write(node_id, samples, now)
+    batches = list(by_node.items())
+    for i in range(0, len(batches), NODES_PER_ROUND_TRIP):
+        store.write_many(batches[i : i + NODES_PER_ROUND_TRIP], now)
     return len(gpus)

@@ -17,7 +17,7 @@ import redis
 from django.conf import settings
 
 BUCKET_S = 10
-LATEST_TTL_S = 24 * 3600
+LATEST_TTL_S = 24 * 3600  # claim usage state, XID de-duplication
 RAW_TTL_S = 6 * 3600  # raw batches the rollup never took (no beat running) do not pile up forever
 HEARTBEATS = "tm:heartbeat"
 RAW_BUCKETS = "tm:raw-buckets"
@@ -50,9 +50,15 @@ class Sample:
 
 def write(node_id: int, samples: list[Sample], now: float) -> None:
     """One pipelined round trip for the whole batch."""
-    pipe = client().pipeline(transaction=False)
+    write_many([(node_id, samples)], now)
+
+
+def write_many(batches: list[tuple[int, list[Sample]]], now: float) -> None:
+    """Several nodes' batches in one round trip and a handful of commands, however many samples (the
+    simulator writes a slice of the fleet at a time)."""
     latest: dict[int, Sample] = {}
     raw: dict[int, list] = defaultdict(list)
+    samples = [s for _, batch in batches for s in batch]
     for s in samples:
         if s.gpu_id not in latest or latest[s.gpu_id].ts <= s.ts:
             latest[s.gpu_id] = s
@@ -60,9 +66,10 @@ def write(node_id: int, samples: list[Sample], now: float) -> None:
         raw[int(s.ts // BUCKET_S * BUCKET_S)].append(
             [s.gpu_id, s.ts, v.get("util"), v.get("mem"), v.get("temp"), v.get("power"), v.get("sm")]
         )
+    pipe = client().pipeline(transaction=False)
+    # Latest values carry no TTL: one key per GPU, overwritten every second; a GPU that stops
+    # reporting keeps its last sample, with its time.
     pipe.mset({gpu_key(g): json.dumps({"ts": s.ts, **s.values}) for g, s in latest.items()})
-    for g in latest:
-        pipe.expire(gpu_key(g), LATEST_TTL_S)
     for bucket, rows in raw.items():
         pipe.rpush(f"tm:raw:{bucket}", json.dumps(rows))
         pipe.expire(f"tm:raw:{bucket}", RAW_TTL_S)
@@ -70,7 +77,7 @@ def write(node_id: int, samples: list[Sample], now: float) -> None:
     for s in sorted(samples, key=lambda s: s.ts):
         for claim_id, usage in s.claims.items():
             _track_claim(pipe, claim_id, usage, s.ts)
-    pipe.hset(HEARTBEATS, node_id, now)
+    pipe.hset(HEARTBEATS, mapping={node_id: now for node_id, _ in batches})
     pipe.execute()
 
 
