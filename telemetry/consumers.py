@@ -14,7 +14,7 @@ from nvke.consumers import FORBIDDEN
 from nvke.realtime import cluster_group, tenant_group
 from nvke.tenancy.context import find_context
 
-from .hub import hub
+from .hub import COLUMNS, hub
 
 KINDS = ("cluster", "pool", "gpu")
 
@@ -71,7 +71,14 @@ class TelemetryConsumer(AsyncWebsocketConsumer):
         key, gpu_filter, self.group = resolved
         await self.channel_layer.group_add(self.group, self.channel_name)
         view = await hub.view(key, gpu_filter)
-        await self.send(text_data=json.dumps({"type": "telemetry.hello", "view": key, "gpus": view.gpus}))
+        hello = {
+            "type": "telemetry.hello",
+            "view": key,
+            "gpus": view.gpus,
+            "columns": COLUMNS,
+            "latest": await hub.current(view),
+        }
+        await self.send(text_data=json.dumps(hello))
         hub.join(view, id(self), lambda text: self.send(text_data=text))
         self.view_key = key
 

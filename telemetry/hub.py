@@ -1,7 +1,9 @@
-"""Live telemetry streams, coalesced: one task per server process wakes every frame interval, reads the
-latest sample of every GPU that some connected view shows (one Redis MGET for all views), and sends
-each view one frame with the GPUs that changed since its last frame, however many samples arrived.
-The frame is encoded once and written to every socket watching that view.
+"""Live telemetry streams, coalesced: one task per server process wakes every frame interval, reads
+what was written since its last tick from the `tm:fresh` Redis stream (one entry per ingested batch
+or simulator slice, so a tick decodes a few dozen entries, not one value per GPU), and sends each
+view one frame with the newest sample of each of its GPUs that changed, however many samples
+arrived. The frame is encoded once and written to every socket watching that view. A socket's first
+message carries its view's current values (one MGET when it joins).
 
 A view is a set of GPUs a tenant may see (its fleet, a cluster, a pool, a GPU), resolved from the
 database when the first socket joins and refreshed now and then (GPUs come and go)."""
@@ -18,12 +20,13 @@ from django.conf import settings
 
 from nodepools.models import Gpu
 
-from .store import gpu_key
+from .store import FRESH, STREAM_KEYS, gpu_key
 
 logger = logging.getLogger(__name__)
 REFRESH_GPUS_S = 10.0
 MGET_CHUNK = 5000
-COLUMNS = ["id", "ts", "util", "mem", "temp", "power", "sm", "xid"]
+COLUMNS = ["id", "ts", *STREAM_KEYS]
+READ_COUNT = 1000
 Send = Callable[[str], Awaitable[None]]
 
 
@@ -33,7 +36,6 @@ class View:
         self.gpu_filter = gpu_filter  # always includes the tenant
         self.members: dict[int, Send] = {}
         self.gpus: list[dict] = []
-        self.sent_ts: dict[int, float] = {}
         self.loaded_at = 0.0
 
     async def load(self) -> None:
@@ -73,6 +75,7 @@ class Hub:
         self.views: dict[str, View] = {}
         self.task: asyncio.Task | None = None
         self.redis: aioredis.Redis | None = None
+        self.last_id: bytes = b"0-0"
         self.frames_sent = 0
 
     async def view(self, key: str, gpu_filter: dict) -> View:
@@ -99,6 +102,8 @@ class Hub:
         interval = settings.TELEMETRY_FRAME_INTERVAL_S
         if self.redis is None:
             self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
+        newest = await self.redis.xrevrange(FRESH, count=1)
+        self.last_id = newest[0][0] if newest else b"0-0"
         while self.views:
             started = time.monotonic()
             try:
@@ -107,20 +112,30 @@ class Hub:
                 logger.exception("telemetry frame tick failed")
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
+    async def _fresh(self) -> dict[int, list]:
+        """GPU id → its newest row written since the last tick."""
+        changed: dict[int, list] = {}
+        while True:
+            reply = await self.redis.xread({FRESH: self.last_id}, count=READ_COUNT)
+            entries = reply[0][1] if reply else []
+            for entry_id, fields in entries:
+                for row in json.loads(fields[b"rows"]):
+                    if row[0] not in changed or changed[row[0]][1] <= row[1]:
+                        changed[row[0]] = row
+                self.last_id = entry_id
+            if len(entries) < READ_COUNT:
+                return changed
+
     async def tick(self) -> None:
         views = list(self.views.values())
         for view in views:
             if time.monotonic() - view.loaded_at > REFRESH_GPUS_S:
                 await view.load()
-        wanted = sorted({g["id"] for view in views for g in view.gpus})
-        latest = await self._latest(wanted)
+        changed = await self._fresh()
+        if not changed:
+            return
         for view in views:
-            rows = []
-            for gpu in view.gpus:
-                sample = latest.get(gpu["id"])
-                if sample is not None and sample["ts"] > view.sent_ts.get(gpu["id"], 0.0):
-                    view.sent_ts[gpu["id"]] = sample["ts"]
-                    rows.append([gpu["id"], *(sample.get(c) for c in COLUMNS[1:])])
+            rows = [changed[gpu["id"]] for gpu in view.gpus if gpu["id"] in changed]
             if rows:
                 text = json.dumps(
                     {"type": "telemetry.frame", "view": view.key, "columns": COLUMNS, "gpus": rows}
@@ -130,14 +145,19 @@ class Hub:
                 )
                 self.frames_sent += len(view.members)
 
-    async def _latest(self, gpu_ids: list[int]) -> dict[int, dict]:
-        result = {}
-        for i in range(0, len(gpu_ids), MGET_CHUNK):
-            chunk = gpu_ids[i : i + MGET_CHUNK]
+    async def current(self, view: View) -> list[list]:
+        """The view's GPUs' latest rows, as frames carry them (for a socket that just joined)."""
+        if self.redis is None:
+            self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
+        rows = []
+        ids = [g["id"] for g in view.gpus]
+        for i in range(0, len(ids), MGET_CHUNK):
+            chunk = ids[i : i + MGET_CHUNK]
             for gpu_id, value in zip(chunk, await self.redis.mget([gpu_key(g) for g in chunk]), strict=True):
                 if value is not None:
-                    result[gpu_id] = json.loads(value)
-        return result
+                    sample = json.loads(value)
+                    rows.append([gpu_id, sample["ts"], *(sample.get(k) for k in STREAM_KEYS)])
+        return rows
 
 
 hub = Hub()  # one per server process

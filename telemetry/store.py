@@ -7,6 +7,7 @@ Keys (all under `tm:`):
   tm:raw-buckets           set of bucket starts that have raw samples
   tm:claim:<claim id>      hash: usage (% of its compute share), ts, over_since, idle_since
   tm:heartbeat             hash: node id → time of its last batch
+  tm:fresh                 stream: each write's newest sample per GPU, read by the live streams
 """
 
 import json
@@ -20,6 +21,9 @@ BUCKET_S = 10
 LATEST_TTL_S = 24 * 3600  # claim usage state, XID de-duplication
 RAW_TTL_S = 6 * 3600  # raw batches the rollup never took (no beat running) do not pile up forever
 HEARTBEATS = "tm:heartbeat"
+FRESH = "tm:fresh"  # stream of [[gpu id, ts, *STREAM_KEYS], ...] per write, for telemetry.hub
+FRESH_MAXLEN = 20_000  # writes kept: minutes of a 10,000-GPU fleet posting per node
+STREAM_KEYS = ("util", "mem", "temp", "power", "sm", "xid")
 RAW_BUCKETS = "tm:raw-buckets"
 
 _client: redis.Redis | None = None
@@ -78,6 +82,9 @@ def write_many(batches: list[tuple[int, list[Sample]]], now: float) -> None:
         for claim_id, usage in s.claims.items():
             _track_claim(pipe, claim_id, usage, s.ts)
     pipe.hset(HEARTBEATS, mapping={node_id: now for node_id, _ in batches})
+    # The live streams read what is new from here: one entry per write, however many samples.
+    fresh = [[g, s.ts, *(s.values.get(k) for k in STREAM_KEYS)] for g, s in latest.items()]
+    pipe.xadd(FRESH, {"rows": json.dumps(fresh)}, maxlen=FRESH_MAXLEN, approximate=True)
     pipe.execute()
 
 

@@ -80,3 +80,7 @@ def test_another_tenant_cannot_subscribe_or_overhear(asgi_server, owner, node, n
         assert rows(frames[-1])[gpu.pk]["util"] == 77
         with pytest.raises(TimeoutError):
             theirs.recv(timeout=1.5)  # several intervals: nothing of acme's reaches them
+    # A socket opened later starts from the current values.
+    with open_socket(asgi_server, owner, f"/ws/telemetry/?gpu={gpu.pk}") as late:
+        hello = json.loads(late.recv(timeout=10))
+        assert [dict(zip(hello["columns"], row, strict=True))["util"] for row in hello["latest"]] == [77]

@@ -1,7 +1,8 @@
 /* Live telemetry charts. No framework, no build step, no CDN: plain canvas drawing.
  *
  * The page's .telemetry element names its websocket (data-telemetry-ws). The server sends
- *   {"type": "telemetry.hello", "gpus": [{id, name, pool, pool_name, memory_mib, ...}]}  once, then
+ *   {"type": "telemetry.hello", "gpus": [{id, name, pool, pool_name, memory_mib, ...}], "columns": [...],
+ *    "latest": [[id, ts, util, ...], ...]}  once (the current values), then
  *   {"type": "telemetry.frame", "columns": [...], "gpus": [[id, ts, util, mem, ...], ...]}  at most one
  *   per interval with the GPUs that changed, and {"type": "telemetry.event", ...} for decisions.
  * Every element [data-series="gpu-<id>"] or [data-series="pool-<id>"] gets its two charts
@@ -43,6 +44,7 @@
     gpus = {};
     message.gpus.forEach(function (gpu) { gpus[gpu.id] = gpu; });
     setState("Live: " + message.gpus.length + " GPUs.");
+    if (message.latest && message.latest.length) onFrame({ columns: message.columns, gpus: message.latest });
   }
 
   function onFrame(message) {
