@@ -202,7 +202,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Telemetry (telemetry/): frame interval of the live streams, rescaling and health rules.
-TELEMETRY_FRAME_INTERVAL_S = float(os.environ.get("NVKE_TELEMETRY_FRAME_INTERVAL_S", "0.5"))
+TELEMETRY_FRAME_INTERVAL_S = float(os.environ.get("NVKE_TELEMETRY_FRAME_INTERVAL_S", "0.25"))
 TELEMETRY_PRESSURE_PERCENT = int(os.environ.get("NVKE_TELEMETRY_PRESSURE_PERCENT", "90"))  # of the share
 TELEMETRY_PRESSURE_S = int(os.environ.get("NVKE_TELEMETRY_PRESSURE_S", "30"))
 TELEMETRY_IDLE_PERCENT = int(os.environ.get("NVKE_TELEMETRY_IDLE_PERCENT", "10"))

@@ -16,6 +16,9 @@ from .models import NodeToken, hash_token
 MAX_SAMPLES = 10_000
 MAX_AGE_S = 3600  # older samples are refused: history past the hour is per minute and already rolled
 MAX_SKEW_S = 60  # clocks of nodes may run a little ahead
+IDENTITY_TTL_S = 10.0
+MAX_CACHED_IDENTITIES = 100_000
+_identities: dict[str, tuple["NodeIdentity", float]] = {}  # token hash → (identity, valid until)
 
 
 class InvalidNodeToken(DomainError):
@@ -33,6 +36,21 @@ class NodeIdentity:
 
 
 def authenticate(raw_token: str) -> NodeIdentity:
+    """The node a token belongs to. Known tokens are remembered for IDENTITY_TTL_S so the hot path
+    (every node, every second) needs no database: a replaced token, a new or failed GPU are seen
+    within that time (a failed GPU's repeated XIDs are de-duplicated in Redis meanwhile)."""
+    key = hash_token(raw_token)
+    cached = _identities.get(key)
+    if cached is not None and cached[1] > time.monotonic():
+        return cached[0]
+    identity = _load_identity(raw_token)
+    if len(_identities) > MAX_CACHED_IDENTITIES:
+        _identities.clear()
+    _identities[key] = (identity, time.monotonic() + IDENTITY_TTL_S)
+    return identity
+
+
+def _load_identity(raw_token: str) -> NodeIdentity:
     token = (
         NodeToken.objects.select_related("node__pool").filter(key_hash=hash_token(raw_token)).first()
         if raw_token
