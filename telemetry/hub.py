@@ -20,6 +20,7 @@ from django.conf import settings
 
 from nodepools.models import Gpu
 
+from . import store
 from .store import FRESH, STREAM_KEYS, gpu_key
 
 logger = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class Hub:
     def join(self, view: View, member: int, send: Send) -> None:
         """From now on the member gets the view's frames (send the view's GPU list first)."""
         self.views.setdefault(view.key, view).members[member] = send
-        if self.task is None or self.task.done():
+        if store.available() and (self.task is None or self.task.done()):
             self.task = asyncio.get_running_loop().create_task(self.run())
 
     def leave(self, key: str, member: int) -> None:
@@ -147,6 +148,8 @@ class Hub:
 
     async def current(self, view: View) -> list[list]:
         """The view's GPUs' latest rows, as frames carry them (for a socket that just joined)."""
+        if not store.available():
+            return []
         if self.redis is None:
             self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
         rows = []

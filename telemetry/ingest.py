@@ -21,6 +21,11 @@ MAX_CACHED_IDENTITIES = 100_000
 _identities: dict[str, tuple["NodeIdentity", float]] = {}  # token hash → (identity, valid until)
 
 
+class TelemetryUnavailable(DomainError):
+    status = 503
+    code = "telemetry_unavailable"
+
+
 class InvalidNodeToken(DomainError):
     status = 401
     code = "invalid_node_token"
@@ -139,6 +144,8 @@ def ingest(identity: NodeIdentity, payload) -> int:
     """Validate, then store; start a GPU failover for each new fatal XID. Returns the sample count."""
     from .tasks import gpu_failed
 
+    if not store.available():
+        raise TelemetryUnavailable("Telemetry needs Redis: this control plane runs without REDIS_URL.")
     now = time.time()
     samples = parse(identity, payload, now)
     store.write(identity.node_id, samples, now)

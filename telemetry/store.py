@@ -29,6 +29,11 @@ RAW_BUCKETS = "tm:raw-buckets"
 _client: redis.Redis | None = None
 
 
+def available() -> bool:
+    """Telemetry lives in Redis: without REDIS_URL (the embedded default) nothing is stored or read."""
+    return bool(settings.REDIS_URL)
+
+
 def client() -> redis.Redis:
     global _client
     if _client is None:
@@ -106,13 +111,15 @@ def _track_claim(pipe, claim_id: int, usage: float, ts: float) -> None:
 
 def latest(gpu_ids: list[int]) -> dict[int, dict]:
     """The latest sample of each GPU that has one."""
-    if not gpu_ids:
+    if not gpu_ids or not available():
         return {}
     values = client().mget([gpu_key(g) for g in gpu_ids])
     return {g: json.loads(v) for g, v in zip(gpu_ids, values, strict=True) if v is not None}
 
 
 def claim_states(claim_ids: list[int]) -> dict[int, dict[str, float]]:
+    if not available():
+        return {}
     pipe = client().pipeline(transaction=False)
     for claim_id in claim_ids:
         pipe.hgetall(claim_key(claim_id))
@@ -129,6 +136,8 @@ def reset_claim(claim_id: int) -> None:
 
 
 def heartbeats() -> dict[int, float]:
+    if not available():
+        return {}
     return {int(k): float(v) for k, v in client().hgetall(HEARTBEATS).items()}
 
 
@@ -143,6 +152,8 @@ def take_raw(bucket: int) -> list[list]:
 
 
 def raw_buckets() -> list[int]:
+    if not available():
+        return []
     return sorted(int(b) for b in client().smembers(RAW_BUCKETS))
 
 
