@@ -208,6 +208,7 @@ TELEMETRY_PRESSURE_S = int(os.environ.get("NVKE_TELEMETRY_PRESSURE_S", "30"))
 TELEMETRY_IDLE_PERCENT = int(os.environ.get("NVKE_TELEMETRY_IDLE_PERCENT", "10"))
 TELEMETRY_IDLE_S = int(os.environ.get("NVKE_TELEMETRY_IDLE_S", "600"))
 TELEMETRY_NODE_NOT_READY_S = int(os.environ.get("NVKE_TELEMETRY_NODE_NOT_READY_S", "60"))
+TELEMETRY_NODE_REPAIR_S = int(os.environ.get("NVKE_TELEMETRY_NODE_REPAIR_S", "300"))  # simulator replaces
 FATAL_XIDS_DEFAULT = "48,62,63,64,74,79,92,94,95,119,120"  # DBE, GSP, row remap, NVLink, off the bus, ECC
 TELEMETRY_FATAL_XIDS = [int(x) for x in env_list("NVKE_TELEMETRY_FATAL_XIDS", FATAL_XIDS_DEFAULT)]
 METRICS_TOKEN = os.environ.get("NVKE_METRICS_TOKEN", "")  # /metrics answers only with this bearer token

@@ -110,6 +110,7 @@ class TelemetryEvent(models.Model):
         GPU_UNHEALTHY = "gpu.unhealthy"
         NODE_NOT_READY = "node.not-ready"
         NODE_READY = "node.ready"
+        NODE_REPLACED = "node.replaced"
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
     cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")

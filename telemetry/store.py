@@ -141,6 +141,10 @@ def heartbeats() -> dict[int, float]:
     return {int(k): float(v) for k, v in client().hgetall(HEARTBEATS).items()}
 
 
+def forget_node(node_id: int) -> None:
+    client().hdel(HEARTBEATS, node_id)
+
+
 def take_raw(bucket: int) -> list[list]:
     """Remove and return the raw rows of a closed bucket."""
     pipe = client().pipeline(transaction=True)

@@ -24,4 +24,6 @@ def rescale() -> None:
 
 @shared_task
 def check_heartbeats() -> None:
-    health.check_heartbeats(time.time())
+    now = time.time()
+    health.check_heartbeats(now)
+    health.repair_nodes(now)

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from nodepools.models import Claim, GpuShare, Node
+from nodepools.services import reconcile
 from telemetry import health
 from telemetry.models import TelemetryEvent
 
@@ -74,3 +75,35 @@ def test_silent_node_becomes_not_ready_then_ready_again(node, node_client, api):
         for e in api.get(f"/api/v1/telemetry/events/?cluster={node.pool.cluster_id}").data["results"]
     ]
     assert kinds == ["node.ready", "node.not-ready"]
+
+
+def test_verdicts_survive_a_pool_resync(add_pool, claim_in):
+    pool = add_pool("only", nodes=2)
+    a = claim_in("a", 30)
+    failing = gpu_of(a)
+    health.fail_gpu(failing.pk, 79)
+    reconcile(pool.pk)  # the pool's nodes and GPUs are copied again from the provider
+    failing.refresh_from_db()
+    assert not failing.healthy
+
+
+def test_silent_node_is_replaced_and_its_claims_placed_again(
+    add_pool, claim_in, api, django_capture_on_commit_callbacks
+):
+    pool = add_pool("only", nodes=2)
+    a = claim_in("a", 30)
+    lost = gpu_of(a).node
+    now = time.time()
+    assert post(client_of_node(lost), [sample(gpu_of(a), now)]).status_code == 202
+    assert health.check_heartbeats(now + 61) == ([lost.pk], [])
+    assert health.repair_nodes(now + 200) == []  # not yet: the repair timeout is 300 s
+    with django_capture_on_commit_callbacks(execute=True):
+        assert health.repair_nodes(now + 301) == [lost.name]
+
+    assert not Node.objects.filter(pk=lost.pk).exists()
+    assert pool.nodes.count() == 2 and pool.nodes.filter(status=Node.Status.READY).count() == 2
+    a.refresh_from_db()
+    assert a.status == Claim.Status.ALLOCATED and gpu_of(a).node != lost
+    kinds = [e["kind"] for e in api.get("/api/v1/telemetry/events/").data["results"]]
+    assert kinds[0] == "node.replaced"
+    assert health.repair_nodes(now + 400) == []  # once
