@@ -129,9 +129,10 @@ class Hub:
 
     async def tick(self) -> None:
         views = list(self.views.values())
-        for view in views:
-            if time.monotonic() - view.loaded_at > REFRESH_GPUS_S:
-                await view.load()
+        # One view's GPU list is refreshed per tick at most, so refreshes never pile up in one tick.
+        stalest = min(views, key=lambda v: v.loaded_at, default=None)
+        if stalest is not None and time.monotonic() - stalest.loaded_at > REFRESH_GPUS_S:
+            await stalest.load()
         changed = await self._fresh()
         if not changed:
             return
