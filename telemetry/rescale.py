@@ -59,16 +59,25 @@ def _set_state(claim: Claim, scaling: ClaimScaling, state: str, kind: str, messa
 
 
 def grow(claim: Claim) -> str:
-    """Grow the claim's compute share one step; returns the event kind recorded."""
-    scaling = _scaling(claim)
-    requested = scaling.requested_compute_percent
-    step = max(1, round(requested * GROWTH_STEP))
-    target = min(100, round(requested * MAX_GROWTH), claim.compute_percent + step)
-    if target <= claim.compute_percent:
-        message = f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
-        return _throttle(claim, scaling, message)
+    """Grow the claim's compute share one step; returns the event kind recorded ("" if the claim is
+    gone or no longer placed). Everything is read again under the cluster's allocation lock."""
     with allocation_lock(claim.cluster_id):
-        share = GpuShare.objects.select_related("gpu").get(allocation__claim=claim)
+        claim = (
+            Claim.objects.select_related("pool").filter(pk=claim.pk, status=Claim.Status.ALLOCATED).first()
+        )
+        share = (
+            GpuShare.objects.select_related("gpu").filter(allocation__claim=claim).first() if claim else None
+        )
+        if share is None:
+            return ""
+        scaling = _scaling(claim)
+        requested = scaling.requested_compute_percent
+        step = max(1, round(requested * GROWTH_STEP))
+        target = min(100, round(requested * MAX_GROWTH), claim.compute_percent + step)
+        if target <= claim.compute_percent:
+            return _throttle(
+                claim, scaling, f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
+            )
         used = GpuShare.objects.filter(gpu=share.gpu).aggregate(total=Sum("compute_milli"))["total"]
         if share.gpu.healthy and used - share.compute_milli + target * 10 <= 1000:
             GpuShare.objects.filter(pk=share.pk).update(compute_milli=target * 10)
@@ -104,9 +113,12 @@ def _throttle(claim: Claim, scaling: ClaimScaling, message: str) -> str:
 
 def shrink(claim: Claim) -> str:
     """Back to the request, in place (a smaller share always fits where the bigger one was)."""
-    scaling = _scaling(claim)
-    requested = scaling.requested_compute_percent
     with allocation_lock(claim.cluster_id):
+        claim = Claim.objects.filter(pk=claim.pk, status=Claim.Status.ALLOCATED).first()
+        scaling = _scaling(claim) if claim else None
+        if scaling is None or claim.compute_percent <= scaling.requested_compute_percent:
+            return ""
+        requested = scaling.requested_compute_percent
         GpuShare.objects.filter(allocation__claim=claim).update(compute_milli=requested * 10)
         Claim.objects.filter(pk=claim.pk).update(compute_percent=requested)
         topology_changed(claim.cluster_id)
@@ -124,15 +136,20 @@ def rescale() -> list[tuple[int, str]]:
         ).select_related("pool")
     }
     states = store.claim_states(list(claims))
-    grown = set(
-        ClaimScaling.objects.filter(claim_id__in=states)
-        .exclude(state=ClaimScaling.State.NORMAL)
-        .values_list("claim_id", flat=True)
+    requested = dict(
+        ClaimScaling.objects.filter(claim_id__in=states).values_list("claim_id", "requested_compute_percent")
     )
+    grown = {pk for pk, percent in requested.items() if claims[pk].compute_percent > percent}
     done = []
     for decision in decide(states, grown):
         claim = claims[decision.claim_id]
         kind = grow(claim) if decision.action == "grow" else shrink(claim)
         store.reset_claim(claim.pk)  # the next decision needs a new stretch of pressure (or idleness)
-        done.append((claim.pk, kind))
+        if kind:
+            done.append((claim.pk, kind))
+    # A throttled claim whose pressure has ended is no longer throttled.
+    relieved = [pk for pk, state in states.items() if "over_since" not in state]
+    ClaimScaling.objects.filter(claim_id__in=relieved, state=ClaimScaling.State.THROTTLED).update(
+        state=ClaimScaling.State.NORMAL, reason=""
+    )
     return done

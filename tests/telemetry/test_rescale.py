@@ -88,6 +88,10 @@ def test_nowhere_to_grow_is_throttled_with_the_reason(add_pool, claim_in, api):
     report(claim, [95] * 31, time.time() - 35)
     assert rescale.rescale() == [(claim.pk, "claim.throttled")]
     assert TelemetryEvent.objects.filter(kind="claim.throttled").count() == 1
+    # The pressure ends: no longer throttled.
+    report(claim, [50] * 3, time.time() - 3)
+    assert rescale.rescale() == []
+    assert ClaimScaling.objects.get(claim=claim).state == "normal"
 
 
 @override_settings(TELEMETRY_IDLE_S=60)
