@@ -25,6 +25,7 @@ urlpatterns = [
     path("claims/<int:pk>/release/", views.claim_release, name="claim-release"),
     path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
     path("telemetry/", views_telemetry.fleet, name="telemetry"),
+    path("telemetry/clusters/<int:pk>/", views_telemetry.cluster, name="telemetry-cluster"),
     path("telemetry/pools/<int:pk>/", views_telemetry.pool, name="telemetry-pool"),
     path("telemetry/gpus/<int:pk>/", views_telemetry.gpu, name="telemetry-gpu"),
 ]

@@ -1,11 +1,12 @@
-"""Live telemetry pages: the fleet (heatmap, per-pool charts), a pool (per-GPU charts), a GPU. The
-page renders the GPU list and the recent decisions; telemetry.js draws the charts from one websocket
-(ws/telemetry/, coalesced frames) and adds decisions as they arrive. Another tenant's pool or GPU is
-a 404."""
+"""Live telemetry pages: the fleet or a cluster (heatmap, per-pool charts), a pool (per-GPU charts),
+a GPU. The page renders the GPU list and the recent decisions; telemetry.js draws the charts from one
+websocket (ws/telemetry/, coalesced frames) and adds decisions as they arrive. Another tenant's
+cluster, pool or GPU is a 404."""
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from clusters.models import Cluster
 from nodepools.models import Gpu, NodePool
 from nvke.tenancy.context import TenantContext
 from telemetry.models import ClaimScaling, TelemetryEvent
@@ -44,6 +45,26 @@ def fleet(request: HttpRequest, context: TenantContext) -> HttpResponse:
         TelemetryEvent.objects.restrict(context),
         pools=pools,
         throttled=throttled.select_related("claim"),
+    )
+
+
+@tenant_view
+def cluster(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    """The fleet page, for one cluster: its GPUs' heatmap and its pools' charts."""
+    instance = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    pools = NodePool.objects.restrict(context).filter(cluster=instance).select_related("cluster", "gpu_model")
+    throttled = ClaimScaling.objects.restrict(context).filter(
+        state=ClaimScaling.State.THROTTLED, claim__cluster=instance
+    )
+    return _page(
+        request,
+        "fleet.html",
+        context,
+        f"cluster={pk}",
+        TelemetryEvent.objects.restrict(context).filter(cluster=instance),
+        pools=pools.order_by("name"),
+        throttled=throttled.select_related("claim"),
+        cluster=instance,
     )
 
 

@@ -26,7 +26,10 @@ def test_fleet_page_lists_pools_and_decisions_and_opens_the_fleet_stream(browser
     assert "frontend/telemetry.js" in html
 
 
-def test_pool_and_gpu_pages_open_their_streams(browser, frac_pool):
+def test_cluster_pool_and_gpu_pages_open_their_streams(browser, frac_pool, cluster):
+    cluster_page = browser.get(f"/telemetry/clusters/{cluster.pk}/").content.decode()
+    assert f'data-telemetry-ws="/ws/telemetry/?cluster={cluster.pk}"' in cluster_page
+    assert f'data-series="pool-{frac_pool.pk}"' in cluster_page and "Cluster heatmap" in cluster_page
     gpu = frac_pool.nodes.first().gpus.first()
     pool_page = browser.get(f"/telemetry/pools/{frac_pool.pk}/").content.decode()
     assert f'data-telemetry-ws="/ws/telemetry/?pool={frac_pool.pk}"' in pool_page
@@ -41,6 +44,7 @@ def test_other_tenants_pages_are_404_and_their_decisions_hidden(frac_pool, make_
     stranger.force_login(make_member("globex", "owner"))
     gpu = frac_pool.nodes.first().gpus.first()
     assert stranger.get(f"/telemetry/pools/{frac_pool.pk}/").status_code == 404
+    assert stranger.get(f"/telemetry/clusters/{cluster.pk}/").status_code == 404
     assert stranger.get(f"/telemetry/gpus/{gpu.pk}/").status_code == 404
     fleet = stranger.get("/telemetry/").content.decode()
     assert "secret XID" not in fleet and f"pool-{frac_pool.pk}" not in fleet
