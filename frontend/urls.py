@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import views, views_telemetry
 
 urlpatterns = [
     path(
@@ -26,4 +26,8 @@ urlpatterns = [
     path("claims/<int:pk>/", views.claim_detail, name="claim-detail"),
     path("claims/<int:pk>/release/", views.claim_release, name="claim-release"),
     path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
+    path("telemetry/", views_telemetry.fleet, name="telemetry"),
+    path("telemetry/clusters/<int:pk>/", views_telemetry.cluster, name="telemetry-cluster"),
+    path("telemetry/pools/<int:pk>/", views_telemetry.pool, name="telemetry-pool"),
+    path("telemetry/gpus/<int:pk>/", views_telemetry.gpu, name="telemetry-gpu"),
 ]

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "nvke.providers.simulator",
     "clusters",
     "nodepools",
+    "telemetry",
     "frontend",
 ]
 
@@ -151,16 +152,27 @@ CELERY_TASK_ROUTES = {
     "nodepools.tasks.place_all_pending_claims": {"queue": "allocator"},
     "nodepools.tasks.prune_allocation_log": {"queue": "allocator"},
     "nodepools.tasks.*": {"queue": "provisioning"},
+    "telemetry.tasks.*": {"queue": "telemetry"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
     "place-pending-claims": {"task": "nodepools.tasks.place_all_pending_claims", "schedule": 30.0},
     "prune-allocation-log": {"task": "nodepools.tasks.prune_allocation_log", "schedule": 300.0},
+    "telemetry-rollup": {"task": "telemetry.tasks.rollup", "schedule": 10.0},
+    "telemetry-rescale": {"task": "telemetry.tasks.rescale", "schedule": 5.0},
+    "telemetry-heartbeats": {"task": "telemetry.tasks.check_heartbeats", "schedule": 15.0},
 }
 
 CHANNEL_LAYERS = {
     "default": (
-        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        # redis-py 8 reads with a 5 s socket timeout by default, the same as channels_redis's blocking
+        # BZPOPMIN: an idle consumer's receive then fails with "Timeout reading" (1011). Read longer.
+        # Its pools also stop at 100 connections: hundreds of sockets closing at once (group_discard)
+        # raised "Too many connections".
+        {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 1000}]},
+        }
         if REDIS_URL
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     )
@@ -193,6 +205,18 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
+
+# Telemetry (telemetry/): frame interval of the live streams, rescaling and health rules.
+TELEMETRY_FRAME_INTERVAL_S = float(os.environ.get("NVKE_TELEMETRY_FRAME_INTERVAL_S", "0.25"))
+TELEMETRY_PRESSURE_PERCENT = int(os.environ.get("NVKE_TELEMETRY_PRESSURE_PERCENT", "90"))  # of the share
+TELEMETRY_PRESSURE_S = int(os.environ.get("NVKE_TELEMETRY_PRESSURE_S", "30"))
+TELEMETRY_IDLE_PERCENT = int(os.environ.get("NVKE_TELEMETRY_IDLE_PERCENT", "10"))
+TELEMETRY_IDLE_S = int(os.environ.get("NVKE_TELEMETRY_IDLE_S", "600"))
+TELEMETRY_NODE_NOT_READY_S = int(os.environ.get("NVKE_TELEMETRY_NODE_NOT_READY_S", "60"))
+TELEMETRY_NODE_REPAIR_S = int(os.environ.get("NVKE_TELEMETRY_NODE_REPAIR_S", "300"))  # simulator replaces
+FATAL_XIDS_DEFAULT = "48,62,63,64,74,79,92,94,95,119,120"  # DBE, GSP, row remap, NVLink, off the bus, ECC
+TELEMETRY_FATAL_XIDS = [int(x) for x in env_list("NVKE_TELEMETRY_FATAL_XIDS", FATAL_XIDS_DEFAULT)]
+METRICS_TOKEN = os.environ.get("NVKE_METRICS_TOKEN", "")  # /metrics answers only with this bearer token
 
 # Which provider runs clusters: "simulator" (default) or "kubernetes".
 NVKE_PROVIDER = os.environ.get("NVKE_PROVIDER", "simulator")

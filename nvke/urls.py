@@ -3,6 +3,8 @@ from django.http import HttpResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from telemetry.prometheus import metrics_view
+
 
 def healthz(request):
     return HttpResponse("ok", content_type="text/plain")
@@ -10,6 +12,7 @@ def healthz(request):
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("nvke.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

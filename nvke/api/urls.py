@@ -12,6 +12,13 @@ from nodepools.api.views import (
     RegionViewSet,
 )
 from nvke.tenancy.views import ApiTokenViewSet, me
+from telemetry.api import (
+    ClaimScalingViewSet,
+    GpuTelemetryViewSet,
+    IngestView,
+    NodeTokenViewSet,
+    TelemetryEventViewSet,
+)
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet)
@@ -23,8 +30,13 @@ router.register("kubernetes-versions", KubernetesVersionViewSet)
 router.register("regions", RegionViewSet)
 router.register("claims", ClaimViewSet)
 router.register("tokens", ApiTokenViewSet)
+router.register("telemetry/node-tokens", NodeTokenViewSet)
+router.register("telemetry/gpus", GpuTelemetryViewSet, basename="telemetry-gpu")
+router.register("telemetry/events", TelemetryEventViewSet)
+router.register("telemetry/claim-scaling", ClaimScalingViewSet)
 
 urlpatterns = [
     path("me/", me, name="me"),
+    path("telemetry/ingest/", IngestView.as_view(), name="telemetry-ingest"),
     path("", include(router.urls)),
 ]

@@ -1,0 +1,359 @@
+"""Telemetry benchmark: N simulated GPUs at 1 sample/s each, C websocket clients watching; reports the
+samples/s stored, end-to-end latency (sample time → frame received) p50/p99, and CPU used.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/nvke_tm REDIS_URL=redis://127.0.0.1:6379/13 \
+        python bench/telemetry.py --gpus 10000 --clients 200 --seconds 30 [--http] [--json]
+
+It empties that database and Redis db, builds a fleet of `--tenants` tenants, each one cluster with one
+pool of 8-GPU nodes, starts one daphne process and one sender process, then opens the clients (spread
+evenly over the tenants, each watching its tenant's fleet view) from this process.
+
+The sender writes each node's batch the way the simulator does (telemetry.store.write_many: the nodes
+of one slice in one Redis round trip), spread evenly over every second in 20 slices. With `--http` it
+posts each node's batch to the ingestion endpoint with the node's token instead (the nvke-agent
+path), from `--http-concurrency` connections."""
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
+BIN = Path(sys.executable).parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def redis_cpu() -> float:
+    """The Redis server's CPU seconds (the server is shared with whatever else uses it meanwhile)."""
+    import redis
+
+    info = redis.Redis.from_url(os.environ["REDIS_URL"]).info("cpu")
+    return info["used_cpu_user"] + info["used_cpu_sys"]
+
+
+# --- setup -----------------------------------------------------------------------------------------
+
+
+def build_fleet(gpus: int, tenants: int) -> list[dict]:
+    """Tenants with one cluster and one pool each; returns per tenant its user's session cookie."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.test import Client
+
+    from clusters.models import Cluster, KubernetesVersion, Region
+    from nodepools.catalog import seed_catalog
+    from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
+    from nvke.tenancy.models import Membership, Tenant
+
+    call_command("flush", interactive=False, verbosity=0)
+    seed_catalog()
+    model = GpuModel.objects.get(name="h100-sxm5-80gb")
+    driver = DriverRelease.objects.filter(architectures=model.architecture).first()
+    version, region = KubernetesVersion.objects.first(), Region.objects.first()
+    nodes_per_tenant = -(-gpus // (8 * tenants))
+    sessions = []
+    for t in range(tenants):
+        tenant = Tenant.objects.create(name=f"Bench {t}", slug=f"bench-{t}")
+        user = get_user_model().objects.create_user(f"bench-{t}", password="x")
+        Membership.objects.create(tenant=tenant, user=user, role="viewer")
+        cluster = Cluster.objects.create(
+            tenant=tenant,
+            name="c",
+            kubernetes_version=version,
+            region=region,
+            control_plane_nodes=1,
+            status="running",
+        )
+        pool = NodePool.objects.create(
+            tenant=tenant,
+            cluster=cluster,
+            name="p",
+            gpu_model=model,
+            gpus_per_node=8,
+            node_count=nodes_per_tenant,
+            max_nodes=nodes_per_tenant,
+            driver_release=driver,
+            status="ready",
+        )
+        nodes = Node.objects.bulk_create(
+            Node(
+                tenant=tenant,
+                pool=pool,
+                name=f"b{t}-n{i}",
+                driver_version=driver.version,
+                cpu_millicores=128000,
+                memory_mib=2 << 20,
+            )
+            for i in range(nodes_per_tenant)
+        )
+        Gpu.objects.bulk_create(
+            Gpu(tenant=tenant, node=node, index=i, memory_mib=model.memory_mib)
+            for node in nodes
+            for i in range(8)
+        )
+        browser = Client()
+        browser.force_login(user)
+        sessions.append({"tenant": tenant.pk, "cookie": browser.cookies["sessionid"].value})
+    # Trim to exactly `gpus` GPUs.
+    extra = Gpu.objects.order_by("-pk").values_list("pk", flat=True)[: Gpu.objects.count() - gpus]
+    Gpu.objects.filter(pk__in=list(extra)).delete()
+    return sessions
+
+
+# --- sender process ----------------------------------------------------------------------------------
+
+
+def send(seconds: float, http: str | None, concurrency: int) -> None:
+    """Every second, one batch per node, spread over the second in 20 slices. Prints a JSON summary."""
+    import django
+
+    django.setup()
+    from nodepools.models import Gpu
+    from telemetry import store
+    from telemetry.models import NodeToken
+
+    by_node: dict[int, list[tuple[int, str]]] = {}
+    for pk, node_id, uuid in Gpu.objects.values_list("pk", "node_id", "uuid").order_by("node_id", "index"):
+        by_node.setdefault(node_id, []).append((pk, str(uuid)))
+    nodes = list(by_node)
+    random.Random(7).shuffle(nodes)  # every tenant's nodes report all through the second, as in a fleet
+    tokens = {}
+    if http:
+        from nodepools.models import Node
+
+        for node in Node.objects.filter(pk__in=nodes):
+            tokens[node.pk] = NodeToken.issue(node)[1]
+    slices = 20
+    chunk = -(-len(nodes) // slices)
+    sent = late = 0
+    started = time.time()
+    session = None
+    if http:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import requests
+
+        pool = ThreadPoolExecutor(concurrency)
+        session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_connections=concurrency, pool_maxsize=concurrency)
+        session.mount("http://", adapter)
+
+    def values(now: float, i: int) -> dict:
+        util = 50 + (i * 7 + int(now)) % 50
+        return {"util": util, "mem": 20000 + util * 100, "temp": 60, "power": 400, "sm": 1700, "xid": 0}
+
+    def post(node_id: int, now: float) -> int:
+        body = {
+            "samples": [
+                {
+                    "gpu": uuid,
+                    "ts": now,
+                    "metrics": {
+                        "DCGM_FI_DEV_GPU_UTIL": 50 + (pk + int(now)) % 50,
+                        "DCGM_FI_DEV_FB_USED": 30000,
+                        "DCGM_FI_DEV_GPU_TEMP": 60,
+                        "DCGM_FI_DEV_POWER_USAGE": 400,
+                        "DCGM_FI_DEV_SM_CLOCK": 1700,
+                    },
+                }
+                for pk, uuid in by_node[node_id]
+            ]
+        }
+        response = session.post(
+            f"{http}/api/v1/telemetry/ingest/",
+            json=body,
+            headers={"Authorization": f"Node {tokens[node_id]}"},
+        )
+        return len(body["samples"]) if response.status_code == 202 else 0
+
+    tick = 0
+    while time.time() - started < seconds:
+        slot = started + tick / slices
+        if time.time() < slot:
+            time.sleep(slot - time.time())
+        elif time.time() - slot > 1.0:
+            late += 1
+        part = nodes[(tick % slices) * chunk : (tick % slices + 1) * chunk]
+        now = time.time()
+        if http:
+            sent += sum(pool.map(post, part, [now] * len(part)))
+        else:
+            batches = [
+                (node_id, [store.Sample(pk, now, values(now, pk), {}) for pk, _ in by_node[node_id]])
+                for node_id in part
+            ]
+            store.write_many(batches, now)  # as the simulator does: a slice of the fleet per round trip
+            sent += sum(len(samples) for _, samples in batches)
+        tick += 1
+    elapsed = time.time() - started
+    print(json.dumps({"sent": sent, "seconds": elapsed, "behind_by_over_1s": late}), flush=True)
+
+
+# --- clients ---------------------------------------------------------------------------------------
+
+
+async def open_client(port: int, cookie: str, gate: asyncio.Semaphore):
+    from websockets.asyncio.client import connect
+
+    async with gate:  # a few handshakes at a time: 200 at once overflow daphne's accept queue
+        ws = await connect(
+            f"ws://127.0.0.1:{port}/ws/telemetry/",
+            additional_headers={"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{port}"},
+            max_size=None,
+            open_timeout=120,
+        )
+        assert json.loads(await ws.recv())["type"] == "telemetry.hello"
+        return ws
+
+
+async def watch(ws, until: float, measure_from: float, stats: dict) -> None:
+    async with ws:
+        while time.time() < until:
+            try:
+                text = await asyncio.wait_for(ws.recv(), timeout=max(0.1, until - time.time()))
+            except TimeoutError:
+                break
+            received = time.time()
+            frame = json.loads(text)
+            if frame["type"] != "telemetry.frame" or received < measure_from:
+                continue
+            stats["frames"] += 1
+            ts = frame["columns"].index("ts")
+            stats["latencies"].extend(received - row[ts] for row in frame["gpus"])
+
+
+def percentile(values: list[float], p: float) -> float:
+    return statistics.quantiles(values, n=1000)[int(p * 10) - 1] if len(values) > 1 else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gpus", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--tenants", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--warmup", type=float, default=5)
+    parser.add_argument("--http", action="store_true", help="post through the ingestion endpoint")
+    parser.add_argument("--http-concurrency", type=int, default=16)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--server-log", help="write daphne's output to this file")
+    parser.add_argument("--_send", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._send:
+        send(float(args._send[0]), args._send[1] if args._send[1] != "-" else None, int(args._send[2]))
+        return
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres") or not os.environ.get("REDIS_URL"):
+        sys.exit(
+            "Set DATABASE_URL (PostgreSQL) and REDIS_URL to a database and Redis db this benchmark may empty."
+        )
+
+    import django
+
+    django.setup()
+    import redis
+    from django.core.management import call_command
+
+    from tests.integration.processes import free_port, port_open
+
+    call_command("migrate", verbosity=0)
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+    t0 = time.time()
+    sessions = build_fleet(args.gpus, args.tenants)
+    setup_s = time.time() - t0
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = open(args.server_log, "w") if args.server_log else subprocess.DEVNULL  # noqa: SIM115
+    server = subprocess.Popen(
+        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        while not port_open(port):
+            time.sleep(0.2)
+        total = args.warmup + args.seconds
+        cpu_start: dict[str, float] = {}
+
+        async def measure() -> tuple[dict, float, dict, subprocess.Popen]:
+            gate = asyncio.Semaphore(10)
+            cookies = [sessions[i % len(sessions)]["cookie"] for i in range(args.clients)]
+            sockets = await asyncio.gather(*(open_client(port, cookie, gate) for cookie in cookies))
+            sender = subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--_send",
+                    str(total + 2),
+                    f"http://127.0.0.1:{port}" if args.http else "-",
+                    str(args.http_concurrency),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            start = time.time()
+            measure_from = start + args.warmup
+            stats = {"connected": len(sockets), "frames": 0, "latencies": []}
+            watching = asyncio.gather(*(watch(ws, start + total, measure_from, stats) for ws in sockets))
+            await asyncio.sleep(args.warmup)  # CPU counts from the end of the warmup
+            cpu_start.update(
+                server=cpu_seconds(server.pid),
+                sender=cpu_seconds(sender.pid),
+                clients=time.process_time(),
+                redis=redis_cpu(),
+            )
+            await watching
+            return stats, measure_from, cpu_start, sender
+
+        stats, measure_from, cpu_start, sender = asyncio.run(measure())
+        window = time.time() - measure_from
+        cpu = {
+            "server": cpu_seconds(server.pid) - cpu_start["server"],
+            "sender": cpu_seconds(sender.pid) - cpu_start["sender"],
+            "clients": time.process_time() - cpu_start["clients"],
+            "redis_server_shared": redis_cpu() - cpu_start["redis"],
+        }
+        sent = json.loads(sender.communicate(timeout=60)[0].strip().splitlines()[-1])
+    finally:
+        server.terminate()
+        server.wait(10)
+    latencies = stats["latencies"]
+    result = {
+        "gpus": args.gpus,
+        "clients": args.clients,
+        "clients_connected": stats["connected"],
+        "tenants": args.tenants,
+        "path": "http" if args.http else "store",
+        "setup_s": round(setup_s, 1),
+        "samples_per_s": round(sent["sent"] / sent["seconds"]),
+        "sender_behind_by_over_1s": sent["behind_by_over_1s"],
+        "frames_per_s": round(stats["frames"] / window),
+        "latency_p50_s": round(percentile(latencies, 50), 3),
+        "latency_p99_s": round(percentile(latencies, 99), 3),
+        "latency_rows": len(latencies),
+        "cpu_cores_used": {k: round(v / window, 2) for k, v in cpu.items()},
+        "load_average": os.getloadavg(),
+    }
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()

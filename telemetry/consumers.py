@@ -1,0 +1,94 @@
+"""`ws/telemetry/?view=fleet`, `?cluster=<id>`, `?pool=<id>`, `?gpu=<id>`: live telemetry of the
+tenant's GPUs, one coalesced frame per interval (telemetry.hub), plus the tenant's (or the cluster's)
+events, which carry the rescaling and health decisions. Refusals as in nvke.consumers: accepted, then
+closed with 4403."""
+
+import json
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from nodepools.models import Gpu, NodePool
+from nvke.consumers import FORBIDDEN
+from nvke.realtime import cluster_group, tenant_group
+from nvke.tenancy.context import find_context
+
+from .hub import COLUMNS, hub
+
+KINDS = ("cluster", "pool", "gpu")
+
+
+@database_sync_to_async
+def resolve_view(user, session, query: dict) -> tuple[str, dict, str] | None:
+    """(view key, GPU filter, events group) for what the user's tenant may see; None if refused."""
+    context = find_context(user, session=session)
+    if context is None:
+        return None
+    tenant_id = context.tenant.pk
+    asked = [(kind, query[kind][0]) for kind in KINDS if kind in query]
+    if not asked:
+        return f"tenant-{tenant_id}.fleet", {"tenant_id": tenant_id}, tenant_group(tenant_id)
+    if len(asked) > 1 or not asked[0][1].isdigit():
+        return None
+    kind, pk = asked[0][0], int(asked[0][1])
+    if kind == "cluster":
+        cluster_id = pk if context.tenant.clusters.filter(pk=pk).exists() else None
+        gpu_filter = {"node__pool__cluster_id": pk}
+    elif kind == "pool":
+        cluster_id = (
+            NodePool.objects.filter(pk=pk, tenant_id=tenant_id).values_list("cluster_id", flat=True).first()
+        )
+        gpu_filter = {"node__pool_id": pk}
+    else:
+        cluster_id = (
+            Gpu.objects.filter(pk=pk, tenant_id=tenant_id)
+            .values_list("node__pool__cluster_id", flat=True)
+            .first()
+        )
+        gpu_filter = {"pk": pk}
+    if cluster_id is None:
+        return None
+    return (
+        f"tenant-{tenant_id}.{kind}-{pk}",
+        {"tenant_id": tenant_id, **gpu_filter},
+        cluster_group(tenant_id, cluster_id),
+    )
+
+
+class TelemetryConsumer(AsyncWebsocketConsumer):
+    async def connect(self):
+        self.view_key = self.group = None
+        user = self.scope.get("user")
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        resolved = None
+        if user is not None and user.is_authenticated:
+            resolved = await resolve_view(user, self.scope.get("session"), query)
+        await self.accept()
+        if resolved is None:
+            await self.close(code=FORBIDDEN)
+            return
+        key, gpu_filter, self.group = resolved
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        view = await hub.view(key, gpu_filter)
+        hello = {
+            "type": "telemetry.hello",
+            "view": key,
+            "gpus": view.gpus,
+            "columns": COLUMNS,
+            "latest": await hub.current(view),
+        }
+        await self.send(text_data=json.dumps(hello))
+        hub.join(view, id(self), lambda text: self.send(text_data=text))
+        self.view_key = key
+
+    async def disconnect(self, code):
+        if self.view_key:
+            hub.leave(self.view_key, id(self))
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def nvke_events(self, message):
+        """Events broadcast together (nvke.realtime) arrive as one message: one frame each."""
+        for event in message["events"]:
+            await self.send(text_data=json.dumps(event))

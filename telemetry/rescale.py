@@ -1,0 +1,155 @@
+"""Dynamic rescaling of fractional claims on sustained pressure.
+
+A claim whose usage (in % of its compute share) stays at or above the pressure threshold for
+TELEMETRY_PRESSURE_S grows: in place when its GPU has compute headroom, else it moves (through the
+allocator) to a GPU where the grown share fits, else it is marked throttled with the reason. A claim
+idle for TELEMETRY_IDLE_S shrinks back to its request. A shorter spike changes nothing: any sample
+below the threshold ends the stretch (telemetry.store). Times are the samples' own times."""
+
+import copy
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Sum
+
+from nodepools.claims import allocation_lock, evict_claims, find_placement, snapshot, topology_changed
+from nodepools.models import Claim, GpuShare
+
+from . import events, store
+from .models import ClaimScaling, TelemetryEvent
+
+GROWTH_STEP = 0.5  # each step adds half the request
+MAX_GROWTH = 2.0  # a claim grows to at most twice its request
+
+
+@dataclass(frozen=True)
+class Decision:
+    claim_id: int
+    action: str  # "grow" or "shrink"
+
+
+def decide(states: dict[int, dict[str, float]], grown: set[int]) -> list[Decision]:
+    """Pure: which claims act now, from their usage state (see store._track_claim)."""
+    decisions = []
+    for claim_id, state in sorted(states.items()):
+        ts = state.get("ts", 0.0)
+        if "over_since" in state and ts - state["over_since"] >= settings.TELEMETRY_PRESSURE_S:
+            decisions.append(Decision(claim_id, "grow"))
+        elif (
+            claim_id in grown
+            and "idle_since" in state
+            and ts - state["idle_since"] >= settings.TELEMETRY_IDLE_S
+        ):
+            decisions.append(Decision(claim_id, "shrink"))
+    return decisions
+
+
+def _scaling(claim: Claim) -> ClaimScaling:
+    scaling, _ = ClaimScaling.objects.get_or_create(
+        claim=claim,
+        defaults={"tenant_id": claim.tenant_id, "requested_compute_percent": claim.compute_percent},
+    )
+    return scaling
+
+
+def _set_state(claim: Claim, scaling: ClaimScaling, state: str, kind: str, message: str) -> None:
+    scaling.state, scaling.reason = state, message if state == ClaimScaling.State.THROTTLED else ""
+    scaling.save(update_fields=["state", "reason", "updated_at"])
+    events.record(kind, tenant_id=claim.tenant_id, cluster_id=claim.cluster_id, claim=claim, message=message)
+
+
+def grow(claim: Claim) -> str:
+    """Grow the claim's compute share one step; returns the event kind recorded ("" if the claim is
+    gone or no longer placed). Everything is read again under the cluster's allocation lock."""
+    with allocation_lock(claim.cluster_id):
+        claim = (
+            Claim.objects.select_related("pool").filter(pk=claim.pk, status=Claim.Status.ALLOCATED).first()
+        )
+        share = (
+            GpuShare.objects.select_related("gpu").filter(allocation__claim=claim).first() if claim else None
+        )
+        if share is None:
+            return ""
+        scaling = _scaling(claim)
+        requested = scaling.requested_compute_percent
+        step = max(1, round(requested * GROWTH_STEP))
+        target = min(100, round(requested * MAX_GROWTH), claim.compute_percent + step)
+        if target <= claim.compute_percent:
+            return _throttle(
+                claim, scaling, f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
+            )
+        used = GpuShare.objects.filter(gpu=share.gpu).aggregate(total=Sum("compute_milli"))["total"]
+        if share.gpu.healthy and used - share.compute_milli + target * 10 <= 1000:
+            GpuShare.objects.filter(pk=share.pk).update(compute_milli=target * 10)
+            Claim.objects.filter(pk=claim.pk).update(compute_percent=target)
+            topology_changed(claim.cluster_id)
+            message = f"Claim {claim} grew from {claim.compute_percent}% to {target}% compute on {share.gpu}."
+            _set_state(claim, scaling, ClaimScaling.State.GROWN, TelemetryEvent.Kind.GROWN, message)
+            return TelemetryEvent.Kind.GROWN
+        probe = copy.copy(claim)
+        probe.compute_percent = target
+        placement, reason = find_placement(probe, snapshot(claim.cluster_id))
+        if placement is None:
+            message = f"Claim {claim} needs {target}% compute; {share.gpu} is full and no GPU fits: {reason}"
+            return _throttle(claim, scaling, message)
+        Claim.objects.filter(pk=claim.pk).update(compute_percent=target)
+        evict_claims(claim.cluster_id, [claim.pk])
+        claim.refresh_from_db()
+        where = (
+            claim.allocation.shares.select_related("gpu").get().gpu
+            if claim.status == Claim.Status.ALLOCATED
+            else "nowhere yet (pending)"
+        )
+        message = f"Claim {claim} moved from {share.gpu} to {where} with {target}% compute."
+        _set_state(claim, scaling, ClaimScaling.State.GROWN, TelemetryEvent.Kind.MOVED, message)
+        return TelemetryEvent.Kind.MOVED
+
+
+def _throttle(claim: Claim, scaling: ClaimScaling, message: str) -> str:
+    if scaling.state != ClaimScaling.State.THROTTLED or scaling.reason != message:  # one event per cause
+        _set_state(claim, scaling, ClaimScaling.State.THROTTLED, TelemetryEvent.Kind.THROTTLED, message)
+    return TelemetryEvent.Kind.THROTTLED
+
+
+def shrink(claim: Claim) -> str:
+    """Back to the request, in place (a smaller share always fits where the bigger one was)."""
+    with allocation_lock(claim.cluster_id):
+        claim = Claim.objects.filter(pk=claim.pk, status=Claim.Status.ALLOCATED).first()
+        scaling = _scaling(claim) if claim else None
+        if scaling is None or claim.compute_percent <= scaling.requested_compute_percent:
+            return ""
+        requested = scaling.requested_compute_percent
+        GpuShare.objects.filter(allocation__claim=claim).update(compute_milli=requested * 10)
+        Claim.objects.filter(pk=claim.pk).update(compute_percent=requested)
+        topology_changed(claim.cluster_id)
+        message = f"Claim {claim} was idle: back from {claim.compute_percent}% to its request, {requested}%."
+        _set_state(claim, scaling, ClaimScaling.State.NORMAL, TelemetryEvent.Kind.SHRUNK, message)
+    return TelemetryEvent.Kind.SHRUNK
+
+
+def rescale() -> list[tuple[int, str]]:
+    """One pass over the allocated fractional claims with a compute share. Returns (claim, event kind)."""
+    claims = {
+        c.pk: c
+        for c in Claim.objects.filter(
+            kind=Claim.Kind.FRACTION, status=Claim.Status.ALLOCATED, compute_percent__isnull=False
+        ).select_related("pool")
+    }
+    states = store.claim_states(list(claims))
+    requested = dict(
+        ClaimScaling.objects.filter(claim_id__in=states).values_list("claim_id", "requested_compute_percent")
+    )
+    grown = {pk for pk, percent in requested.items() if claims[pk].compute_percent > percent}
+    done = []
+    for decision in decide(states, grown):
+        claim = claims[decision.claim_id]
+        kind = grow(claim) if decision.action == "grow" else shrink(claim)
+        store.reset_claim(claim.pk)  # the next decision needs a new stretch of pressure (or idleness)
+        if kind:
+            done.append((claim.pk, kind))
+    # A throttled claim whose pressure has ended is no longer throttled.
+    relieved = [pk for pk, state in states.items() if "over_since" not in state]
+    ClaimScaling.objects.filter(claim_id__in=relieved, state=ClaimScaling.State.THROTTLED).update(
+        state=ClaimScaling.State.NORMAL, reason=""
+    )
+    return done

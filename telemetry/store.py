@@ -1,0 +1,166 @@
+"""Redis: the latest sample of every GPU, raw samples waiting for the history rollup, per-claim usage
+state for rescaling, and node heartbeats.
+
+Keys (all under `tm:`):
+  tm:gpu:<gpu id>          JSON of the GPU's latest sample {"ts", "util", "mem", ...}
+  tm:raw:<bucket start>    list of JSON batches [[gpu id, ts, util, mem, temp, power, sm], ...]
+  tm:raw-buckets           set of bucket starts that have raw samples
+  tm:claim:<claim id>      hash: usage (% of its compute share), ts, over_since, idle_since
+  tm:heartbeat             hash: node id → time of its last batch
+  tm:fresh                 stream: each write's newest sample per GPU, read by the live streams
+"""
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
+BUCKET_S = 10
+LATEST_TTL_S = 24 * 3600  # claim usage state, XID de-duplication
+RAW_TTL_S = 6 * 3600  # raw batches the rollup never took (no beat running) do not pile up forever
+HEARTBEATS = "tm:heartbeat"
+FRESH = "tm:fresh"  # stream of [[gpu id, ts, *STREAM_KEYS], ...] per write, for telemetry.hub
+FRESH_MAXLEN = 20_000  # writes kept: minutes of a 10,000-GPU fleet posting per node
+STREAM_KEYS = ("util", "mem", "temp", "power", "sm", "xid")
+RAW_BUCKETS = "tm:raw-buckets"
+
+_client: redis.Redis | None = None
+
+
+def available() -> bool:
+    """Telemetry lives in Redis: without REDIS_URL (the embedded default) nothing is stored or read."""
+    return bool(settings.REDIS_URL)
+
+
+def client() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(settings.REDIS_URL)
+    return _client
+
+
+def gpu_key(gpu_id: int) -> str:
+    return f"tm:gpu:{gpu_id}"
+
+
+def claim_key(claim_id: int) -> str:
+    return f"tm:claim:{claim_id}"
+
+
+@dataclass(frozen=True)
+class Sample:
+    gpu_id: int
+    ts: float
+    values: dict[str, float]  # short keys (metrics.SHORT)
+    claims: dict[int, float]  # claim id → usage in % of its compute share
+
+
+def write(node_id: int, samples: list[Sample], now: float) -> None:
+    """One pipelined round trip for the whole batch."""
+    write_many([(node_id, samples)], now)
+
+
+def write_many(batches: list[tuple[int, list[Sample]]], now: float) -> None:
+    """Several nodes' batches in one round trip and a handful of commands, however many samples (the
+    simulator writes a slice of the fleet at a time)."""
+    latest: dict[int, Sample] = {}
+    raw: dict[int, list] = defaultdict(list)
+    samples = [s for _, batch in batches for s in batch]
+    for s in samples:
+        if s.gpu_id not in latest or latest[s.gpu_id].ts <= s.ts:
+            latest[s.gpu_id] = s
+        v = s.values
+        raw[int(s.ts // BUCKET_S * BUCKET_S)].append(
+            [s.gpu_id, s.ts, v.get("util"), v.get("mem"), v.get("temp"), v.get("power"), v.get("sm")]
+        )
+    pipe = client().pipeline(transaction=False)
+    # Latest values carry no TTL: one key per GPU, overwritten every second; a GPU that stops
+    # reporting keeps its last sample, with its time.
+    pipe.mset({gpu_key(g): json.dumps({"ts": s.ts, **s.values}) for g, s in latest.items()})
+    for bucket, rows in raw.items():
+        pipe.rpush(f"tm:raw:{bucket}", json.dumps(rows))
+        pipe.expire(f"tm:raw:{bucket}", RAW_TTL_S)
+        pipe.sadd(RAW_BUCKETS, bucket)
+    for s in sorted(samples, key=lambda s: s.ts):
+        for claim_id, usage in s.claims.items():
+            _track_claim(pipe, claim_id, usage, s.ts)
+    pipe.hset(HEARTBEATS, mapping={node_id: now for node_id, _ in batches})
+    # The live streams read what is new from here: one entry per write, however many samples.
+    fresh = [[g, s.ts, *(s.values.get(k) for k in STREAM_KEYS)] for g, s in latest.items()]
+    pipe.xadd(FRESH, {"rows": json.dumps(fresh)}, maxlen=FRESH_MAXLEN, approximate=True)
+    pipe.execute()
+
+
+def _track_claim(pipe, claim_id: int, usage: float, ts: float) -> None:
+    """over_since / idle_since: when the current stretch above the pressure (below the idle) threshold
+    began; any sample on the other side ends the stretch."""
+    key = claim_key(claim_id)
+    pipe.hset(key, mapping={"usage": usage, "ts": ts})
+    if usage >= settings.TELEMETRY_PRESSURE_PERCENT:
+        pipe.hsetnx(key, "over_since", ts)
+        pipe.hdel(key, "idle_since")
+    elif usage <= settings.TELEMETRY_IDLE_PERCENT:
+        pipe.hsetnx(key, "idle_since", ts)
+        pipe.hdel(key, "over_since")
+    else:
+        pipe.hdel(key, "over_since", "idle_since")
+    pipe.expire(key, LATEST_TTL_S)
+
+
+def latest(gpu_ids: list[int]) -> dict[int, dict]:
+    """The latest sample of each GPU that has one."""
+    if not gpu_ids or not available():
+        return {}
+    values = client().mget([gpu_key(g) for g in gpu_ids])
+    return {g: json.loads(v) for g, v in zip(gpu_ids, values, strict=True) if v is not None}
+
+
+def claim_states(claim_ids: list[int]) -> dict[int, dict[str, float]]:
+    if not available():
+        return {}
+    pipe = client().pipeline(transaction=False)
+    for claim_id in claim_ids:
+        pipe.hgetall(claim_key(claim_id))
+    return {
+        claim_id: {k.decode(): float(v) for k, v in state.items()}
+        for claim_id, state in zip(claim_ids, pipe.execute(), strict=True)
+        if state
+    }
+
+
+def reset_claim(claim_id: int) -> None:
+    """After a decision the pressure (or idleness) has to build up again before the next one."""
+    client().hdel(claim_key(claim_id), "over_since", "idle_since")
+
+
+def heartbeats() -> dict[int, float]:
+    if not available():
+        return {}
+    return {int(k): float(v) for k, v in client().hgetall(HEARTBEATS).items()}
+
+
+def forget_node(node_id: int) -> None:
+    client().hdel(HEARTBEATS, node_id)
+
+
+def take_raw(bucket: int) -> list[list]:
+    """Remove and return the raw rows of a closed bucket."""
+    pipe = client().pipeline(transaction=True)
+    pipe.lrange(f"tm:raw:{bucket}", 0, -1)
+    pipe.delete(f"tm:raw:{bucket}")
+    pipe.srem(RAW_BUCKETS, bucket)
+    batches = pipe.execute()[0]
+    return [row for batch in batches for row in json.loads(batch)]
+
+
+def raw_buckets() -> list[int]:
+    if not available():
+        return []
+    return sorted(int(b) for b in client().smembers(RAW_BUCKETS))
+
+
+def first_xid_report(gpu_id: int, xid: int) -> bool:
+    """True once per GPU and XID a day: a GPU that keeps reporting its XID fails over once."""
+    return bool(client().set(f"tm:xid:{gpu_id}:{xid}", 1, nx=True, ex=LATEST_TTL_S))

@@ -1,0 +1,123 @@
+"""Rescaling: sustained pressure grows a claim (in place, else by moving it, else it is throttled);
+a 10 s spike changes nothing; a claim idle for long shrinks back to its request."""
+
+import time
+
+import pytest
+from django.test import override_settings
+
+from nodepools.models import Claim, GpuShare
+from telemetry import rescale
+from telemetry.models import ClaimScaling, TelemetryEvent
+
+from .conftest import client_of_node, gpu_of, post, sample
+
+pytestmark = pytest.mark.django_db
+
+
+def report(claim, usages: list[float], start: float, step_s: float = 1.0) -> None:
+    """The claim's node reports one sample a second with the claim's usage (% of its share)."""
+    gpu = gpu_of(claim)
+    samples = [sample(gpu, start + i * step_s, claims={claim.pk: u}) for i, u in enumerate(usages)]
+    assert post(client_of_node(gpu.node), samples).status_code == 202
+
+
+def compute_of(claim) -> int:
+    return GpuShare.objects.get(allocation__claim=claim).compute_milli // 10
+
+
+def test_sustained_pressure_grows_in_place(add_pool, claim_in, api):
+    add_pool("only")
+    claim = claim_in("infer", 40)
+    gpu = gpu_of(claim)
+    report(claim, [95] * 31, time.time() - 40)  # 30 s above the threshold
+
+    assert rescale.rescale() == [(claim.pk, "claim.grown")]
+    claim.refresh_from_db()
+    assert (claim.compute_percent, compute_of(claim), gpu_of(claim)) == (60, 60, gpu)
+    scaling = ClaimScaling.objects.get(claim=claim)
+    assert (scaling.state, scaling.requested_compute_percent) == ("grown", 40)
+    assert rescale.rescale() == []  # the stretch starts again after a decision
+    (event,) = api.get(f"/api/v1/telemetry/events/?claim={claim.pk}").data["results"]
+    assert event["kind"] == "claim.grown" and "40% to 60%" in event["message"]
+
+
+@pytest.mark.parametrize(
+    "usages",
+    [
+        [50] * 20 + [99] * 10 + [50] * 10,  # a 10 s spike, over
+        [50] * 30 + [99] * 10,  # a 10 s spike, still on
+        [99] * 10 + [50] + [99] * 10 + [50] + [99] * 10,  # spikes, never 30 s in a row
+    ],
+)
+def test_short_spikes_change_nothing(add_pool, claim_in, usages):
+    add_pool("only")
+    claim = claim_in("infer", 40)
+    report(claim, usages, time.time() - 45)
+    assert rescale.rescale() == []
+    claim.refresh_from_db()
+    assert (claim.compute_percent, compute_of(claim)) == (40, 40)
+    assert not TelemetryEvent.objects.exists()
+
+
+def test_no_headroom_moves_the_claim_to_a_gpu_that_fits(add_pool, claim_in):
+    add_pool("first")
+    claim, neighbour = claim_in("infer", 40), claim_in("neighbour", 60)
+    full = gpu_of(claim)
+    assert gpu_of(neighbour) == full
+    spare = add_pool("spare")
+    report(claim, [95] * 31, time.time() - 40)
+
+    assert rescale.rescale() == [(claim.pk, "claim.moved")]
+    claim.refresh_from_db()
+    assert claim.status == Claim.Status.ALLOCATED
+    assert gpu_of(claim).node.pool == spare and compute_of(claim) == 60
+    assert gpu_of(neighbour) == full and compute_of(neighbour) == 60  # the neighbour is untouched
+
+
+def test_nowhere_to_grow_is_throttled_with_the_reason(add_pool, claim_in, api):
+    add_pool("only")
+    claim, neighbour = claim_in("infer", 40), claim_in("neighbour", 60)
+    report(claim, [95] * 31, time.time() - 70)
+    assert rescale.rescale() == [(claim.pk, "claim.throttled")]
+    claim.refresh_from_db()
+    assert (claim.compute_percent, compute_of(claim), compute_of(neighbour)) == (40, 40, 60)
+    scaling = api.get("/api/v1/telemetry/claim-scaling/?state=throttled").data["results"][0]
+    assert scaling["claim"] == claim.pk and "needs 60% compute" in scaling["reason"]
+    # Still under pressure, same cause: no second event.
+    report(claim, [95] * 31, time.time() - 35)
+    assert rescale.rescale() == [(claim.pk, "claim.throttled")]
+    assert TelemetryEvent.objects.filter(kind="claim.throttled").count() == 1
+    # The pressure ends: no longer throttled.
+    report(claim, [50] * 3, time.time() - 3)
+    assert rescale.rescale() == []
+    assert ClaimScaling.objects.get(claim=claim).state == "normal"
+
+
+@override_settings(TELEMETRY_IDLE_S=60)
+def test_idle_grown_claim_shrinks_back_to_its_request(add_pool, claim_in):
+    add_pool("only")
+    claim = claim_in("infer", 40)
+    start = time.time() - 200
+    report(claim, [95] * 31, start)
+    assert rescale.rescale() == [(claim.pk, "claim.grown")]
+    report(claim, [5] * 61, start + 40)
+    assert rescale.rescale() == [(claim.pk, "claim.shrunk")]
+    claim.refresh_from_db()
+    assert (claim.compute_percent, compute_of(claim)) == (40, 40)
+    assert ClaimScaling.objects.get(claim=claim).state == "normal"
+
+
+def test_profile_is_set_through_the_api_for_own_fractional_claims(
+    add_pool, claim_in, api, make_member, client_for
+):
+    add_pool("only")
+    claim = claim_in("infer", 40)
+    response = api.post("/api/v1/telemetry/claim-scaling/", {"claim": claim.pk, "profile": "growing"})
+    assert response.status_code == 201, response.data
+    assert (response.data["profile"], response.data["requested_compute_percent"]) == ("growing", 40)
+    bad = api.post("/api/v1/telemetry/claim-scaling/", {"claim": claim.pk, "profile": "wild"})
+    assert bad.status_code == 400 and "profile" in bad.data["details"]["fields"]
+    stranger = client_for(make_member("globex", "owner"))
+    assert stranger.post("/api/v1/telemetry/claim-scaling/", {"claim": claim.pk}).status_code == 400
+    assert stranger.get(f"/api/v1/telemetry/claim-scaling/{response.data['id']}/").status_code == 404
