@@ -35,11 +35,13 @@ class EventsConsumer(AsyncJsonWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode())
         authenticated = user is not None and user.is_authenticated
         self.group = await _group_for(user, self.scope.get("session"), query) if authenticated else None
-        await self.accept()
         if self.group is None:
+            await self.accept()
             await self.close(code=FORBIDDEN)
             return
+        # Join before accepting: once the client is connected, no event of its group can pass it by.
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
 
     async def disconnect(self, code):
         if getattr(self, "group", None):
