@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "clusters",
     "nodepools",
     "frontend",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -82,6 +83,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "audit.context.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -179,6 +181,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "nvke.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "nvke.api.throttling.TokenRateThrottle",
+        "nvke.api.throttling.UserRateThrottle",
+    ],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
@@ -188,6 +194,26 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
 }
+
+# API rate limits ("<n>/<second|minute|hour|day>"); over them: 429 with Retry-After.
+NVKE_RATE_LIMITS = {
+    "token": os.environ.get("NVKE_RATE_LIMIT_TOKEN", "600/minute"),
+    "user": os.environ.get("NVKE_RATE_LIMIT_USER", "1200/minute"),
+}
+# The shared cache counts rate limits: Redis when configured, else this process's memory.
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "nvke",
+        }
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+# Client addresses in the audit log: trust X-Forwarded-For only behind a proxy that sets it.
+NVKE_TRUST_PROXY = env_bool("NVKE_TRUST_PROXY", SECURE)
 
 # Which provider runs clusters: "simulator" (default) or "kubernetes".
 NVKE_PROVIDER = os.environ.get("NVKE_PROVIDER", "simulator")

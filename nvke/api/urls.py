@@ -1,6 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from audit.api import AuditEntryViewSet
 from clusters.api.views import ClusterViewSet
 from nodepools.api.claims import ClaimViewSet
 from nodepools.api.views import (
@@ -11,7 +12,7 @@ from nodepools.api.views import (
     NodeViewSet,
     RegionViewSet,
 )
-from nvke.tenancy.views import ApiTokenViewSet, me
+from nvke.tenancy.views import ApiTokenViewSet, MembershipViewSet, me
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet)
@@ -23,6 +24,8 @@ router.register("kubernetes-versions", KubernetesVersionViewSet)
 router.register("regions", RegionViewSet)
 router.register("claims", ClaimViewSet)
 router.register("tokens", ApiTokenViewSet)
+router.register("members", MembershipViewSet)
+router.register("audit", AuditEntryViewSet)
 
 urlpatterns = [
     path("me/", me, name="me"),

@@ -1,13 +1,27 @@
 from rest_framework import serializers
 
-from .models import ApiToken
+from .models import ApiToken, Membership
+from .roles import Role
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
+    user = serializers.CharField(source="user.username", read_only=True)
+
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "key_prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "user",
+            "scope",
+            "key_prefix",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+        ]
         read_only_fields = ["key_prefix", "created_at", "last_used_at", "revoked_at"]
+        extra_kwargs = {"name": {"max_length": 100}}
 
 
 class NewApiTokenSerializer(ApiTokenSerializer):
@@ -15,6 +29,26 @@ class NewApiTokenSerializer(ApiTokenSerializer):
 
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", max_length=150)
+    role = serializers.ChoiceField(choices=[r.value for r in Role])
+
+    class Meta:
+        model = Membership
+        fields = ["id", "username", "role", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class MembershipRoleSerializer(serializers.ModelSerializer):
+    """A membership's only changeable field."""
+
+    role = serializers.ChoiceField(choices=[r.value for r in Role])
+
+    class Meta:
+        model = Membership
+        fields = ["role"]
 
 
 class MeSerializer(serializers.Serializer):
