@@ -55,7 +55,6 @@ class MembershipViewSet(
     mixins.ListModelMixin,
     mixins.CreateModelMixin,
     mixins.RetrieveModelMixin,
-    mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
     TenantScopedViewSet,
 ):
@@ -66,7 +65,6 @@ class MembershipViewSet(
     queryset = Membership.objects.all()
     serializer_class = MembershipSerializer
     write_action = Action.MANAGE
-    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
         context = self.tenant_context
@@ -86,10 +84,12 @@ class MembershipViewSet(
 
     @extend_schema(request=MembershipRoleSerializer, responses=MembershipSerializer)
     def partial_update(self, request, *args, **kwargs):
+        """Change a member's role."""
+        membership = self.get_object()
         serializer = MembershipRoleSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         membership = services.change_role(
-            context=self.tenant_context, membership=self.get_object(), role=serializer.validated_data["role"]
+            context=self.tenant_context, membership=membership, role=serializer.validated_data["role"]
         )
         return Response(MembershipSerializer(membership).data)
 
