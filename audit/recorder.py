@@ -3,7 +3,8 @@
 `register(Model)` is the one line an app adds for its tenant-owned model (see registrations.py). Before a
 save the row's stored values are read, after it the changed fields are written as [before, after];
 a save that changes no tracked field writes nothing. Secret fields are recorded as changed, never with
-their values. Bulk `QuerySet.update()` bypasses signals: services that must be audited save rows."""
+their values (EncryptedTextField fields are secret by themselves). Bulk `QuerySet.update()` bypasses
+signals: services that must be audited save rows."""
 
 import json
 from collections.abc import Callable, Iterable
@@ -11,6 +12,8 @@ from collections.abc import Callable, Iterable
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.signals import post_delete, post_save, pre_save
+
+from nvke.encryption import EncryptedTextField
 
 from .context import current_actor
 from .models import AuditEntry
@@ -31,7 +34,8 @@ class Tracked:
         skip = ALWAYS_IGNORED | set(ignore)
         self.fields = [f for f in model._meta.concrete_fields if f.name not in skip and not f.primary_key]
         self.names = frozenset(f.name for f in self.fields) | {f.attname for f in self.fields}
-        self.secret = frozenset(secret)
+        encrypted = {f.name for f in self.fields if isinstance(f, EncryptedTextField)}
+        self.secret = frozenset(secret) | encrypted
         self.tenant_of = tenant_of
 
     def values(self, instance: models.Model) -> dict:

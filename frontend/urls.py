@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import views, views_account
 
 urlpatterns = [
     path(
@@ -24,4 +24,10 @@ urlpatterns = [
     path("claims/<int:pk>/", views.claim_detail, name="claim-detail"),
     path("claims/<int:pk>/release/", views.claim_release, name="claim-release"),
     path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
+    path("account/tokens/", views_account.token_list, name="account-tokens"),
+    path("account/tokens/<int:pk>/revoke/", views_account.token_revoke, name="account-token-revoke"),
+    path("account/members/", views_account.member_list, name="account-members"),
+    path("account/members/<int:pk>/role/", views_account.member_role, name="account-member-role"),
+    path("account/members/<int:pk>/remove/", views_account.member_remove, name="account-member-remove"),
+    path("account/audit/", views_account.audit_log, name="account-audit"),
 ]

@@ -84,6 +84,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "audit.context.AuditContextMiddleware",
+    "nvke.api.parsers.RejectNulInQueryMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -173,6 +174,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["nvke.api.permissions.TenantRolePermission"],
+    "DEFAULT_PARSER_CLASSES": [
+        "nvke.api.parsers.JSONParser",
+        "nvke.api.parsers.FormParser",
+        "nvke.api.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "nvke.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [

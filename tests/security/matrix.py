@@ -37,6 +37,7 @@ class Page:
     get: bool = True  # False: POST only (GET is 405)
     public: bool = False
     viewer_writes: bool = False
+    manage: bool = False  # owners and admins only, reads too
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,14 @@ PAGES: dict[str, Page] = {
     "clusters/<pk>/claims/new/": Page("cluster", post=True),
     "claims/<pk>/": Page("claim"),
     "claims/<pk>/release/": Page("claim", post=True),
-    "tenant/switch/": Page(
-        post=True, get=False, viewer_writes=True
-    ),  # switching tenants changes nothing in one
+    # Switching tenants changes nothing in one; anyone may hold tokens.
+    "tenant/switch/": Page(post=True, get=False, viewer_writes=True),
+    "account/tokens/": Page(post=True, viewer_writes=True),
+    "account/tokens/<pk>/revoke/": Page("token", post=True, get=False, viewer_writes=True),
+    "account/members/": Page(post=True),
+    "account/members/<pk>/role/": Page("membership", post=True, get=False),
+    "account/members/<pk>/remove/": Page("membership", post=True, get=False),
+    "account/audit/": Page(manage=True),
 }
 
 WEBSOCKETS: dict[str, Ws] = {

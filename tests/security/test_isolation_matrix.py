@@ -233,6 +233,7 @@ def page_client(user=None) -> Client:
 @pytest.mark.django_db
 def test_pages_redirect_strangers_hide_other_tenants_and_refuse_viewers_writes(world):
     anonymous, owner, viewer = page_client(), page_client(world["owner"]), page_client(world["viewer"])
+    member = page_client(world["member"])
     checks = []
     for key, page in PAGES.items():
         if page.public:
@@ -259,6 +260,8 @@ def test_pages_redirect_strangers_hide_other_tenants_and_refuse_viewers_writes(w
             checks.append(("get", url, f"leaks={leaked}", {"leaks=False"}))
         if page.post and not page.viewer_writes:
             checks.append(("post", f"{url} as viewer", viewer.post(url).status_code, {403}))
+        if page.manage:
+            checks.append(("get", f"{url} as member", member.get(url).status_code, {403}))
     assert _failures(checks) == []
 
 
