@@ -8,10 +8,13 @@ from rest_framework.exceptions import ValidationError
 def find_nul(data, path: str = "") -> str | None:
     """The path of the first string (or key) holding a NUL character, or None."""
     if isinstance(data, str):
-        return path or "body" if "\x00" in data else None
-    if isinstance(data, dict) or hasattr(data, "lists"):
-        items = data.lists() if hasattr(data, "lists") else data.items()
-        for key, value in items:
+        return (path or "body") if "\x00" in data else None
+    if hasattr(data, "lists"):  # a QueryDict: one name, several values
+        for key, values in data.lists():
+            if "\x00" in key or any(isinstance(v, str) and "\x00" in v for v in values):
+                return key
+    elif isinstance(data, dict):
+        for key, value in data.items():
             name = f"{path}.{key}" if path else str(key)
             if "\x00" in str(key):
                 return name
@@ -19,7 +22,7 @@ def find_nul(data, path: str = "") -> str | None:
                 return found
     elif isinstance(data, list | tuple):
         for index, value in enumerate(data):
-            if (found := find_nul(value, f"{path}[{index}]" if path else f"[{index}]")) is not None:
+            if (found := find_nul(value, f"{path}[{index}]")) is not None:
                 return found
     return None
 
