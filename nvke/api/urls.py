@@ -12,7 +12,7 @@ from nodepools.api.views import (
     NodeViewSet,
     RegionViewSet,
 )
-from nvke.tenancy.views import ApiTokenViewSet, MembershipViewSet, me
+from nvke.tenancy.views import ApiTokenViewSet, MembershipViewSet, me, quota
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet)
@@ -29,5 +29,6 @@ router.register("audit", AuditEntryViewSet)
 
 urlpatterns = [
     path("me/", me, name="me"),
+    path("quota/", quota, name="quota"),
     path("", include(router.urls)),
 ]

@@ -190,3 +190,36 @@ def check_claim(tenant: Tenant, claim) -> None:
             limit,
             " %",
         )
+
+
+def usage(tenant: Tenant) -> dict:
+    """Every quota of the tenant with its current use; a limit of None is unlimited."""
+    from clusters.models import Cluster
+    from nodepools.models import NodePool
+
+    quota = Quota.objects.filter(tenant=tenant).first()
+    pools = (
+        NodePool.objects.filter(tenant=tenant)
+        .exclude(status=NodePool.Status.DELETING)
+        .values("gpu_model__name")
+        .annotate(gpus=Sum(F("gpus_per_node") * F("max_nodes")))
+    )
+    gpus = {row["gpu_model__name"]: {"used": row["gpus"], "limit": None} for row in pools}
+    for limit in GpuQuota.objects.filter(tenant=tenant).select_related("gpu_model"):
+        gpus.setdefault(limit.gpu_model.name, {"used": 0})["limit"] = limit.max_gpus
+    claims = claims_use(tenant)
+    return {
+        "clusters": {
+            "used": Cluster.objects.filter(tenant=tenant).exclude(status=Cluster.Status.DELETING).count(),
+            "limit": quota.max_clusters if quota else None,
+        },
+        "gpus": [{"gpu_model": name, **gpus[name]} for name in sorted(gpus)],
+        "claim_gpu_memory_mib": {
+            "used": claims.memory_mib,
+            "limit": quota.max_claim_gpu_memory_mib if quota else None,
+        },
+        "claim_compute_percent": {
+            "used": claims.compute_percent,
+            "limit": quota.max_claim_compute_percent if quota else None,
+        },
+    }

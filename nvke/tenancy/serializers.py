@@ -56,3 +56,19 @@ class MeSerializer(serializers.Serializer):
     tenant = serializers.CharField()
     role = serializers.CharField()
     tenants = serializers.ListField(child=serializers.DictField())
+
+
+class QuotaUseSerializer(serializers.Serializer):
+    used = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True, help_text="null: unlimited")
+
+
+class GpuQuotaUseSerializer(QuotaUseSerializer):
+    gpu_model = serializers.CharField()
+
+
+class QuotaSerializer(serializers.Serializer):
+    clusters = QuotaUseSerializer()
+    gpus = GpuQuotaUseSerializer(many=True, help_text="Node pools' ceilings (gpus_per_node × max_nodes)")
+    claim_gpu_memory_mib = QuotaUseSerializer()
+    claim_compute_percent = QuotaUseSerializer(help_text="100 = one GPU")

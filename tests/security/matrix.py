@@ -71,6 +71,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/tokens/<pk>/": Api(ACCOUNT, "token", viewer_writes=True),
     "api/v1/members/": Api(TENANT),
     "api/v1/members/<pk>/": Api(TENANT, "membership"),
+    "api/v1/quota/": Api(TENANT),
     "api/v1/audit/": Api(TENANT, manage=True),
     "api/v1/audit/<pk>/": Api(TENANT, "audit", manage=True),
     "api/schema/": Api(PUBLIC),

@@ -195,3 +195,26 @@ def test_concurrent_claims_never_pass_the_compute_quota(owner, catalog):
     for thread in threads:
         thread.join()
     assert Claim.objects.filter(tenant=tenant).count() == 3 and len(refused) == 3
+
+
+@pytest.mark.django_db
+def test_the_quota_endpoint_shows_limits_and_use(
+    api, tenant, make_cluster, make_pool, make_member, client_for
+):
+    cluster = make_cluster(tenant)
+    make_pool(cluster, gpus_per_node=4, nodes=2)  # max_nodes 8: 32 L4s at most
+    Quota.objects.create(tenant=tenant, max_clusters=5, max_claim_compute_percent=400)
+    GpuQuota.objects.create(tenant=tenant, gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"), max_gpus=16)
+    Claim.objects.create(tenant=tenant, cluster=cluster, name="f", kind="fraction", compute_percent=25)
+    viewer = client_for(make_member("acme", "viewer"))
+    response = viewer.get("/api/v1/quota/")
+    assert response.status_code == 200
+    assert response.data == {
+        "clusters": {"used": 1, "limit": 5},
+        "gpus": [
+            {"gpu_model": "h100-sxm5-80gb", "used": 0, "limit": 16},
+            {"gpu_model": "l4", "used": 32, "limit": None},
+        ],
+        "claim_gpu_memory_mib": {"used": 0, "limit": None},
+        "claim_compute_percent": {"used": 25, "limit": 400},
+    }
