@@ -11,6 +11,7 @@ class AuditEntryAdmin(admin.ModelAdmin):
     list_filter = ["action", "object_type", "tenant"]
     search_fields = ["actor", "object_repr", "object_id"]
     date_hierarchy = "created_at"
+    list_select_related = ["tenant"]  # a deleted tenant reads as empty instead of failing
     readonly_fields = [f.name for f in AuditEntry._meta.fields]
 
     def has_add_permission(self, request) -> bool:

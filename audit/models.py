@@ -18,14 +18,31 @@ class AuditEntry(models.Model):
         UPDATE = "update"
         DELETE = "delete"
 
+    # Plain references (no database constraint, nothing cascades): the log outlives what it names, and
+    # deleting a tenant, which records the deletes of its objects as it goes, must not trip over them.
     tenant = models.ForeignKey(
-        "tenancy.Tenant", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        "tenancy.Tenant",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
     )
     actor_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
     )
     actor_token = models.ForeignKey(
-        "tenancy.ApiToken", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        "tenancy.ApiToken",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
     )
     actor = models.CharField(max_length=200, help_text="Who, as it read at the time: user, token or system")
     ip = models.GenericIPAddressField(null=True, blank=True)

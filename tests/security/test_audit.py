@@ -97,3 +97,22 @@ def test_the_admin_shows_the_log_read_only(client, django_user_model, api):
     assert page.status_code == 200 and b'name="_save"' not in page.content
     assert client.post(f"/admin/audit/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
     assert AuditEntry.objects.filter(pk=entry.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_a_tenant_commits_and_its_log_stays(
+    make_member, make_cluster, make_pool, client, django_user_model
+):
+    owner = make_member("acme", "owner")
+    tenant = owner.memberships.get().tenant
+    make_pool(make_cluster(tenant))
+    tenant_pk = tenant.pk
+    tenant.delete()  # autocommit: deferred foreign keys are checked right here
+    deleted = set(
+        AuditEntry.objects.filter(tenant_id=tenant_pk, action="delete").values_list("object_type", flat=True)
+    )
+    assert {"clusters.cluster", "nodepools.nodepool", "tenancy.membership"} <= deleted
+    client.force_login(django_user_model.objects.create_superuser("op", "op@example.com", "pw-secret-123"))
+    assert client.get("/admin/audit/auditentry/").status_code == 200
+    entry = AuditEntry.objects.filter(tenant_id=tenant_pk).first()
+    assert client.get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200
