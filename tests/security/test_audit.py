@@ -116,3 +116,25 @@ def test_deleting_a_tenant_commits_and_its_log_stays(
     assert client.get("/admin/audit/auditentry/").status_code == 200
     entry = AuditEntry.objects.filter(tenant_id=tenant_pk).first()
     assert client.get(f"/admin/audit/auditentry/{entry.pk}/change/").status_code == 200
+
+
+def test_ui_and_admin_changes_are_logged_as_their_users(owner, catalog, django_user_model):
+    from django.test import Client
+
+    ui = Client(REMOTE_ADDR="198.51.100.4")
+    ui.force_login(owner)
+    form = {"name": "web", "kubernetes_version": "1.35", "region": "us-east-1", "control_plane_nodes": 1}
+    assert ui.post("/clusters/new/", form).status_code == 302
+    entry = AuditEntry.objects.get(object_type="clusters.cluster", action="create")
+    assert (entry.actor, entry.ip, entry.actor_user_id) == (owner.username, "198.51.100.4", owner.pk)
+    operator = django_user_model.objects.create_superuser("op", "op@example.com", "pw-secret-123")
+    admin = Client()
+    admin.force_login(operator)
+    membership = owner.memberships.get()
+    response = admin.post(
+        f"/admin/tenancy/membership/{membership.pk}/change/",
+        {"tenant": membership.tenant_id, "user": owner.pk, "role": "admin"},
+    )
+    assert response.status_code == 302, response.content[:500]
+    changed = AuditEntry.objects.get(object_type="tenancy.membership", action="update")
+    assert changed.actor == "op" and changed.changes == {"role": ["owner", "admin"]}
