@@ -1,8 +1,9 @@
 """Per-tenant quotas: clusters, GPUs per model in node pools, GPU memory and compute share in claims.
 
-Every check locks the tenant's row (`SELECT … FOR UPDATE`) and must run inside the transaction that
-creates or changes the object, before it is saved: concurrent creates of one tenant then take turns,
-each counting what the others committed, so together they never pass a limit. A refusal raises
+Every check runs inside the transaction that creates or changes the object, before it is saved. Where
+the tenant has the limit in question, it locks the tenant's row (`SELECT … FOR UPDATE`) and counts:
+concurrent creates of one tenant then take turns, each counting what the others committed, so together
+they never pass a limit. A refusal raises
 `QuotaExceeded` (409, code `quota_exceeded`) naming the quota, the use and the limit; the caller's
 transaction rolls back and nothing is half-created.
 
@@ -43,11 +44,21 @@ def _refuse(quota: str, label: str, used: int, asked: int, limit: int, unit: str
     )
 
 
-def lock_tenant(tenant: Tenant) -> Quota | None:
-    """Lock the tenant's row for the rest of the transaction; return its quota, if any."""
+def _require_transaction() -> None:
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("Quota checks run inside the transaction that writes the object.")
+
+
+def lock_tenant(tenant: Tenant) -> None:
+    """Lock the tenant's row for the rest of the transaction: its quota checks take turns."""
+    _require_transaction()
     Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk", flat=True).get()
+
+
+def _quota(tenant: Tenant) -> Quota | None:
+    """The limits, read before locking: a tenant without the limit in question takes no lock at all.
+    Only the use must be counted under the lock."""
+    _require_transaction()
     return Quota.objects.filter(tenant=tenant).first()
 
 
@@ -55,9 +66,10 @@ def check_cluster(tenant: Tenant) -> None:
     """Call before saving a new cluster."""
     from clusters.models import Cluster
 
-    quota = lock_tenant(tenant)
+    quota = _quota(tenant)
     if quota is None or quota.max_clusters is None:
         return
+    lock_tenant(tenant)
     used = Cluster.objects.filter(tenant=tenant).exclude(status=Cluster.Status.DELETING).count()
     if used + 1 > quota.max_clusters:
         _refuse("max_clusters", "clusters", used, 1, quota.max_clusters)
@@ -67,10 +79,11 @@ def check_pool(pool) -> None:
     """Call before saving a new node pool or a change of its size (pool.pk set on updates)."""
     from nodepools.models import NodePool
 
-    lock_tenant(pool.tenant)
+    _require_transaction()
     limit = GpuQuota.objects.filter(tenant_id=pool.tenant_id, gpu_model_id=pool.gpu_model_id).first()
     if limit is None:
         return
+    lock_tenant(pool.tenant)
     others = NodePool.objects.filter(tenant_id=pool.tenant_id, gpu_model_id=pool.gpu_model_id).exclude(
         status=NodePool.Status.DELETING
     )
@@ -170,9 +183,10 @@ def claims_use(tenant: Tenant, exclude_pk: int | None = None) -> ClaimAsk:
 
 def check_claim(tenant: Tenant, claim) -> None:
     """Call inside the transaction that saves a new claim, before saving it."""
-    quota = lock_tenant(tenant)
+    quota = _quota(tenant)
     if quota is None or (quota.max_claim_gpu_memory_mib is None and quota.max_claim_compute_percent is None):
         return
+    lock_tenant(tenant)
     used = claims_use(tenant, exclude_pk=claim.pk)
     ask = claim_ask(ClaimShape.of(claim))
     limit = quota.max_claim_gpu_memory_mib
