@@ -199,6 +199,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "nvke.api.schema.document_errors",  # the {code, message, details} error responses
+    ],
 }
 
 # API rate limits ("<n>/<second|minute|hour|day>"); over them: 429 with Retry-After.

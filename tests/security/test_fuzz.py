@@ -15,7 +15,11 @@ from django.core.wsgi import get_wsgi_application
 from django.db import DatabaseError, close_old_connections, transaction
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from nodepools.services import reconcile
 from nvke.tenancy.models import ApiToken
@@ -83,7 +87,7 @@ FUZZ_SETTINGS = settings(
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=list(HealthCheck),
 )
-CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
+CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance, content_type_conformance]
 
 
 def fuzz_test(operation, headers: dict):
