@@ -138,3 +138,16 @@ def test_ui_and_admin_changes_are_logged_as_their_users(owner, catalog, django_u
     assert response.status_code == 302, response.content[:500]
     changed = AuditEntry.objects.get(object_type="tenancy.membership", action="update")
     assert changed.actor == "op" and changed.changes == {"role": ["owner", "admin"]}
+
+
+def test_account_changes_are_logged_for_operators_without_the_password(django_user_model):
+    user = django_user_model.objects.create_user("mallory", password="pw-secret-123")
+    user.is_staff = True
+    user.save()
+    created = AuditEntry.objects.get(object_type="auth.user", action="create")
+    assert created.tenant_id is None and created.changes["password"] == [None, "[secret]"]
+    granted = AuditEntry.objects.get(object_type="auth.user", action="update")
+    assert granted.changes == {"is_staff": [False, True]}
+    assert "pw-secret" not in str(list(AuditEntry.objects.values())) and user.password not in str(
+        list(AuditEntry.objects.values())
+    )
