@@ -140,12 +140,13 @@ def test_ui_and_admin_changes_are_logged_as_their_users(owner, catalog, django_u
     assert changed.actor == "op" and changed.changes == {"role": ["owner", "admin"]}
 
 
-def test_account_changes_are_logged_for_operators_without_the_password(django_user_model):
+def test_account_changes_are_logged_for_operators_without_the_password(django_user_model, client):
     user = django_user_model.objects.create_user("mallory", password="pw-secret-123")
     user.is_staff = True
     user.save()
     created = AuditEntry.objects.get(object_type="auth.user", action="create")
     assert created.tenant_id is None and created.changes["password"] == [None, "[secret]"]
+    assert client.login(username="mallory", password="pw-secret-123")  # writes last_login: not logged
     granted = AuditEntry.objects.get(object_type="auth.user", action="update")
     assert granted.changes == {"is_staff": [False, True]}
     assert "pw-secret" not in str(list(AuditEntry.objects.values())) and user.password not in str(
