@@ -18,6 +18,7 @@ What counts:
 
 import math
 from dataclasses import dataclass
+from typing import NoReturn
 
 from django.db import transaction
 from django.db.models import F, Sum
@@ -33,10 +34,10 @@ class QuotaExceeded(Conflict):
     code = "quota_exceeded"
 
 
-def _refuse(quota: str, label: str, used: int, asked: int, limit: int, unit: str = "") -> None:
+def _refuse(quota: str, label: str, used: int, asked: int, limit: int, unit: str = "") -> NoReturn:
     raise QuotaExceeded(
-        f"Quota {quota} exceeded: {label} uses {used}{unit} of {limit}{unit}; this asks for {asked}{unit} "
-        "more.",
+        f"Quota {quota} exceeded: {label}: {used}{unit} in use of {limit}{unit}; this asks for "
+        f"{asked}{unit} more.",
         quota=quota,
         used=used,
         requested=asked,

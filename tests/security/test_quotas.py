@@ -40,7 +40,7 @@ def test_cluster_quota_refuses_with_use_and_limit(api, tenant, catalog, make_clu
     assert response.status_code == 409
     assert response.data["code"] == "quota_exceeded"
     assert response.data["message"] == (
-        "Quota max_clusters exceeded: clusters uses 1 of 1; this asks for 1 more."
+        "Quota max_clusters exceeded: clusters: 1 in use of 1; this asks for 1 more."
     )
     assert response.data["details"] == {"quota": "max_clusters", "used": 1, "requested": 1, "limit": 1}
     assert list(Cluster.objects.values_list("name", flat=True)) == ["one"]
@@ -94,7 +94,7 @@ def test_check_claim_counts_memory_and_compute_of_every_claim(tenant, make_clust
         "requested": 20001,
         "limit": 30000,
     }
-    assert refused.value.status == 409 and "10000 MiB of 30000 MiB" in refused.value.message
+    assert refused.value.status == 409 and "10000 MiB in use of 30000 MiB" in refused.value.message
     # A whole GPU counts 100 % compute each: 50 + 100 fits 150, 50 + 200 does not.
     Quota.objects.filter(tenant=tenant).update(max_claim_gpu_memory_mib=None)
     with transaction.atomic():
