@@ -7,6 +7,7 @@ from nvke.models import check_dns_label
 from nvke.providers import get_provider
 from nvke.providers.base import ProviderError
 from nvke.realtime import broadcast
+from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 
 from .models import Cluster, KubernetesVersion, Region
@@ -48,6 +49,7 @@ def create_cluster(
         raise duplicate
     try:
         with transaction.atomic():
+            quotas.check_cluster(context.tenant)
             cluster = Cluster(
                 tenant=context.tenant,
                 name=name,

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views, views_telemetry
+from . import views, views_account, views_telemetry
 
 urlpatterns = [
     path(
@@ -30,4 +30,10 @@ urlpatterns = [
     path("telemetry/clusters/<int:pk>/", views_telemetry.cluster, name="telemetry-cluster"),
     path("telemetry/pools/<int:pk>/", views_telemetry.pool, name="telemetry-pool"),
     path("telemetry/gpus/<int:pk>/", views_telemetry.gpu, name="telemetry-gpu"),
+    path("account/tokens/", views_account.token_list, name="account-tokens"),
+    path("account/tokens/<int:pk>/revoke/", views_account.token_revoke, name="account-token-revoke"),
+    path("account/members/", views_account.member_list, name="account-members"),
+    path("account/members/<int:pk>/role/", views_account.member_role, name="account-member-role"),
+    path("account/members/<int:pk>/remove/", views_account.member_remove, name="account-member-remove"),
+    path("account/audit/", views_account.audit_log, name="account-audit"),
 ]

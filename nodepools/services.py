@@ -10,6 +10,7 @@ from nvke.models import check_dns_label
 from nvke.providers import get_provider
 from nvke.providers.base import NodeInfo, PoolSpec, ProviderError
 from nvke.realtime import broadcast
+from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 
 from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
@@ -88,6 +89,7 @@ def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePo
         raise duplicate
     try:
         with transaction.atomic():
+            quotas.check_pool(pool)
             pool.set_condition("Ready", False, "Provisioning", f"Creating {pool.node_count} nodes.")
             pool.save()
             _publish(pool)
@@ -111,6 +113,8 @@ def update_pool(pool: NodePool, **changes) -> NodePool:
         for name, value in changes.items():
             setattr(pool, name, value)
         validate_pool(pool)
+        if "max_nodes" in changes:
+            quotas.check_pool(pool)
         if "node_count" in changes:
             pool.status = NodePool.Status.SCALING
             pool.set_condition("Ready", False, "Scaling", f"Scaling to {pool.node_count} nodes.")

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "nodepools",
     "telemetry",
     "frontend",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -84,6 +85,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "audit.context.AuditContextMiddleware",
+    "nvke.api.parsers.RejectNulInQueryMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -184,6 +187,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["nvke.api.permissions.TenantRolePermission"],
+    "DEFAULT_PARSER_CLASSES": [
+        "nvke.api.parsers.JSONParser",
+        "nvke.api.parsers.FormParser",
+        "nvke.api.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "nvke.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
@@ -192,6 +200,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "nvke.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "nvke.api.throttling.TokenRateThrottle",
+        "nvke.api.throttling.UserRateThrottle",
+    ],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
@@ -204,7 +216,31 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "nvke.api.schema.document_errors",  # the {code, message, details} error responses
+    ],
 }
+
+# API rate limits ("<n>/<second|minute|hour|day>"); over them: 429 with Retry-After.
+NVKE_RATE_LIMITS = {
+    "token": os.environ.get("NVKE_RATE_LIMIT_TOKEN", "600/minute"),
+    "user": os.environ.get("NVKE_RATE_LIMIT_USER", "1200/minute"),
+}
+# The shared cache counts rate limits: Redis when configured, else this process's memory.
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "nvke",
+        }
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+# Client addresses in the audit log: trust X-Forwarded-For only behind a proxy that sets it.
+NVKE_TRUST_PROXY = env_bool("NVKE_TRUST_PROXY", SECURE)
 
 # Telemetry (telemetry/): frame interval of the live streams, rescaling and health rules.
 TELEMETRY_FRAME_INTERVAL_S = float(os.environ.get("NVKE_TELEMETRY_FRAME_INTERVAL_S", "0.25"))

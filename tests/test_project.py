@@ -22,6 +22,7 @@ def test_check_deploy_is_clean_under_production_settings(tmp_path):
         NVKE_SECRET_KEY="x" * 64 + "-production-secret-not-for-real-use",
         NVKE_ALLOWED_HOSTS="nvke.example.com",
         NVKE_SECURE="1",
+        NVKE_ENCRYPTION_KEY="QUw1dRrKGCXQw7dWN8oX1xaS0M2PZZrVdH6X1mC2b0Y=",  # a test-only Fernet key
         DATABASE_URL="postgres://postgres@127.0.0.1:5432/nvke",
         REDIS_URL="redis://127.0.0.1:6379/0",
         NVKE_DATA_DIR=str(tmp_path),

@@ -1,12 +1,21 @@
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from nvke.tenancy.context import resolve_tenant
+from nvke.tenancy.models import ApiToken
 from nvke.tenancy.roles import Action
+
+READ_ONLY_TOKEN = "This API token is read-only."
+
+
+def read_only_token(request) -> bool:
+    auth = getattr(request, "auth", None)
+    return isinstance(auth, ApiToken) and auth.read_only
 
 
 class TenantRolePermission(BasePermission):
-    """Authenticated, a member of a tenant, and in a role that allows the action: reads need `view`,
-    writes need the view's `write_action` (default `change`)."""
+    """Authenticated, a member of a tenant, and in a role that allows the action: reads need the view's
+    `read_action` (default `view`), writes its `write_action` (default `change`) and a token that is
+    not read-only."""
 
     message = "Your role in this tenant does not allow this action."
 
@@ -17,10 +26,12 @@ class TenantRolePermission(BasePermission):
         if context is None:
             self.message = "You are not a member of any tenant."
             return False
-        action = (
-            Action.VIEW if request.method in SAFE_METHODS else getattr(view, "write_action", Action.CHANGE)
-        )
-        return context.allows(action)
+        if request.method in SAFE_METHODS:
+            return context.allows(getattr(view, "read_action", Action.VIEW))
+        if read_only_token(request):
+            self.message = READ_ONLY_TOKEN
+            return False
+        return context.allows(getattr(view, "write_action", Action.CHANGE))
 
 
 class AuthenticatedReadOnly(BasePermission):

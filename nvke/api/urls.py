@@ -1,6 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from audit.api import AuditEntryViewSet
 from clusters.api.views import ClusterViewSet
 from nodepools.api.claims import ClaimViewSet
 from nodepools.api.views import (
@@ -11,7 +12,7 @@ from nodepools.api.views import (
     NodeViewSet,
     RegionViewSet,
 )
-from nvke.tenancy.views import ApiTokenViewSet, me
+from nvke.tenancy.views import ApiTokenViewSet, MembershipViewSet, me, quota
 from telemetry.api import (
     ClaimScalingViewSet,
     GpuTelemetryViewSet,
@@ -34,9 +35,12 @@ router.register("telemetry/node-tokens", NodeTokenViewSet)
 router.register("telemetry/gpus", GpuTelemetryViewSet, basename="telemetry-gpu")
 router.register("telemetry/events", TelemetryEventViewSet)
 router.register("telemetry/claim-scaling", ClaimScalingViewSet)
+router.register("members", MembershipViewSet)
+router.register("audit", AuditEntryViewSet)
 
 urlpatterns = [
     path("me/", me, name="me"),
     path("telemetry/ingest/", IngestView.as_view(), name="telemetry-ingest"),
+    path("quota/", quota, name="quota"),
     path("", include(router.urls)),
 ]

@@ -1,6 +1,17 @@
 from django.contrib import admin
 
-from .models import ApiToken, Membership, Tenant
+from .models import ApiToken, GpuQuota, Membership, Quota, Tenant
+
+
+class QuotaInline(admin.StackedInline):
+    model = Quota
+    extra = 0
+    max_num = 1
+
+
+class GpuQuotaInline(admin.TabularInline):
+    model = GpuQuota
+    extra = 0
 
 
 class MembershipInline(admin.TabularInline):
@@ -14,7 +25,7 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "member_count", "cluster_count", "created_at"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, QuotaInline, GpuQuotaInline]
 
     @admin.display(description="members")
     def member_count(self, tenant: Tenant) -> int:
@@ -40,6 +51,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "key_prefix",
+        "scope",
         "user",
         "tenant",
         "created_at",
@@ -56,6 +68,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "tenant",
         "key_prefix",
         "key_hash",
+        "scope",
         "created_at",
         "expires_at",
         "last_used_at",
@@ -64,3 +77,18 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    """A tenant's limits; empty = unlimited. Also editable on the tenant's page."""
+
+    list_display = ["tenant", "max_clusters", "max_claim_gpu_memory_mib", "max_claim_compute_percent"]
+    autocomplete_fields = ["tenant"]
+
+
+@admin.register(GpuQuota)
+class GpuQuotaAdmin(admin.ModelAdmin):
+    list_display = ["tenant", "gpu_model", "max_gpus"]
+    list_filter = ["gpu_model"]
+    autocomplete_fields = ["tenant"]

@@ -7,4 +7,6 @@ class TenancyConfig(AppConfig):
     verbose_name = "Tenancy"
 
     def ready(self) -> None:
+        from nvke import encryption  # noqa: F401  (registers its `check --deploy` check)
+
         from . import schema  # noqa: F401  (registers the token scheme with drf-spectacular)

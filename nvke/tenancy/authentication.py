@@ -1,7 +1,12 @@
+import datetime
+
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from .models import ApiToken, hash_token
+
+LAST_USE_RESOLUTION = datetime.timedelta(minutes=1)  # record a token's use at most once a minute
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -20,8 +25,19 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         )
         if token is None or not token.is_active or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        record_use(token)
         return token.user, token
 
     def authenticate_header(self, request) -> str:
         return self.keyword
+
+
+def record_use(token: ApiToken) -> None:
+    """Stamp last_used_at, but write at most once a minute per token: busy automation would otherwise
+    turn every read into a row update. The filter makes concurrent requests write once."""
+    now = timezone.now()
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USE_RESOLUTION:
+        return
+    ApiToken.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USE_RESOLUTION), pk=token.pk
+    ).update(last_used_at=now)

@@ -42,9 +42,13 @@ def hash_token(raw: str) -> str:
 
 class ApiToken(models.Model):
     """A bearer token for automation, bound to one user in one tenant. Only its hash is stored; the
-    raw value is shown once, at creation."""
+    raw value is shown once, at creation. A read-only token cannot write, whatever its user's role."""
 
     PREFIX = "nvke_"
+
+    class Scope(models.TextChoices):
+        READ_ONLY = "read-only"
+        READ_WRITE = "read-write"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
@@ -53,6 +57,7 @@ class ApiToken(models.Model):
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(max_length=10, choices=Scope.choices, default=Scope.READ_WRITE)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -63,7 +68,9 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.key_prefix}…)"
 
     @classmethod
-    def issue(cls, *, tenant: Tenant, user, name: str, expires_at=None) -> tuple["ApiToken", str]:
+    def issue(
+        cls, *, tenant: Tenant, user, name: str, expires_at=None, scope: str = Scope.READ_WRITE
+    ) -> tuple["ApiToken", str]:
         raw = cls.PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
             tenant=tenant,
@@ -72,6 +79,7 @@ class ApiToken(models.Model):
             key_prefix=raw[:12],
             key_hash=hash_token(raw),
             expires_at=expires_at,
+            scope=scope,
         )
         return token, raw
 
@@ -79,3 +87,43 @@ class ApiToken(models.Model):
     def is_active(self) -> bool:
         now = timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    @property
+    def read_only(self) -> bool:
+        return self.scope == self.Scope.READ_ONLY
+
+
+class Quota(models.Model):
+    """Limits of one tenant, set by operators in the admin. An empty limit means unlimited.
+
+    GPU use of node pools counts each pool's ceiling, gpus_per_node × max_nodes, so an autoscaler can
+    never grow a tenant past its quota. Claim limits add up what every claim of the tenant asks for
+    (pending or placed): see nvke/tenancy/quotas.py."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
+    max_clusters = models.PositiveIntegerField(null=True, blank=True)
+    max_claim_gpu_memory_mib = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="GPU memory all claims may ask for together (MiB)"
+    )
+    max_claim_compute_percent = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Compute share all claims may ask for together; 100 = one GPU"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"quota of {self.tenant}"
+
+
+class GpuQuota(models.Model):
+    """How many GPUs of one model a tenant's node pools may reach (gpus_per_node × max_nodes)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="gpu_quotas")
+    gpu_model = models.ForeignKey("nodepools.GpuModel", on_delete=models.CASCADE, related_name="+")
+    max_gpus = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "gpu_model"], name="uniq_gpu_quota")]
+        ordering = ["tenant", "gpu_model"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.max_gpus} × {self.gpu_model_id}"

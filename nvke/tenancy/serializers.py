@@ -1,13 +1,27 @@
 from rest_framework import serializers
 
-from .models import ApiToken
+from .models import ApiToken, Membership
+from .roles import Role
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
+    user = serializers.CharField(source="user.username", read_only=True)
+
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "key_prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id",
+            "name",
+            "user",
+            "scope",
+            "key_prefix",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+        ]
         read_only_fields = ["key_prefix", "created_at", "last_used_at", "revoked_at"]
+        extra_kwargs = {"name": {"max_length": 100}}
 
 
 class NewApiTokenSerializer(ApiTokenSerializer):
@@ -17,8 +31,44 @@ class NewApiTokenSerializer(ApiTokenSerializer):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
 
 
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", max_length=150)
+    role = serializers.ChoiceField(choices=[r.value for r in Role])
+
+    class Meta:
+        model = Membership
+        fields = ["id", "username", "role", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class MembershipRoleSerializer(serializers.ModelSerializer):
+    """A membership's only changeable field."""
+
+    role = serializers.ChoiceField(choices=[r.value for r in Role])
+
+    class Meta:
+        model = Membership
+        fields = ["role"]
+
+
 class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     tenant = serializers.CharField()
     role = serializers.CharField()
     tenants = serializers.ListField(child=serializers.DictField())
+
+
+class QuotaUseSerializer(serializers.Serializer):
+    used = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True, help_text="null: unlimited")
+
+
+class GpuQuotaUseSerializer(QuotaUseSerializer):
+    gpu_model = serializers.CharField()
+
+
+class QuotaSerializer(serializers.Serializer):
+    clusters = QuotaUseSerializer()
+    gpus = GpuQuotaUseSerializer(many=True, help_text="Node pools' ceilings (gpus_per_node × max_nodes)")
+    claim_gpu_memory_mib = QuotaUseSerializer()
+    claim_compute_percent = QuotaUseSerializer(help_text="100 = one GPU")

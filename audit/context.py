@@ -1,0 +1,66 @@
+"""Who is acting, for the audit log. A middleware keeps the current request in a context variable; the
+recorder reads the user, the API token and the client address from it when a change is saved. DRF's
+authentication sets `user` and `auth` on the underlying Django request too, so token requests are
+attributed to their token. Outside a request (Celery tasks, management commands) the actor is `system`."""
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from django.conf import settings
+
+_request: ContextVar = ContextVar("nvke_audit_request", default=None)
+
+
+@dataclass(frozen=True)
+class Actor:
+    label: str
+    user_id: int | None = None
+    token_id: int | None = None
+    ip: str | None = None
+
+
+SYSTEM = Actor("system")
+
+
+def client_ip(request) -> str | None:
+    """REMOTE_ADDR, or the first X-Forwarded-For hop when NVKE_TRUST_PROXY says a proxy sets it."""
+    if settings.NVKE_TRUST_PROXY and (forwarded := request.META.get("HTTP_X_FORWARDED_FOR")):
+        return forwarded.split(",")[0].strip() or None
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def current_actor() -> Actor:
+    from nvke.tenancy.models import ApiToken
+
+    request = _request.get()
+    if request is None:
+        return SYSTEM
+    user = getattr(request, "user", None)
+    ip = client_ip(request)
+    if user is None or not user.is_authenticated:
+        return Actor("anonymous", ip=ip)
+    token = getattr(request, "auth", None)
+    if isinstance(token, ApiToken):
+        return Actor(f"{user.get_username()} (token {token.name} {token.key_prefix}…)", user.pk, token.pk, ip)
+    return Actor(user.get_username(), user.pk, None, ip)
+
+
+@contextmanager
+def acting(request):
+    token = _request.set(request)
+    try:
+        yield
+    finally:
+        _request.reset(token)
+
+
+class AuditContextMiddleware:
+    """Makes the request the audit log's source of who and from where, for the request's duration."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        with acting(request):
+            return self.get_response(request)

@@ -1,0 +1,129 @@
+"""Records create, update and delete of registered models as AuditEntry rows, from model signals.
+
+`register(Model)` is the one line an app adds for its tenant-owned model (see registrations.py). Before a
+save the row's stored values are read, after it the changed fields are written as [before, after];
+a save that changes no tracked field writes nothing. Secret fields are recorded as changed, never with
+their values (EncryptedTextField fields are secret by themselves). Bulk `QuerySet.update()` bypasses
+signals: services that must be audited save rows."""
+
+import json
+from collections.abc import Callable, Iterable
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models.signals import post_delete, post_save, pre_save
+
+from nvke.encryption import EncryptedTextField
+
+from .context import current_actor
+from .models import AuditEntry
+
+REDACTED = "[secret]"
+ALWAYS_IGNORED = frozenset({"created_at", "updated_at"})
+_registry: dict[type[models.Model], "Tracked"] = {}
+
+
+class Tracked:
+    def __init__(
+        self,
+        model: type[models.Model],
+        ignore: Iterable[str],
+        secret: Iterable[str],
+        tenant_of: Callable[[models.Model], int | None],
+    ):
+        skip = ALWAYS_IGNORED | set(ignore)
+        self.fields = [f for f in model._meta.concrete_fields if f.name not in skip and not f.primary_key]
+        self.names = frozenset(f.name for f in self.fields) | {f.attname for f in self.fields}
+        encrypted = {f.name for f in self.fields if isinstance(f, EncryptedTextField)}
+        self.secret = frozenset(secret) | encrypted
+        self.tenant_of = tenant_of
+
+    def values(self, instance: models.Model) -> dict:
+        return {f.attname: _jsonable(f.value_from_object(instance)) for f in self.fields}
+
+    def shown(self, name: str, value):
+        return REDACTED if name in self.secret or name.removesuffix("_id") in self.secret else value
+
+
+def _jsonable(value):
+    return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+def register(
+    model: type[models.Model],
+    *,
+    ignore: Iterable[str] = (),
+    secret: Iterable[str] = (),
+    tenant_of: Callable[[models.Model], int | None] = lambda obj: obj.tenant_id,
+) -> None:
+    """Audit every change of `model`. `ignore`: fields whose changes are not worth an entry (status
+    written by control loops); `secret`: fields recorded as changed without their values."""
+    _registry[model] = Tracked(model, ignore, secret, tenant_of)
+    uid = f"audit:{model._meta.label}"
+    pre_save.connect(_before_save, sender=model, dispatch_uid=uid)
+    post_save.connect(_after_save, sender=model, dispatch_uid=uid)
+    post_delete.connect(_after_delete, sender=model, dispatch_uid=uid)
+
+
+def _before_save(sender, instance, raw=False, update_fields=None, **kwargs):
+    tracked = _registry[sender]
+    instance._audit_before = None
+    if raw or instance.pk is None or instance._state.adding:
+        return
+    if update_fields is not None and not tracked.names & set(update_fields):
+        return  # only ignored fields are written: no entry, and no extra read
+    instance._audit_before = (
+        sender._base_manager.filter(pk=instance.pk).values(*[f.attname for f in tracked.fields]).first()
+    )
+    if instance._audit_before is not None:
+        instance._audit_before = _jsonable(instance._audit_before)
+
+
+def _after_save(sender, instance, created, raw=False, **kwargs):
+    if raw:
+        return
+    tracked = _registry[sender]
+    after = tracked.values(instance)
+    before = getattr(instance, "_audit_before", None)
+    if created:
+        changes = {name: [None, tracked.shown(name, value)] for name, value in after.items()}
+        action = AuditEntry.Action.CREATE
+    else:
+        if before is None:
+            return  # only ignored fields were saved
+        changes = {
+            name: [tracked.shown(name, before[name]), tracked.shown(name, value)]
+            for name, value in after.items()
+            if before.get(name) != value
+        }
+        action = AuditEntry.Action.UPDATE
+        if not changes:
+            return
+    _write(tracked, instance, action, changes)
+
+
+def _after_delete(sender, instance, **kwargs):
+    tracked = _registry[sender]
+    before = tracked.values(instance)
+    _write(
+        tracked,
+        instance,
+        AuditEntry.Action.DELETE,
+        {n: [tracked.shown(n, v), None] for n, v in before.items()},
+    )
+
+
+def _write(tracked: Tracked, instance: models.Model, action: str, changes: dict) -> None:
+    actor = current_actor()
+    AuditEntry.objects.create(
+        tenant_id=tracked.tenant_of(instance),
+        actor_user_id=actor.user_id,
+        actor_token_id=actor.token_id,
+        actor=actor.label[:200],
+        ip=actor.ip,
+        action=action,
+        object_type=instance._meta.label_lower,
+        object_id=str(instance.pk),
+        object_repr=str(instance)[:200],
+        changes=changes,
+    )

@@ -1,0 +1,24 @@
+"""The models whose changes the audit log records: one `register` line per model. Other apps add theirs
+here (or in their own AppConfig.ready). Status fields that control loops rewrite are ignored, so the log
+holds what people and automation asked for, not every reconcile step."""
+
+from django.contrib.auth import get_user_model
+
+from clusters.models import Cluster
+from nodepools.models import Claim, NodePool
+from nvke.tenancy.models import ApiToken, GpuQuota, Membership, Quota, Tenant
+
+from .recorder import register
+
+CONTROL_LOOP_FIELDS = ("status", "status_reason", "status_message", "conditions")
+
+register(Cluster, ignore=(*CONTROL_LOOP_FIELDS, "endpoint"))
+register(NodePool, ignore=CONTROL_LOOP_FIELDS)
+register(Claim, ignore=("status", "pending_reason", "allocated_at"))
+register(ApiToken, ignore=("last_used_at",), secret=("key_hash",))
+register(Membership)
+register(Tenant, tenant_of=lambda tenant: tenant.pk)
+# Accounts belong to no tenant: operators read these entries in the admin (staff and superuser grants).
+register(get_user_model(), tenant_of=lambda user: None, ignore=("last_login",), secret=("password",))
+register(Quota)
+register(GpuQuota)

@@ -1,0 +1,159 @@
+"""Account pages: API tokens, members, audit log. Thin like frontend/views.py: parse the form, check the
+role, call nvke.tenancy.services, render. A new token's secret is rendered once, in the response to the
+POST that made it, and never stored anywhere it could be shown again."""
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from audit.models import AuditEntry
+from nvke.errors import DomainError
+from nvke.tenancy import services
+from nvke.tenancy.context import TenantContext
+from nvke.tenancy.models import ApiToken, Membership
+from nvke.tenancy.roles import Action, Role
+
+from .forms import add_domain_error
+from .views import tenant_view
+
+AUDIT_PER_PAGE = 100
+ROLE_CHOICES = [(r.value, r.name.title()) for r in Role]
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    scope = forms.ChoiceField(choices=ApiToken.Scope.choices, initial=ApiToken.Scope.READ_WRITE)
+    expires_at = forms.DateTimeField(
+        required=False,
+        label="Expires at",
+        help_text="UTC, e.g. 2027-01-31 00:00. Empty: never.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+class MemberForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial=Role.MEMBER)
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(choices=ROLE_CHOICES)
+
+
+def require_manage(context: TenantContext) -> None:
+    if not context.allows(Action.MANAGE):
+        raise PermissionDenied("Only the tenant's owners and admins may do this.")
+
+
+def _tokens(request: HttpRequest, context: TenantContext):
+    tokens = ApiToken.objects.select_related("user").filter(tenant=context.tenant, revoked_at__isnull=True)
+    return tokens if context.allows(Action.MANAGE) else tokens.filter(user=request.user)
+
+
+@tenant_view
+def token_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    """Tokens, and a form for a new one. Everyone may hold tokens; a token acts with its user's role."""
+    form = TokenForm(request.POST or None)
+    secret = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            token, secret = services.issue_token(context=context, user=request.user, **form.cleaned_data)
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            form = TokenForm()
+            messages.success(request, f"Token {token.name} is created. Copy it now: it is shown only once.")
+    return render(
+        request,
+        "frontend/account/tokens.html",
+        {"tokens": _tokens(request, context), "form": form, "secret": secret},
+        status=400 if form.errors else 200,
+    )
+
+
+@require_POST
+@tenant_view
+def token_revoke(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    token = get_object_or_404(_tokens(request, context), pk=pk)
+    services.revoke_token(token)
+    messages.success(request, f"Token {token.name} is revoked.")
+    return redirect("account-tokens")
+
+
+@tenant_view
+def member_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    """Everyone sees the members; owners and admins add them here."""
+    form = MemberForm(request.POST or None)
+    if request.method == "POST":
+        require_manage(context)
+        if form.is_valid():
+            try:
+                membership = services.add_member(context=context, **form.cleaned_data)
+            except DomainError as error:
+                add_domain_error(form, error)
+            else:
+                messages.success(request, f"{membership.user.username} is now a {membership.role}.")
+                return redirect("account-members")
+    members = Membership.objects.select_related("user").filter(tenant=context.tenant)
+    return render(
+        request,
+        "frontend/account/members.html",
+        {
+            "members": members,
+            "form": form,
+            "can_manage": context.allows(Action.MANAGE),
+            "roles": ROLE_CHOICES,
+        },
+        status=400 if form.errors else 200,
+    )
+
+
+def _membership(context: TenantContext, pk: int) -> Membership:
+    return get_object_or_404(Membership.objects.select_related("user"), tenant=context.tenant, pk=pk)
+
+
+@require_POST
+@tenant_view
+def member_role(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    membership = _membership(context, pk)
+    require_manage(context)
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose one of the roles.")
+        return redirect("account-members")
+    try:
+        services.change_role(context=context, membership=membership, role=form.cleaned_data["role"])
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"{membership.user.username} is now a {form.cleaned_data['role']}.")
+    return redirect("account-members")
+
+
+@require_POST
+@tenant_view
+def member_remove(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    membership = _membership(context, pk)
+    require_manage(context)
+    try:
+        services.remove_member(context=context, membership=membership)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"{membership.user.username} is no longer a member.")
+    return redirect("account-members")
+
+
+@tenant_view
+def audit_log(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    """The tenant's audit log, newest first (owners and admins)."""
+    require_manage(context)
+    entries = AuditEntry.objects.restrict(context)
+    if object_type := request.GET.get("object_type"):
+        entries = entries.filter(object_type=object_type)
+    page = Paginator(entries, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "frontend/account/audit.html", {"page": page, "object_type": object_type or ""})

@@ -1,0 +1,113 @@
+"""The isolation matrix: every route of nvke/urls.py and nvke/routing.py, and how it is protected.
+
+A route missing here fails tests/security/test_isolation_matrix.py. Adding one is one line: its path
+as printed by the failing test (regex and converters folded to `<name>`), and what it is:
+
+    "api/v1/upgrades/<pk>/": Api(TENANT, "pool"),   # a tenant-owned object: fill <pk> from a pool
+
+Kinds:
+- TENANT: the tenant's own objects. Anonymous, expired or revoked credentials → 401; another tenant's
+  object (filled from `obj`) → 404 for every method; a viewer's or a read-only token's write → 403.
+- CATALOG: shared, read-only catalog. Anonymous → 401; writes are not offered.
+- ACCOUNT: about the caller (me/, tokens/). Like TENANT; `viewer_writes=True` where a viewer may write
+  (holding tokens).
+- PUBLIC: answers everyone (health, schema, login).
+`obj` names an object the tests create in each tenant (see OBJECTS in the test), `manage=True` marks
+reads for owners and admins only. UI pages (Page) are checked for a login redirect, 404 on another
+tenant's object and 403 on a viewer's POST; websocket routes (Ws) for refusal (close 4403).
+"""
+
+from dataclasses import dataclass
+
+TENANT, CATALOG, ACCOUNT, PUBLIC = "tenant", "catalog", "account", "public"
+
+
+@dataclass(frozen=True)
+class Api:
+    kind: str
+    obj: str | None = None
+    viewer_writes: bool = False
+    manage: bool = False
+
+
+@dataclass(frozen=True)
+class Page:
+    obj: str | None = None
+    post: bool = False  # the page takes POST (a write)
+    get: bool = True  # False: POST only (GET is 405)
+    public: bool = False
+    viewer_writes: bool = False
+    manage: bool = False  # owners and admins only, reads too
+
+
+@dataclass(frozen=True)
+class Ws:
+    obj_param: str | None = None  # query parameter naming a tenant object
+
+
+API_ROUTES: dict[str, Api] = {
+    "api/v1/": Api(CATALOG),
+    "api/v1/me/": Api(ACCOUNT),
+    "api/v1/clusters/": Api(TENANT),
+    "api/v1/clusters/<pk>/": Api(TENANT, "cluster"),
+    "api/v1/clusters/<pk>/defrag/": Api(TENANT, "cluster"),
+    "api/v1/clusters/<pk>/defrag-plan/": Api(TENANT, "cluster"),
+    "api/v1/node-pools/": Api(TENANT),
+    "api/v1/node-pools/<pk>/": Api(TENANT, "pool"),
+    "api/v1/nodes/": Api(TENANT),
+    "api/v1/nodes/<pk>/": Api(TENANT, "node"),
+    "api/v1/claims/": Api(TENANT),
+    "api/v1/claims/<pk>/": Api(TENANT, "claim"),
+    "api/v1/gpu-models/": Api(CATALOG),
+    "api/v1/gpu-models/<name>/": Api(CATALOG, "gpu_model"),
+    "api/v1/gpu-models/<name>/drivers/": Api(CATALOG, "gpu_model"),
+    "api/v1/driver-releases/": Api(CATALOG),
+    "api/v1/driver-releases/<version>/": Api(CATALOG, "driver"),
+    "api/v1/kubernetes-versions/": Api(CATALOG),
+    "api/v1/kubernetes-versions/<version>/": Api(CATALOG, "kubernetes_version"),
+    "api/v1/regions/": Api(CATALOG),
+    "api/v1/regions/<name>/": Api(CATALOG, "region"),
+    "api/v1/tokens/": Api(ACCOUNT, viewer_writes=True),
+    "api/v1/tokens/<pk>/": Api(ACCOUNT, "token", viewer_writes=True),
+    "api/v1/members/": Api(TENANT),
+    "api/v1/members/<pk>/": Api(TENANT, "membership"),
+    "api/v1/quota/": Api(TENANT),
+    "api/v1/audit/": Api(TENANT, manage=True),
+    "api/v1/audit/<pk>/": Api(TENANT, "audit", manage=True),
+    "api/schema/": Api(PUBLIC),
+    "api/docs/": Api(PUBLIC),
+}
+
+PAGES: dict[str, Page] = {
+    "healthz": Page(public=True),
+    "login/": Page(public=True),
+    "logout/": Page(public=True),
+    "": Page(),
+    "clusters/": Page(),
+    "clusters/new/": Page(post=True),
+    "clusters/<pk>/": Page("cluster"),
+    "clusters/<pk>/delete/": Page("cluster", post=True),
+    "clusters/<pk>/pools/new/": Page("cluster", post=True),
+    "pools/<pk>/": Page("pool"),
+    "pools/<pk>/scale/": Page("pool", post=True, get=False),
+    "pools/<pk>/delete/": Page("pool", post=True),
+    "clusters/<pk>/claims/": Page("cluster"),
+    "clusters/<pk>/claims/new/": Page("cluster", post=True),
+    "claims/<pk>/": Page("claim"),
+    "claims/<pk>/release/": Page("claim", post=True),
+    # Switching tenants changes nothing in one; anyone may hold tokens.
+    "tenant/switch/": Page(post=True, get=False, viewer_writes=True),
+    "account/tokens/": Page(post=True, viewer_writes=True),
+    "account/tokens/<pk>/revoke/": Page("token", post=True, get=False, viewer_writes=True),
+    "account/members/": Page(post=True),
+    "account/members/<pk>/role/": Page("membership", post=True, get=False),
+    "account/members/<pk>/remove/": Page("membership", post=True, get=False),
+    "account/audit/": Page(manage=True),
+}
+
+WEBSOCKETS: dict[str, Ws] = {
+    "ws/events/": Ws(obj_param="cluster"),
+}
+
+# The admin is Django's: staff only, checked as a whole by test_admin_is_for_operators_only.
+SKIPPED_PREFIXES = ("admin/",)

@@ -1,0 +1,316 @@
+"""Every route of the URL configuration and the websocket routing, tried with no credentials, expired
+and revoked tokens, another tenant's objects, a viewer's writes and a read-only token's writes. The
+routes come from walking the resolvers; matrix.py says what each one is, and a route missing there
+fails test_every_route_is_in_the_matrix."""
+
+import datetime
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from audit.models import AuditEntry
+from nodepools.models import Claim
+from nodepools.services import reconcile
+from nvke.routing import websocket_urlpatterns
+from nvke.tenancy.models import ApiToken
+
+from .matrix import ACCOUNT, API_ROUTES, PAGES, PUBLIC, SKIPPED_PREFIXES, TENANT, WEBSOCKETS
+
+WRITES = ("post", "put", "patch", "delete")
+SECRET = "globex-secret"  # every name of the other tenant's objects contains it
+
+
+def route_key(route: str) -> str:
+    """`api/v1/^clusters/(?P<pk>[^/.]+)/$` and `clusters/<int:pk>/` → `…clusters/<pk>/`."""
+    route = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"<\1>", route)
+    route = re.sub(r"<\w+:(\w+)>", r"<\1>", route)
+    return route.replace("^", "").replace("$", "")
+
+
+def walk(patterns, prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if route.startswith(SKIPPED_PREFIXES):
+            continue
+        if isinstance(pattern, URLResolver):
+            yield from walk(pattern.url_patterns, route)
+        elif "<format>" not in route_key(route):  # DRF's `.json` suffix twins behave as their route
+            yield route_key(route), pattern
+
+
+def methods_of(pattern: URLPattern) -> list[str]:
+    callback = pattern.callback
+    if actions := getattr(callback, "actions", None):
+        return list(actions)
+    cls = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
+    if cls is not None:
+        return [m for m in cls.http_method_names if m not in ("head", "options") and hasattr(cls, m)]
+    return ["get"]
+
+
+def fill(route: str, value) -> str:
+    return "/" + re.sub(r"<\w+>", str(value), route)
+
+
+def api_routes() -> list[tuple[str, list[str]]]:
+    return [(key, methods_of(p)) for key, p in walk(get_resolver().url_patterns) if key in API_ROUTES]
+
+
+def request(client, method: str, url: str):
+    return client.generic(method.upper(), url, data=json.dumps({}), content_type="application/json")
+
+
+def test_every_route_is_in_the_matrix():
+    walked = {key for key, _ in walk(get_resolver().url_patterns)}
+    declared = set(API_ROUTES) | set(PAGES)
+    assert sorted(walked - declared) == [], "add these routes to tests/security/matrix.py"
+    assert sorted(declared - walked) == [], "these matrix entries match no route any more"
+    sockets = {route_key(str(p.pattern)) for p in websocket_urlpatterns}
+    assert sockets == set(WEBSOCKETS), "add websocket routes to WEBSOCKETS in tests/security/matrix.py"
+
+
+# --- the world: two tenants with one object of each kind ----------------------------------------------
+
+
+def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
+    tenant = owner.memberships.get().tenant
+    cluster = make_cluster(tenant, f"{prefix}-cluster")
+    pool = make_pool(cluster, name=f"{prefix}-pool")
+    reconcile(pool.pk)
+    claim = Claim.objects.create(
+        tenant=tenant, cluster=cluster, name=f"{prefix}-claim", kind="fraction", compute_percent=10
+    )
+    token, _ = ApiToken.issue(tenant=tenant, user=owner, name=f"{prefix}-token")
+    return {
+        "cluster": cluster.pk,
+        "pool": pool.pk,
+        "node": pool.nodes.first().pk,
+        "claim": claim.pk,
+        "token": token.pk,
+        "membership": owner.memberships.get().pk,
+        "audit": AuditEntry.objects.filter(tenant=tenant).first().pk,
+        "gpu_model": "l4",
+        "driver": "580.105.08",
+        "kubernetes_version": "1.35",
+        "region": "us-east-1",
+    }
+
+
+@pytest.fixture
+def world(make_member, make_cluster, make_pool):
+    acme_owner = make_member("acme", "owner")
+    globex_owner = make_member("globex", "owner", username=f"{SECRET}-owner")
+    return {
+        "owner": acme_owner,
+        "viewer": make_member("acme", "viewer"),
+        "member": make_member("acme", "member"),
+        "acme": _objects(acme_owner, make_cluster, make_pool, "acme"),
+        "globex": _objects(globex_owner, make_cluster, make_pool, SECRET),
+    }
+
+
+def url_for(key: str, entry, objects: dict) -> str:
+    return fill(key, objects[entry.obj]) if entry.obj else fill(key, "")
+
+
+def api_client(user=None, raw_token: str | None = None) -> APIClient:
+    client = APIClient()
+    if raw_token:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_token}")
+    elif user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+def _failures(checks) -> list[str]:
+    return [
+        f"{method.upper()} {url}: {got} (want {want})" for method, url, got, want in checks if got not in want
+    ]
+
+
+# --- API -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_no_credentials_expired_and_revoked_tokens_are_401(world):
+    tenant = world["owner"].memberships.get().tenant
+    _, expired = ApiToken.issue(
+        tenant=tenant,
+        user=world["owner"],
+        name="old",
+        expires_at=timezone.now() - datetime.timedelta(seconds=1),
+    )
+    revoked_token, revoked = ApiToken.issue(tenant=tenant, user=world["owner"], name="gone")
+    ApiToken.objects.filter(pk=revoked_token.pk).update(revoked_at=timezone.now())
+    clients = {
+        "anonymous": api_client(),
+        "expired": api_client(raw_token=expired),
+        "revoked": api_client(raw_token=revoked),
+    }
+    checks = []
+    for key, methods in api_routes():
+        entry = API_ROUTES[key]
+        if entry.kind == PUBLIC:
+            continue
+        url = url_for(key, entry, world["acme"])
+        for who, client in clients.items():
+            for method in methods:
+                checks.append((method, f"{url} as {who}", request(client, method, url).status_code, {401}))
+    assert _failures(checks) == []
+
+
+@pytest.mark.django_db
+def test_another_tenants_objects_are_404_and_never_listed(world):
+    client = api_client(world["owner"])
+    checks = []
+    for key, methods in api_routes():
+        entry = API_ROUTES[key]
+        if entry.kind not in (TENANT, ACCOUNT):
+            continue
+        if entry.obj:
+            url = url_for(key, entry, world["globex"])
+            checks += [(m, url, request(client, m, url).status_code, {404}) for m in methods]
+        elif "get" in methods:
+            url = url_for(key, entry, {})
+            response = client.get(url)
+            leaked = SECRET.encode() in response.content
+            checks.append(("get", url, f"{response.status_code}, leaks={leaked}", {"200, leaks=False"}))
+    assert _failures(checks) == []
+
+
+@pytest.mark.django_db
+def test_viewers_and_read_only_tokens_cannot_write(world):
+    tenant = world["owner"].memberships.get().tenant
+    _, read_only = ApiToken.issue(tenant=tenant, user=world["owner"], name="ro", scope="read-only")
+    viewer, token = api_client(world["viewer"]), api_client(raw_token=read_only)
+    checks = []
+    for key, methods in api_routes():
+        entry = API_ROUTES[key]
+        if entry.kind == PUBLIC:
+            continue
+        url = url_for(key, entry, world["acme"])
+        for method in (m for m in methods if m in WRITES):
+            checks.append(
+                (method, f"{url} with a read-only token", request(token, method, url).status_code, {403})
+            )
+            if not entry.viewer_writes:
+                checks.append((method, f"{url} as viewer", request(viewer, method, url).status_code, {403}))
+    assert _failures(checks) == []
+    assert Claim.objects.count() == 2 and ApiToken.objects.filter(revoked_at__isnull=True).count() == 3
+
+
+@pytest.mark.django_db
+def test_owner_and_admin_reads_are_refused_to_members(world):
+    member = api_client(world["member"])
+    checks = []
+    for key, methods in api_routes():
+        entry = API_ROUTES[key]
+        if entry.manage and "get" in methods:
+            url = url_for(key, entry, world["acme"])
+            checks.append(("get", url, member.get(url).status_code, {403}))
+    assert checks and _failures(checks) == []
+
+
+# --- UI pages and the admin ------------------------------------------------------------------------
+
+
+def page_client(user=None) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_pages_redirect_strangers_hide_other_tenants_and_refuse_viewers_writes(world):
+    anonymous, owner, viewer = page_client(), page_client(world["owner"]), page_client(world["viewer"])
+    member = page_client(world["member"])
+    checks = []
+    for key, page in PAGES.items():
+        if page.public:
+            continue
+        url = url_for(key, page, world["acme"])
+        methods = [m for m, offered in (("get", page.get), ("post", page.post)) if offered]
+        for method in methods:
+            response = getattr(anonymous, method)(url)
+            location = response.headers.get("Location", "")
+            checks.append(
+                (
+                    method,
+                    f"{url} as anonymous",
+                    f"{response.status_code} {location.split('?')[0]}",
+                    {"302 /login/"},
+                )
+            )
+        if page.obj:
+            foreign = url_for(key, page, world["globex"])
+            for method in methods:
+                checks.append((method, foreign, getattr(owner, method)(foreign).status_code, {404}))
+        elif not page.post:
+            leaked = SECRET.encode() in owner.get(url).content
+            checks.append(("get", url, f"leaks={leaked}", {"leaks=False"}))
+        if page.post and not page.viewer_writes:
+            checks.append(("post", f"{url} as viewer", viewer.post(url).status_code, {403}))
+        if page.manage:
+            checks.append(("get", f"{url} as member", member.get(url).status_code, {403}))
+    assert _failures(checks) == []
+
+
+@pytest.mark.django_db
+def test_admin_is_for_operators_only(world, django_user_model):
+    operator = django_user_model.objects.create_superuser("operator", "op@example.com", "pw-secret-123")
+    for client in (page_client(), page_client(world["owner"])):
+        response = client.get("/admin/")
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+    assert page_client(operator).get("/admin/").status_code == 200
+
+
+# --- websockets ------------------------------------------------------------------------------------
+
+
+def ws_outcome(path: str, user=None) -> str:
+    """'open', or 'closed <code>' for a websocket connection through the full ASGI stack."""
+    from nvke.asgi import application
+
+    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
+    if user is not None:
+        client = page_client(user)
+        cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+        headers.append((b"cookie", cookie.encode()))
+
+    async def attempt() -> str:
+        communicator = WebsocketCommunicator(application, path, headers=headers)
+        connected, _ = await communicator.connect()
+        if not connected:
+            return "refused"
+        output = (
+            await communicator.receive_output(timeout=2)
+            if not await communicator.receive_nothing(0.2)
+            else None
+        )
+        await communicator.disconnect()
+        return f"closed {output.get('code')}" if output and output["type"] == "websocket.close" else "open"
+
+    return async_to_sync(attempt)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_websockets_refuse_strangers_and_other_tenants(world):
+    for route, ws in WEBSOCKETS.items():
+        path = "/" + route
+        assert ws_outcome(path) == "closed 4403"
+        assert ws_outcome(path, world["owner"]) == "open"
+        if ws.obj_param:
+            foreign = f"{path}?{ws.obj_param}={world['globex'][ws.obj_param]}"
+            own = f"{path}?{ws.obj_param}={world['acme'][ws.obj_param]}"
+            assert ws_outcome(foreign, world["owner"]) == "closed 4403"
+            assert ws_outcome(own, world["owner"]) == "open"
