@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "nvke.providers.simulator",
     "clusters",
     "nodepools",
+    "upgrades",
     "frontend",
 ]
 
@@ -150,12 +151,19 @@ CELERY_TASK_ROUTES = {
     "nodepools.tasks.place_all_pending_claims": {"queue": "allocator"},
     "nodepools.tasks.prune_allocation_log": {"queue": "allocator"},
     "nodepools.tasks.*": {"queue": "provisioning"},
+    "upgrades.tasks.*": {"queue": "upgrades"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
     "place-pending-claims": {"task": "nodepools.tasks.place_all_pending_claims", "schedule": 30.0},
     "prune-allocation-log": {"task": "nodepools.tasks.prune_allocation_log", "schedule": 300.0},
+    "resync-upgrades": {
+        "task": "upgrades.tasks.resync_runs",
+        "schedule": float(os.environ.get("NVKE_UPGRADE_RESYNC_S", "30")),
+    },
 }
+# Driver upgrades: seconds between a run's ticks (each tick re-queues the next with this countdown).
+NVKE_UPGRADE_TICK_S = float(os.environ.get("NVKE_UPGRADE_TICK_S", "2"))
 
 CHANNEL_LAYERS = {
     "default": (
