@@ -12,6 +12,7 @@ from nodepools.api.views import (
     RegionViewSet,
 )
 from nvke.tenancy.views import ApiTokenViewSet, me
+from upgrades.api.views import DriverOptionsView, FleetRolloutViewSet, UpgradeRunViewSet
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet)
@@ -23,8 +24,11 @@ router.register("kubernetes-versions", KubernetesVersionViewSet)
 router.register("regions", RegionViewSet)
 router.register("claims", ClaimViewSet)
 router.register("tokens", ApiTokenViewSet)
+router.register("upgrades", UpgradeRunViewSet)
+router.register("fleet-rollouts", FleetRolloutViewSet)
 
 urlpatterns = [
     path("me/", me, name="me"),
+    path("node-pools/<int:pk>/driver-options/", DriverOptionsView.as_view(), name="driver-options"),
     path("", include(router.urls)),
 ]
