@@ -10,6 +10,8 @@ from django.db import close_old_connections, connection
 
 from nvke.celery import app as celery_app
 
+from .machine import LIVE
+
 log = logging.getLogger(__name__)
 
 
@@ -25,6 +27,16 @@ def schedule_tick(run_id: int, seq: int, countdown: float | None = None) -> None
     from .tasks import tick_run
 
     tick_run.apply_async((run_id, seq), countdown=delay)
+
+
+def kick_if_stale(run) -> None:
+    """Embedded default only (no beat): a live run whose ticks stopped, because the process restarted,
+    gets a ticker again when someone looks at it."""
+    from .tasks import stale_before
+
+    if celery_app.conf.task_always_eager and run.status in LIVE:
+        if run.ticked_at is None or run.ticked_at < stale_before():
+            schedule_tick(run.pk, run.tick_seq, 0)
 
 
 def _tick_in_thread(run_id: int, seq: int) -> None:

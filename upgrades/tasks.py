@@ -21,6 +21,11 @@ def tick_run(run_id: int, seq: int) -> None:
         schedule_tick(run_id, next_seq)
 
 
+def stale_before() -> datetime.datetime:
+    """A live run not ticked since then has lost its chain of ticks."""
+    return timezone.now() - datetime.timedelta(seconds=max(5 * settings.NVKE_UPGRADE_TICK_S, 5))
+
+
 @shared_task
 def resync_runs() -> int:
     """Beat: give every live run whose ticks stopped (a worker died mid-tick) its next tick; and move

@@ -15,6 +15,7 @@ from nvke.tenancy.context import resolve_tenant
 
 from .. import rollouts, services
 from ..compatibility import driver_options
+from ..scheduling import kick_if_stale
 from ..models import FleetRollout, UpgradeRun
 from .serializers import (
     STRATEGY,
@@ -62,6 +63,10 @@ class UpgradeRunViewSet(
             cuda=data.pop("cuda"),
             **{name: data[name] for name in STRATEGY if name in data},
         )
+
+    def retrieve(self, request, *args, **kwargs):
+        kick_if_stale(self.get_object())
+        return super().retrieve(request, *args, **kwargs)
 
     def _control(self, name: str):
         run = services.control(self.get_object(), name, context=self.tenant_context, user=self.request.user)
