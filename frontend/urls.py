@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import views, views_upgrades
 
 urlpatterns = [
     path(
@@ -24,4 +24,7 @@ urlpatterns = [
     path("claims/<int:pk>/", views.claim_detail, name="claim-detail"),
     path("claims/<int:pk>/release/", views.claim_release, name="claim-release"),
     path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
+    path("pools/<int:pk>/upgrade/", views_upgrades.pool_upgrade, name="pool-upgrade"),
+    path("upgrades/<int:pk>/", views_upgrades.upgrade_detail, name="upgrade-detail"),
+    path("upgrades/<int:pk>/<str:action>/", views_upgrades.upgrade_control, name="upgrade-control"),
 ]
