@@ -3,6 +3,7 @@ clock. The property tests and bench/upgrades.py drive `machine.plan` through it,
 check the invariants after every tick."""
 
 import random
+import time
 from dataclasses import dataclass, field, replace
 
 from .machine import ACTIVE, Effect, NodeView, Phase, RunView, State, Strategy, plan, unavailable_count
@@ -43,6 +44,7 @@ class Outcome:
     phase: Phase
     max_unavailable_seen: int
     blocked: bool  # stopped: nodes unavailable outside the run hold the whole budget
+    plan_cpu_s: float
     violations: list[str] = field(default_factory=list)
 
 
@@ -81,9 +83,12 @@ def run_simulation(
     now, ticks, steps, high = 0.0, 0, 0, 0
     violations: list[str] = []
     blocked = False
+    plan_cpu = 0.0
     while run.phase not in (Phase.COMPLETED, Phase.FAILED, Phase.ABORTED, Phase.PAUSED) and ticks < max_ticks:
         views = [replace(n.view, busy=n.busy_until > now) for n in fleet.values()]
+        started = time.process_time()
         result = plan(run, views, strategy, now)
+        plan_cpu += time.process_time() - started
         for step in result.steps:
             node = fleet[step.node]
             view = node.view
@@ -124,4 +129,4 @@ def run_simulation(
             violations.append(f"{view.name}: cordoned={view.cordoned} at the end, before={view.pre_cordoned}")
         if run.phase == Phase.COMPLETED and view.driver_version != "2.0":
             violations.append(f"{view.name}: on {view.driver_version} after a completed run")
-    return Outcome(now, ticks, steps, run.phase, high, blocked, violations)
+    return Outcome(now, ticks, steps, run.phase, high, blocked, plan_cpu, violations)

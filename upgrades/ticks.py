@@ -173,14 +173,14 @@ def _carry_out(run, steps, rows, nodes, provider, key, now) -> None:
         _record(run, row, step.to, step.reason, message, now)
     if topology:
         allocator.topology_changed(cluster_id)
+    if any(s.effect == Effect.UNCORDON for s in steps):  # capacity is back: one placement pass
+        place_pending_claims.delay_on_commit(cluster_id)
 
 
 def _set_cordon(node: Node, cordon: bool, provider: Provider, key: str) -> None:
     (provider.cordon if cordon else provider.uncordon)(key, node.name)
     Node.objects.filter(pk=node.pk).update(cordoned=cordon)
     node.cordoned = cordon
-    if not cordon:
-        place_pending_claims.delay_on_commit(node.pool.cluster_id)
 
 
 def _evict(run: UpgradeRun, node: Node, provider: Provider, key: str) -> str:
@@ -199,6 +199,7 @@ def _fail_after_error(run, row, node, provider, key, error: ProviderError, now) 
     if node is not None and node.cordoned and not row.pre_cordoned:
         try:
             _set_cordon(node, False, provider, key)
+            place_pending_claims.delay_on_commit(run.pool.cluster_id)
         except ProviderError:
             pass  # the failed state uncordons on every tick until it works
     _record(run, row, State.FAILED, error.reason, error.message, now)
