@@ -83,7 +83,7 @@ class UpgradeRun(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["pool"],
-                condition=models.Q(status__in=[p.value for p in LIVE]),
+                condition=models.Q(status__in=sorted(p.value for p in LIVE)),  # sorted: a stable migration
                 name="one_live_upgrade_per_pool",
             )
         ]

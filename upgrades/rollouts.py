@@ -33,7 +33,7 @@ def create_rollout(
 ) -> FleetRollout:
     """Plan the rollout: each compatible matching pool gets a pending run in its wave; the others are
     listed as skipped with the rule they break. The first wave starts at once."""
-    from .services import create_run, validate_strategy
+    from .services import create_run
 
     with transaction.atomic():
         rollout = FleetRollout.objects.create(
@@ -54,7 +54,6 @@ def create_rollout(
                 )
                 rollout.skipped.append({"pool": pool.pk, "name": str(pool), "rule": rule, "message": message})
                 continue
-            validate_strategy({**strategy, "canary_nodes": 0}, pool.nodes.count())
             create_run(
                 context=None,
                 pool=pool,

@@ -188,3 +188,22 @@ def test_fleet_rollouts_are_for_operators_and_go_in_waves(
         operator.post(f"/api/v1/fleet-rollouts/{created.data['id']}/resume/").data["code"] == "cannot_resume"
     )
     assert api.get(f"/api/v1/fleet-rollouts/{created.data['id']}/").status_code == 403
+
+
+def test_driver_options_refuse_a_branch_without_the_pools_architecture(api, owner, make_cluster, make_pool):
+    cluster = make_cluster(owner.memberships.get().tenant, "blackwell")
+    pool = make_pool(cluster, name="b200", gpu_model="b200-sxm-180gb", nodes=1, gpus_per_node=8)
+    rows = {r["driver"]["version"]: r for r in api.get(f"/api/v1/node-pools/{pool.pk}/driver-options/").data}
+    assert [r["rule"] for r in rows["535.230.02"]["refusals"]] == [
+        "architecture",
+        "gpu_minimum",
+        "end_of_life",
+    ]
+    assert (
+        rows["535.230.02"]["refusals"][0]["message"]
+        == "Driver branch 535 (535.230.02) does not support Blackwell."
+    )
+    refused = create(api, pool, target_release="550.163.01")
+    assert (refused.status_code, refused.data["code"]) == (400, "architecture")
+    assert [r["rule"] for r in refused.data["details"]["rules"]][0] == "architecture"
+    assert refused.data["details"]["field"] == "target_release"

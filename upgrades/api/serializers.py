@@ -54,6 +54,10 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
         help_text="A CUDA version the pool's workloads need, e.g. 12.8",
     )
     start = serializers.BooleanField(write_only=True, default=True, help_text="false: create it pending")
+    # Plain strings in the schema: an enum here collides with the other resources' `status` enums.
+    status = serializers.CharField(
+        read_only=True, help_text="pending, running, paused, aborting, completed, failed, aborted"
+    )
     nodes = UpgradeNodeSerializer(many=True, read_only=True)
 
     class Meta:
@@ -96,6 +100,7 @@ class FleetRolloutSerializer(serializers.ModelSerializer):
     target_release = serializers.CharField(source="target_release.version", max_length=24)
     gpu_model = serializers.CharField(source="gpu_model.name", required=False, allow_null=True, default=None)
     strategy = serializers.DictField(required=False, default=dict)
+    status = serializers.CharField(read_only=True)
     runs = serializers.SerializerMethodField()
 
     class Meta:

@@ -107,7 +107,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='upgraderun',
-            constraint=models.UniqueConstraint(condition=models.Q(('status__in', ['running', 'paused', 'aborting'])), fields=('pool',), name='one_live_upgrade_per_pool'),
+            constraint=models.UniqueConstraint(condition=models.Q(('status__in', ['aborting', 'paused', 'running'])), fields=('pool',), name='one_live_upgrade_per_pool'),
         ),
         migrations.AddConstraint(
             model_name='upgradenode',
