@@ -115,11 +115,11 @@ def tick(run_id: int, seq: int) -> int | None:
             now.timestamp(),
         )
         by_name = {row.name: row for row in rows}
-        _carry_out(run, result.steps, by_name, nodes, provider, key, now)
+        carried_out = _carry_out(run, result.steps, by_name, nodes, provider, key, now)
 
         if result.canary_done_at is not None and run.canary_done_at is None:
             run.canary_done_at = datetime.datetime.fromtimestamp(result.canary_done_at, tz=datetime.UTC)
-        if result.phase != run.status:
+        if result.phase != run.status and carried_out:  # else the next tick decides from what happened
             _set_status(run, result.phase, result.reason, result.message, now)
         elif result.message != run.message and result.reason in ("", "Blocked"):
             run.reason, run.message = result.reason, result.message
@@ -140,10 +140,12 @@ def tick(run_id: int, seq: int) -> int | None:
         return run.tick_seq if run.status in LIVE and not idle else None  # resume re-queues a paused run
 
 
-def _carry_out(run, steps, rows, nodes, provider, key, now) -> None:
+def _carry_out(run, steps, rows, nodes, provider, key, now) -> bool:
     """Cordons and uncordons first, then one topology reset (so evictions cannot land back on a
-    cordoned node), then evictions and installs."""
+    cordoned node), then evictions and installs. False when a provider call failed: the plan's view
+    of the run's phase no longer holds."""
     cluster_id = run.pool.cluster_id
+    all_done = True
     first = [s for s in steps if s.effect in (Effect.CORDON, Effect.UNCORDON)]
     topology = False
     for step in first + [s for s in steps if s not in first]:
@@ -164,7 +166,7 @@ def _carry_out(run, steps, rows, nodes, provider, key, now) -> None:
                 _fail_after_error(run, row, node, provider, key, error, now)
             else:  # evictions retry until the drain timeout; an uncordon retries until it works
                 _note(run, row, error.reason, error.message)
-            topology = True
+            topology, all_done = True, False
             continue
         if step.effect in (Effect.CORDON, Effect.UNCORDON):
             topology = True
@@ -175,6 +177,7 @@ def _carry_out(run, steps, rows, nodes, provider, key, now) -> None:
         allocator.topology_changed(cluster_id)
     if any(s.effect == Effect.UNCORDON for s in steps):  # capacity is back: one placement pass
         place_pending_claims.delay_on_commit(cluster_id)
+    return all_done
 
 
 def _set_cordon(node: Node, cordon: bool, provider: Provider, key: str) -> None:

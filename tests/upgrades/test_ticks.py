@@ -145,3 +145,26 @@ def test_a_stale_tick_does_nothing(context, make_upgrade_pool):
     assert tick(run.pk, run.tick_seq) == run.tick_seq + 1
     assert tick(run.pk, run.tick_seq) is None  # the same number again: another chain already ran it
     assert UpgradeRun.objects.get(pk=run.pk).tick_seq == run.tick_seq + 1
+
+
+def test_a_node_that_cannot_be_cordoned_fails_and_the_run_goes_on(context, make_upgrade_pool):
+    pool = make_upgrade_pool(nodes=3)
+    victim = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(
+        operation="cordon", target=victim.name, reason="ApiServerTimeout", message="timed out"
+    )
+    run = drive(start(context, pool, max_unavailable="1", failure_budget=2))
+    assert (run.status, run.reason) == ("failed", "NodesFailed")
+    row = run.nodes.get(name=victim.name)
+    assert (row.state, row.reason, row.message) == ("upgrade-failed", "ApiServerTimeout", "timed out")
+    assert not Node.objects.filter(pool=pool, cordoned=True).exists()
+    assert run.nodes.filter(state="upgrade-done").count() == 2
+
+
+def test_an_uncordon_that_fails_is_retried_before_the_run_ends(context, make_upgrade_pool):
+    pool = make_upgrade_pool(nodes=1)
+    node = Node.objects.get(pool=pool)
+    SimFault.objects.create(operation="uncordon", target=node.name, reason="Conflict", remaining=2)
+    run = drive(start(context, pool))
+    assert run.status == "completed" and not Node.objects.get(pool=pool).cordoned
+    assert run.history.filter(type="NodeRetry", reason="Conflict").count() == 2

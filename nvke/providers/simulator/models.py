@@ -49,6 +49,7 @@ class SimFault(models.Model):
         SCALE_POOL = "scale_pool"
         CORDON = "cordon"
         EVICT = "evict"
+        UNCORDON = "uncordon"
         INSTALL_DRIVER = "install_driver"  # the install fails; the node keeps its driver
         VALIDATE = "validate"  # the install completes but a GPU comes back unhealthy
 

@@ -208,6 +208,7 @@ class SimulatorProvider(Provider):
         )
 
     def uncordon(self, cluster: str, node: str) -> None:
+        _raise_injected_fault(SimFault.Operation.UNCORDON, node)
         SimNode.objects.filter(pk=self._node(cluster, node).pk).update(unschedulable=False)
 
     def evict(self, cluster: str, node: str, namespace: str, pod: str) -> None:
