@@ -129,7 +129,9 @@ def database_ticks(nodes: int, percent: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--percent", type=int, default=10, help="maxUnavailable as a percent of the pool")
     parser.add_argument("--db-nodes", type=int, default=0, help="also time real ticks on PostgreSQL")
@@ -147,7 +149,8 @@ def main() -> None:
     print(
         f"{m['nodes']} nodes, maxUnavailable {m['max_unavailable']}: makespan {m['makespan_s']:.0f} s, "
         f"lower bound {m['lower_bound_s']:.0f} s (+{m['over_lower_bound_pct']}%), {m['ticks']} ticks, "
-        f"{m['violations']} invariant violations; planner {m['plan_cpu_us_per_node_step']} µs CPU per node step"
+        f"{m['violations']} invariant violations; "
+        f"planner {m['plan_cpu_us_per_node_step']} µs CPU per node step"
     )
     if "database" in results:
         d = results["database"]
