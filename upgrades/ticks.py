@@ -124,6 +124,7 @@ def tick(run_id: int, seq: int) -> int | None:
         unhealthy = set(
             Gpu.objects.filter(node__pool=pool, healthy=False).values_list("node__name", flat=True)
         )
+        rows += _join_new_nodes(run, rows, nodes, now)
         for row in rows:  # a node scaled away mid-run cannot finish
             if row.name not in nodes and row.state not in (State.DONE, State.FAILED):
                 _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
@@ -168,6 +169,38 @@ def tick(run_id: int, seq: int) -> int | None:
         events.publish_run(run, Counter(r.state for r in rows))
         idle = run.status == Phase.PAUSED and not any(r.state in ACTIVE for r in rows)
         return run.tick_seq if run.status in LIVE and not idle else None  # resume re-queues a paused run
+
+
+def _join_new_nodes(
+    run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], now
+) -> list[UpgradeNode]:
+    """Nodes the pool gained since the run started (a scale-up) join it, unless they already run the
+    target: they came up on the release the pool had then."""
+    known = {row.name for row in rows}
+    joined = [
+        UpgradeNode(
+            run=run,
+            node=node,
+            name=node.name,
+            state=State.UPGRADE_REQUIRED,
+            reason="JoinedPool",
+            entered_at=now,
+            pre_cordoned=node.cordoned,
+            from_version=node.driver_version,
+        )
+        for name, node in sorted(nodes.items())
+        if name not in known
+        and node.driver_version != run.target_release.version
+        and run.status != Phase.ABORTING
+    ]
+    UpgradeNode.objects.bulk_create(joined)
+    for row in joined:
+        _writes.conditions.append(
+            UpgradeCondition(
+                run=run, node=row.name, type="NodeState", reason="JoinedPool", message="New node."
+            )
+        )
+    return joined
 
 
 def _carry_out(run, steps, rows, nodes, provider, key, now) -> bool:

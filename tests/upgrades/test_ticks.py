@@ -168,3 +168,18 @@ def test_an_uncordon_that_fails_is_retried_before_the_run_ends(context, make_upg
     run = drive(start(context, pool))
     assert run.status == "completed" and not Node.objects.get(pool=pool).cordoned
     assert run.history.filter(type="NodeRetry", reason="Conflict").count() == 2
+
+
+def test_nodes_added_by_a_scale_up_mid_run_join_it(context, make_upgrade_pool):
+    from nodepools.services import reconcile
+
+    pool = make_upgrade_pool(nodes=2)
+    run = start(context, pool, max_unavailable="1")
+    tick(run.pk, run.tick_seq)
+    pool.node_count = 3
+    pool.save()
+    reconcile(pool.pk)  # the new node comes up on the pool's current release
+    run = drive(run)
+    assert run.status == "completed" and run.nodes.count() == 3
+    assert run.nodes.filter(reason="Upgraded").count() == 3
+    assert set(Node.objects.filter(pool=pool).values_list("driver_version", flat=True)) == {TARGET}
