@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views, views_account, views_telemetry
+from . import views, views_account, views_telemetry, views_upgrades
 
 urlpatterns = [
     path(
@@ -36,4 +36,7 @@ urlpatterns = [
     path("account/members/<int:pk>/role/", views_account.member_role, name="account-member-role"),
     path("account/members/<int:pk>/remove/", views_account.member_remove, name="account-member-remove"),
     path("account/audit/", views_account.audit_log, name="account-audit"),
+    path("pools/<int:pk>/upgrade/", views_upgrades.pool_upgrade, name="pool-upgrade"),
+    path("upgrades/<int:pk>/", views_upgrades.upgrade_detail, name="upgrade-detail"),
+    path("upgrades/<int:pk>/<str:action>/", views_upgrades.upgrade_control, name="upgrade-control"),
 ]

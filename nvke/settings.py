@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "clusters",
     "nodepools",
     "telemetry",
+    "upgrades",
     "frontend",
     "audit",
 ]
@@ -156,6 +157,7 @@ CELERY_TASK_ROUTES = {
     "nodepools.tasks.prune_allocation_log": {"queue": "allocator"},
     "nodepools.tasks.*": {"queue": "provisioning"},
     "telemetry.tasks.*": {"queue": "telemetry"},
+    "upgrades.tasks.*": {"queue": "upgrades"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
@@ -164,7 +166,13 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-rollup": {"task": "telemetry.tasks.rollup", "schedule": 10.0},
     "telemetry-rescale": {"task": "telemetry.tasks.rescale", "schedule": 5.0},
     "telemetry-heartbeats": {"task": "telemetry.tasks.check_heartbeats", "schedule": 15.0},
+    "resync-upgrades": {
+        "task": "upgrades.tasks.resync_runs",
+        "schedule": float(os.environ.get("NVKE_UPGRADE_RESYNC_S", "30")),
+    },
 }
+# Driver upgrades: seconds between a run's ticks (each tick re-queues the next with this countdown).
+NVKE_UPGRADE_TICK_S = float(os.environ.get("NVKE_UPGRADE_TICK_S", "2"))
 
 CHANNEL_LAYERS = {
     "default": (

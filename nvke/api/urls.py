@@ -20,6 +20,7 @@ from telemetry.api import (
     NodeTokenViewSet,
     TelemetryEventViewSet,
 )
+from upgrades.api.views import DriverOptionsView, FleetRolloutViewSet, UpgradeRunViewSet
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet)
@@ -38,9 +39,13 @@ router.register("telemetry/claim-scaling", ClaimScalingViewSet)
 router.register("members", MembershipViewSet)
 router.register("audit", AuditEntryViewSet)
 
+router.register("upgrades", UpgradeRunViewSet)
+router.register("fleet-rollouts", FleetRolloutViewSet)
+
 urlpatterns = [
     path("me/", me, name="me"),
     path("telemetry/ingest/", IngestView.as_view(), name="telemetry-ingest"),
     path("quota/", quota, name="quota"),
+    path("node-pools/<int:pk>/driver-options/", DriverOptionsView.as_view(), name="driver-options"),
     path("", include(router.urls)),
 ]

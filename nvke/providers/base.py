@@ -71,6 +71,17 @@ class PoolSpec:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class DriverStatus:
+    """A node's driver as the provider sees it during an upgrade."""
+
+    version: str
+    busy: bool = False  # the last operation on the node (cordon, eviction, install) is still running
+    failure: str = ""  # why the last driver install failed; empty when it did not
+    gpus_healthy: bool = True
+    ready: bool = True
+
+
 class Provider(ABC):
     @abstractmethod
     def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> str:
@@ -109,3 +120,12 @@ class Provider(ABC):
     @abstractmethod
     def driver_version(self, cluster: str, node: str) -> str:
         """The NVIDIA driver version the node reports now."""
+
+    def install_driver(self, cluster: str, node: str, version: str) -> None:
+        """Start installing driver `version` on a drained node (on Kubernetes: set the driver version and
+        restart the node's driver pod). Idempotent: repeating it while it runs or after it succeeded does
+        nothing. Progress is read with `driver_status`."""
+        raise ProviderError("Unsupported", f"{type(self).__name__} cannot install drivers.")
+
+    def driver_status(self, cluster: str, node: str) -> DriverStatus:
+        return DriverStatus(version=self.driver_version(cluster, node))

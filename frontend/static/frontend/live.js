@@ -164,6 +164,9 @@
       case "claim.released":
         removeRows("data-claim-row", event.claim);
         break;
+      case "upgrade.run":
+      case "upgrade.node":
+        break; // a driver upgrade's page re-fetches its node grid and history (data-refresh-on pool:<id>)
       default:
         return;
     }

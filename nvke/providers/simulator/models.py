@@ -27,6 +27,10 @@ class SimNode(models.Model):
     memory_mib = models.PositiveBigIntegerField()
     labels = models.JSONField(default=dict)
     gpus = models.JSONField(default=list, help_text="[{index, uuid, memory_mib, nvlink_domain, healthy}]")
+    busy_until = models.DateTimeField(null=True, blank=True, help_text="An operation runs until then")
+    driver_target = models.CharField(max_length=24, blank=True, help_text="The driver being installed")
+    driver_outcome = models.CharField(max_length=300, blank=True, help_text="'', 'unhealthy' or a failure")
+    driver_failure = models.CharField(max_length=300, blank=True, help_text="Why the last install failed")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -45,6 +49,9 @@ class SimFault(models.Model):
         SCALE_POOL = "scale_pool"
         CORDON = "cordon"
         EVICT = "evict"
+        UNCORDON = "uncordon"
+        INSTALL_DRIVER = "install_driver"  # the install fails; the node keeps its driver
+        VALIDATE = "validate"  # the install completes but a GPU comes back unhealthy
 
     operation = models.CharField(max_length=32, choices=Operation.choices)
     target = models.CharField(max_length=253, blank=True, help_text="Cluster/pool/node key; blank = any")

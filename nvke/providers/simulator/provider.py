@@ -1,16 +1,39 @@
+import datetime
+import os
+import random
 import secrets
 import uuid
 
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from nodepools.models import RegionInventory
 
-from ..base import GpuInfo, NodeInfo, PoolSpec, Provider, ProviderError, ScaleResult
+from ..base import DriverStatus, GpuInfo, NodeInfo, PoolSpec, Provider, ProviderError, ScaleResult
 from .models import SimCluster, SimFault, SimNode
 
 
-def _raise_injected_fault(operation: str, target: str) -> None:
+def upgrade_step_seconds() -> dict[str, float]:
+    """How long each upgrade operation keeps a simulated node busy: NVKE_SIM_UPGRADE_STEP_S, e.g.
+    "cordon=1,evict=5,install=60" (unnamed operations take 0 s; read at each call, so tests can set it)."""
+    spec = os.environ.get("NVKE_SIM_UPGRADE_STEP_S", "install=2")
+    pairs = (item.split("=") for item in spec.split(",") if item.strip())
+    return {name.strip(): float(value) for name, value in pairs}
+
+
+def driver_failure_rate() -> float:
+    """The chance that a simulated driver install fails (NVKE_SIM_DRIVER_FAILURE_RATE, 0 to 1)."""
+    return float(os.environ.get("NVKE_SIM_DRIVER_FAILURE_RATE", "0"))
+
+
+def _busy_for(operation: str) -> datetime.datetime | None:
+    seconds = upgrade_step_seconds().get(operation, 0)
+    return timezone.now() + datetime.timedelta(seconds=seconds) if seconds else None
+
+
+def _take_fault(operation: str, target: str) -> SimFault | None:
+    """Consume one matching injected fault, if any."""
     with transaction.atomic():
         fault = (
             SimFault.objects.select_for_update()
@@ -19,10 +42,38 @@ def _raise_injected_fault(operation: str, target: str) -> None:
             .order_by("pk")
             .first()
         )
-        if fault is None:
-            return
-        SimFault.objects.filter(pk=fault.pk).update(remaining=F("remaining") - 1)
-    raise ProviderError(fault.reason, fault.message)
+        if fault is not None:
+            SimFault.objects.filter(pk=fault.pk).update(remaining=F("remaining") - 1)
+        return fault
+
+
+def _raise_injected_fault(operation: str, target: str) -> None:
+    if fault := _take_fault(operation, target):
+        raise ProviderError(fault.reason, fault.message)
+
+
+def _settle_install(node: SimNode) -> None:
+    """A finished install takes effect: the new driver, or the old one and the failure."""
+    if not node.driver_target or (node.busy_until and node.busy_until > timezone.now()):
+        return
+    if node.driver_outcome in ("", "unhealthy"):
+        node.driver_version = node.driver_target
+        node.labels["nvidia.com/cuda.driver.major"] = node.driver_target.split(".")[0]
+        if node.driver_outcome == "unhealthy" and node.gpus:
+            node.gpus[0]["healthy"] = False
+    else:
+        node.driver_failure = node.driver_outcome
+    node.driver_target, node.driver_outcome = "", ""
+    node.save(
+        update_fields=[
+            "driver_version",
+            "labels",
+            "gpus",
+            "driver_target",
+            "driver_outcome",
+            "driver_failure",
+        ]
+    )
 
 
 def _node_info(node: SimNode) -> NodeInfo:
@@ -140,6 +191,8 @@ class SimulatorProvider(Provider):
         nodes = SimNode.objects.filter(cluster__key=cluster)
         if pool is not None:
             nodes = nodes.filter(pool=pool)
+        for node in nodes:
+            _settle_install(node)
         return [_node_info(node) for node in nodes]
 
     def _node(self, cluster: str, node: str) -> SimNode:
@@ -150,14 +203,18 @@ class SimulatorProvider(Provider):
 
     def cordon(self, cluster: str, node: str) -> None:
         _raise_injected_fault(SimFault.Operation.CORDON, node)
-        SimNode.objects.filter(pk=self._node(cluster, node).pk).update(unschedulable=True)
+        SimNode.objects.filter(pk=self._node(cluster, node).pk).update(
+            unschedulable=True, busy_until=_busy_for("cordon")
+        )
 
     def uncordon(self, cluster: str, node: str) -> None:
+        _raise_injected_fault(SimFault.Operation.UNCORDON, node)
         SimNode.objects.filter(pk=self._node(cluster, node).pk).update(unschedulable=False)
 
     def evict(self, cluster: str, node: str, namespace: str, pod: str) -> None:
-        self._node(cluster, node)
+        sim = self._node(cluster, node)
         _raise_injected_fault(SimFault.Operation.EVICT, node)
+        SimNode.objects.filter(pk=sim.pk).update(busy_until=_busy_for("evict"))
 
     def set_node_labels(self, cluster: str, node: str, labels: dict[str, str | None]) -> None:
         with transaction.atomic():
@@ -171,3 +228,33 @@ class SimulatorProvider(Provider):
 
     def driver_version(self, cluster: str, node: str) -> str:
         return self._node(cluster, node).driver_version
+
+    def install_driver(self, cluster: str, node: str, version: str) -> None:
+        with transaction.atomic():
+            sim = SimNode.objects.select_for_update().get(pk=self._node(cluster, node).pk)
+            _settle_install(sim)
+            if sim.driver_target == version or (sim.driver_version == version and not sim.driver_failure):
+                return  # running or done already
+            if fault := _take_fault(SimFault.Operation.INSTALL_DRIVER, node):
+                outcome = f"{fault.reason}: {fault.message}"
+            elif _take_fault(SimFault.Operation.VALIDATE, node):
+                outcome = "unhealthy"
+            elif random.random() < driver_failure_rate():
+                outcome = "SimulatedInstallFailure: the driver did not load"
+            else:
+                outcome = ""
+            sim.driver_target, sim.driver_outcome, sim.driver_failure = version, outcome, ""
+            sim.busy_until = _busy_for("install")
+            sim.save(update_fields=["driver_target", "driver_outcome", "driver_failure", "busy_until"])
+            _settle_install(sim)  # an install that takes no time is done at once
+
+    def driver_status(self, cluster: str, node: str) -> DriverStatus:
+        sim = self._node(cluster, node)
+        _settle_install(sim)
+        return DriverStatus(
+            version=sim.driver_version,
+            busy=bool(sim.busy_until and sim.busy_until > timezone.now()),
+            failure=sim.driver_failure,
+            gpus_healthy=all(gpu["healthy"] for gpu in sim.gpus),
+            ready=sim.ready,
+        )

@@ -1,0 +1,154 @@
+"""Driver upgrade pages: a pool's driver options with the start form, and a run's page (node grid and
+history, refreshed live from the websocket by live.js; controls, with a confirmation for abort and
+rollback). Thin, like frontend/views.py: the services in upgrades/ do the work."""
+
+from django import forms
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from nodepools.models import DriverRelease, NodePool
+from nvke.errors import DomainError
+from nvke.tenancy.context import TenantContext
+from nvke.tenancy.roles import Action
+from upgrades import services
+from upgrades.compatibility import driver_options
+from upgrades.machine import FINISHED, Phase, State
+from upgrades.models import UpgradeRun
+from upgrades.scheduling import kick_if_stale
+
+from .forms import add_domain_error
+from .views import live, require_change, tenant_view
+
+CONFIRMED_CONTROLS = {"abort", "rollback"}  # these ask first
+
+
+class UpgradeStartForm(forms.Form):
+    target_release = forms.ChoiceField(label="Target driver release")
+    max_unavailable = forms.CharField(
+        max_length=8,
+        initial="10%",
+        help_text='Nodes out of service at once: a count ("2") or a percent ("10%").',
+    )
+    canary_nodes = forms.IntegerField(min_value=0, initial=0, help_text="Upgrade this many nodes first.")
+    canary_bake_s = forms.IntegerField(
+        min_value=0, initial=300, label="Canary bake (s)", help_text="Wait this long after the canary nodes."
+    )
+    canary_approval = forms.BooleanField(
+        required=False, help_text="Wait for an approval after the canary instead."
+    )
+    drain_timeout_s = forms.IntegerField(min_value=1, initial=600, label="Drain timeout (s)")
+    failure_budget = forms.IntegerField(
+        min_value=1, initial=1, help_text="Pause after this many failed nodes."
+    )
+
+    def __init__(self, *args, allowed: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["target_release"].choices = [(v, v) for v in allowed]
+
+
+def _pool(context: TenantContext, pk: int) -> NodePool:
+    pools = NodePool.objects.restrict(context).select_related("cluster", "gpu_model", "driver_release")
+    return get_object_or_404(pools, pk=pk)
+
+
+def _run(context: TenantContext, pk: int) -> UpgradeRun:
+    runs = UpgradeRun.objects.restrict(context).select_related(
+        "pool__cluster", "target_release", "previous_release"
+    )
+    return get_object_or_404(runs, pk=pk)
+
+
+@tenant_view
+def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    """The pool's driver options (each refused one with its rules), its runs, and the start form."""
+    pool = _pool(context, pk)
+    options = driver_options(pool)
+    allowed = [driver.version for driver, refusals in options if not refusals]
+    form = UpgradeStartForm(request.POST or None, allowed=allowed)
+    status = 200
+    if request.method == "POST":
+        require_change(context)
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            target = DriverRelease.objects.get(version=data.pop("target_release"))
+            try:
+                run = services.create_run(
+                    context=context, pool=pool, target_release=target, user=request.user, **data
+                )
+            except DomainError as error:
+                add_domain_error(form, error)
+            else:
+                messages.success(request, f"Upgrade of {pool.name} to {target.version} started.")
+                return redirect("upgrade-detail", pk=run.pk)
+        status = 400
+    return render(
+        request,
+        "frontend/upgrades/pool_upgrade.html",
+        {
+            "pool": pool,
+            "options": options,
+            "form": form,
+            "runs": pool.upgrade_runs.select_related("target_release")[:20],
+            "can_change": context.allows(Action.CHANGE),
+        },
+        status=status,
+    )
+
+
+@tenant_view
+def upgrade_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    run = _run(context, pk)
+    kick_if_stale(run)
+    nodes = list(run.nodes.all())
+    failed = sum(n.state == State.FAILED for n in nodes)
+    return render(
+        request,
+        "frontend/upgrades/run_detail.html",
+        {
+            "run": run,
+            "nodes": nodes,
+            "done": sum(n.state == State.DONE for n in nodes),
+            "failed": failed,
+            "controls": offered_controls(run, failed),
+            "history": run.history.order_by("-id")[:200],
+            "can_change": context.allows(Action.CHANGE),
+            "live": live(f"cluster={run.pool.cluster_id}", refresh_on=f"pool:{run.pool_id}"),
+        },
+    )
+
+
+def offered_controls(run: UpgradeRun, failed: int) -> list[str]:
+    """The buttons worth showing; the service still has the last word (409 when the state moved on)."""
+    offered = {
+        "start": run.status == Phase.PENDING,
+        "pause": run.status == Phase.RUNNING,
+        "resume": run.status == Phase.PAUSED,
+        "approve": run.canary_approval
+        and not run.approved_at
+        and run.status in (Phase.RUNNING, Phase.PAUSED),
+        "retry": failed > 0 and run.status in (Phase.RUNNING, Phase.PAUSED, Phase.FAILED),
+        "abort": run.status in (Phase.PENDING, Phase.RUNNING, Phase.PAUSED),
+        "rollback": run.status in FINISHED,
+    }
+    return [name for name, shown in offered.items() if shown]
+
+
+@tenant_view
+def upgrade_control(request: HttpRequest, context: TenantContext, pk: int, action: str) -> HttpResponse:
+    """POST a control; abort and rollback show a confirmation page on GET first."""
+    if action not in services.CONTROLS:
+        raise Http404("No such control.")
+    run = _run(context, pk)
+    require_change(context)
+    if request.method != "POST":
+        if action not in CONFIRMED_CONTROLS:
+            return redirect("upgrade-detail", pk=run.pk)
+        return render(request, "frontend/upgrades/confirm.html", {"run": run, "action": action})
+    try:
+        result = services.control(run, action, context=context, user=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+        return redirect("upgrade-detail", pk=run.pk)
+    messages.success(request, f"{action.title()}: run is {result.status}.")
+    return redirect("upgrade-detail", pk=result.pk)

@@ -1,0 +1,79 @@
+import pytest
+
+from nodepools import claims as claims_service
+from nodepools.models import Allocation, Node
+from nodepools.services import reconcile
+from nvke.providers.simulator.models import SimNode
+from nvke.tenancy.context import TenantContext
+from upgrades.machine import ACTIVE
+from upgrades.models import UpgradeRun
+from upgrades.ticks import tick
+
+
+@pytest.fixture(autouse=True)
+def instant_steps(monkeypatch):
+    """Simulated upgrade operations take no time unless a test says otherwise."""
+    monkeypatch.setenv("NVKE_SIM_UPGRADE_STEP_S", "")
+    monkeypatch.setenv("NVKE_SIM_DRIVER_FAILURE_RATE", "0")
+
+
+@pytest.fixture
+def context(owner):
+    membership = owner.memberships.get()
+    return TenantContext(membership.tenant, membership.role)
+
+
+@pytest.fixture
+def make_upgrade_pool(owner, make_cluster, make_pool):
+    """make_upgrade_pool(nodes, claims) -> an L4 pool on 580.105.08 with real simulator nodes and
+    `claims` one-GPU claims placed on them."""
+
+    def make(nodes: int = 4, claims: int = 0, name: str = "gpu", cluster=None):
+        tenant = owner.memberships.get().tenant
+        cluster = cluster or make_cluster(tenant, "prod")
+        pool = make_pool(cluster, name=name, gpu_model="l4", nodes=nodes, gpus_per_node=2)
+        reconcile(pool.pk)
+        context = TenantContext(tenant, "owner")
+        for i in range(claims):
+            claims_service.create_claim(
+                context=context, cluster=cluster, name=f"job-{i}", kind="whole", gpus=1
+            )
+        return pool
+
+    return make
+
+
+def unavailable(run: UpgradeRun) -> int:
+    states = dict(run.nodes.values_list("name", "state"))
+    return sum(
+        1
+        for node in Node.objects.filter(pool=run.pool)
+        if node.cordoned or node.status != Node.Status.READY or states.get(node.name) in ACTIVE
+    )
+
+
+def check_invariants(run: UpgradeRun) -> None:
+    """What must hold between any two ticks."""
+    run.refresh_from_db()
+    limit = max(run.max_unavailable_of(run.nodes.count()), run.nodes.filter(pre_cordoned=True).count())
+    assert unavailable(run) <= limit, f"{unavailable(run)} nodes unavailable, limit {limit}"
+    for row in run.nodes.filter(state__in=["validation-required", "uncordon-required"]):
+        assert not Allocation.objects.filter(node__name=row.name).exists(), (
+            f"{row.name} got a driver undrained"
+        )
+    installing = SimNode.objects.filter(pool=run.pool.name, driver_target=run.target_release.version)
+    for sim in installing:
+        assert not Allocation.objects.filter(node__name=sim.name).exists(), (
+            f"{sim.name} installs under claims"
+        )
+
+
+def drive(run: UpgradeRun, max_ticks: int = 500) -> UpgradeRun:
+    """Tick the run to the end in this process, checking the invariants after every tick."""
+    for _ in range(max_ticks):
+        run.refresh_from_db()
+        if tick(run.pk, run.tick_seq) is None:
+            check_invariants(run)
+            return run
+        check_invariants(run)
+    raise AssertionError(f"run {run.pk} did not settle in {max_ticks} ticks: {run.status}")

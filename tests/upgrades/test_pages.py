@@ -1,0 +1,108 @@
+"""Driver upgrade pages through the Django test client: options and start form, run page with node
+grid, history and controls (confirmation for abort and rollback), roles and tenancy."""
+
+import pytest
+from django.test import Client
+
+from upgrades.models import UpgradeRun
+
+from .conftest import drive
+
+pytestmark = pytest.mark.django_db
+TARGET = "595.71.05"
+
+
+@pytest.fixture
+def browser(owner):
+    client = Client()
+    client.force_login(owner)
+    return client
+
+
+@pytest.fixture
+def pool(make_upgrade_pool):
+    return make_upgrade_pool(nodes=3)
+
+
+def start(browser, pool, **fields):
+    body = {
+        "target_release": TARGET,
+        "max_unavailable": "1",
+        "canary_nodes": 0,
+        "canary_bake_s": 0,
+        "drain_timeout_s": 600,
+        "failure_budget": 1,
+        **fields,
+    }
+    return browser.post(f"/pools/{pool.pk}/upgrade/", body)
+
+
+def test_pool_page_links_to_the_upgrade_page_with_options_and_refusals(browser, pool):
+    assert f'href="/pools/{pool.pk}/upgrade/"' in browser.get(f"/pools/{pool.pk}/").content.decode()
+    page = browser.get(f"/pools/{pool.pk}/upgrade/").content.decode()
+    assert "Driver branch 535 reached end of life on 2026-06-30." in page
+    assert "The pool already runs driver 580.105.08." in page
+    assert f'<option value="{TARGET}">' in page and '<option value="535.230.02">' not in page
+
+
+def test_start_form_starts_a_run_and_shows_its_page(browser, pool):
+    response = start(browser, pool, canary_nodes=1)
+    run = UpgradeRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/upgrades/{run.pk}/"
+    page = browser.get(f"/upgrades/{run.pk}/").content.decode()
+    assert page.count('data-upgrade-node="') == 3 and page.count("upgrade-required</span>") == 3
+    assert 'data-ws-url="/ws/events/?cluster=' in page and f'data-refresh-on="pool:{pool.pk}"' in page
+    assert "Created" in page and "Pause</button>" in page and "canary</span>" in page
+
+
+def test_refused_start_is_400_with_the_reason_on_the_field(browser, pool):
+    response = start(browser, pool, target_release="535.230.02")
+    assert response.status_code == 400 and "Select a valid choice" in response.content.decode()
+    response = start(browser, pool, max_unavailable="0")
+    assert (
+        response.status_code == 400
+        and "max_unavailable is a count of at least 1" in response.content.decode()
+    )
+    assert not UpgradeRun.objects.exists()
+
+
+def test_controls_with_confirmation_for_abort_and_rollback(browser, pool):
+    start(browser, pool)
+    run = UpgradeRun.objects.get()
+    assert browser.post(f"/upgrades/{run.pk}/pause/").status_code == 302
+    assert UpgradeRun.objects.get().status == "paused"
+    refused = browser.post(f"/upgrades/{run.pk}/pause/", follow=True).content.decode()
+    assert "Cannot pause a run that is paused." in refused
+    confirm = browser.get(f"/upgrades/{run.pk}/abort/").content.decode()
+    assert "Abort the upgrade of" in confirm and UpgradeRun.objects.get().status == "paused"
+    browser.post(f"/upgrades/{run.pk}/abort/")
+    assert drive(UpgradeRun.objects.get()).status == "aborted"
+    assert "Roll back to 580.105.08" in browser.get(f"/upgrades/{run.pk}/").content.decode()
+    assert "Roll " in browser.get(f"/upgrades/{run.pk}/rollback/").content.decode()
+    assert browser.post(f"/upgrades/{run.pk}/rollback/").status_code == 302
+    assert UpgradeRun.objects.filter(rollback_of=run).exists()
+    assert browser.post(f"/upgrades/{run.pk}/explode/").status_code == 404
+
+
+def test_viewer_sees_no_controls_and_cannot_post_them(pool, make_member, browser):
+    start(browser, pool)
+    run = UpgradeRun.objects.get()
+    viewer = Client()
+    viewer.force_login(make_member("acme", "viewer"))
+    page = viewer.get(f"/upgrades/{run.pk}/").content.decode()
+    assert (
+        "Pause</button>" not in page
+        and "Start upgrade" not in viewer.get(f"/pools/{pool.pk}/upgrade/").content.decode()
+    )
+    assert viewer.post(f"/upgrades/{run.pk}/pause/").status_code == 403
+    assert start(viewer, pool).status_code == 403
+
+
+def test_other_tenants_pages_are_404(pool, make_member, browser):
+    start(browser, pool)
+    run = UpgradeRun.objects.get()
+    stranger = Client()
+    stranger.force_login(make_member("globex", "owner"))
+    assert stranger.get(f"/upgrades/{run.pk}/").status_code == 404
+    assert stranger.post(f"/upgrades/{run.pk}/abort/").status_code == 404
+    assert stranger.get(f"/pools/{pool.pk}/upgrade/").status_code == 404

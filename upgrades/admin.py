@@ -1,0 +1,44 @@
+"""Operators see every tenant's upgrade runs, their nodes and history, and fleet rollouts. Read-only:
+runs move only through their controls (API and UI), which keep the state machine's invariants."""
+
+from django.contrib import admin
+
+from nodepools.admin import ReadOnlyAdmin
+
+from .models import FleetRollout, UpgradeCondition, UpgradeNode, UpgradeRun
+
+
+class UpgradeNodeInline(admin.TabularInline):
+    model = UpgradeNode
+    fields = ["name", "state", "canary", "pre_cordoned", "from_version", "reason", "message", "entered_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(UpgradeRun)
+class UpgradeRunAdmin(ReadOnlyAdmin):
+    list_display = ["pk", "tenant", "pool", "target_release", "status", "reason", "created_at", "finished_at"]
+    list_filter = ["status", "target_release"]
+    search_fields = ["pool__name", "pool__cluster__name", "tenant__name"]
+    inlines = [UpgradeNodeInline]
+
+
+@admin.register(UpgradeNode)
+class UpgradeNodeAdmin(ReadOnlyAdmin):
+    list_display = ["name", "run", "state", "reason"]
+    list_filter = ["state"]
+    search_fields = ["name"]
+
+
+@admin.register(UpgradeCondition)
+class UpgradeConditionAdmin(ReadOnlyAdmin):
+    list_display = ["time", "run", "node", "type", "reason", "message"]
+    list_filter = ["type"]
+    search_fields = ["node", "reason"]
+
+
+@admin.register(FleetRollout)
+class FleetRolloutAdmin(ReadOnlyAdmin):
+    list_display = ["pk", "target_release", "gpu_model", "from_branch", "status", "wave", "created_at"]
+    list_filter = ["status"]

@@ -1,0 +1,127 @@
+from rest_framework import serializers
+
+from nodepools.api.serializers import DriverCompatibilitySerializer
+from nodepools.models import NodePool
+from nvke.tenancy.context import resolve_tenant
+
+from ..models import FleetRollout, UpgradeCondition, UpgradeNode, UpgradeRun
+
+__all__ = ["DriverCompatibilitySerializer"]
+
+STRATEGY = [
+    "max_unavailable",
+    "canary_nodes",
+    "canary_bake_s",
+    "canary_approval",
+    "drain_timeout_s",
+    "validation_timeout_s",
+    "failure_budget",
+]
+
+
+class UpgradeNodeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = UpgradeNode
+        fields = [
+            "name",
+            "state",
+            "canary",
+            "pre_cordoned",
+            "from_version",
+            "reason",
+            "message",
+            "entered_at",
+        ]
+
+
+class UpgradeConditionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = UpgradeCondition
+        fields = ["id", "node", "type", "reason", "message", "time"]
+
+
+class UpgradeRunSerializer(serializers.ModelSerializer):
+    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.none())
+    target_release = serializers.CharField(source="target_release.version", max_length=24)
+    previous_release = serializers.CharField(source="previous_release.version", read_only=True)
+    max_unavailable = serializers.CharField(
+        default="1", max_length=8, help_text='A count ("2") or percent ("10%")'
+    )
+    cuda = serializers.CharField(
+        write_only=True,
+        required=False,
+        default="",
+        help_text="A CUDA version the pool's workloads need, e.g. 12.8",
+    )
+    start = serializers.BooleanField(write_only=True, default=True, help_text="false: create it pending")
+    # Plain strings in the schema: an enum here collides with the other resources' `status` enums.
+    status = serializers.CharField(
+        read_only=True, help_text="pending, running, paused, aborting, completed, failed, aborted"
+    )
+    nodes = UpgradeNodeSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = UpgradeRun
+        fields = [
+            "id",
+            "pool",
+            "target_release",
+            "previous_release",
+            "rollback_of",
+            "rollout",
+            *STRATEGY,
+            "cuda",
+            "start",
+            "status",
+            "reason",
+            "message",
+            "max_unavailable_seen",
+            "canary_done_at",
+            "approved_at",
+            "created_at",
+            "finished_at",
+            "nodes",
+        ]
+        read_only_fields = ["rollback_of", "rollout", "canary_done_at", "approved_at", "max_unavailable_seen"]
+        extra_kwargs = {
+            "status": {"read_only": True},
+            "reason": {"read_only": True},
+            "message": {"read_only": True},
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["pool"].queryset = NodePool.objects.restrict(resolve_tenant(request))
+
+
+class FleetRolloutSerializer(serializers.ModelSerializer):
+    target_release = serializers.CharField(source="target_release.version", max_length=24)
+    gpu_model = serializers.CharField(source="gpu_model.name", required=False, allow_null=True, default=None)
+    strategy = serializers.DictField(required=False, default=dict)
+    status = serializers.CharField(read_only=True)
+    runs = serializers.SerializerMethodField()
+
+    class Meta:
+        model = FleetRollout
+        fields = [
+            "id",
+            "target_release",
+            "gpu_model",
+            "from_branch",
+            "pools_per_wave",
+            "strategy",
+            "status",
+            "wave",
+            "skipped",
+            "runs",
+            "created_at",
+        ]
+        read_only_fields = ["status", "wave", "skipped"]
+
+    def get_runs(self, rollout) -> list[dict]:
+        return [
+            {"id": r.pk, "pool": r.pool_id, "tenant": r.tenant_id, "wave": r.wave, "status": r.status}
+            for r in rollout.runs.order_by("wave", "pk")
+        ]

@@ -1,0 +1,187 @@
+"""Upgrades API: runs of a pool to a driver release with their controls, a pool's driver options, and
+fleet rollouts (operators only)."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, permissions, viewsets
+from rest_framework.decorators import action
+from rest_framework.generics import get_object_or_404
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from nodepools.models import DriverRelease, GpuModel, NodePool
+from nvke.api.viewsets import TenantScopedViewSet
+from nvke.errors import DomainError
+from nvke.tenancy.context import resolve_tenant
+
+from .. import rollouts, services
+from ..compatibility import driver_options
+from ..models import FleetRollout, UpgradeRun
+from ..scheduling import kick_if_stale
+from .serializers import (
+    STRATEGY,
+    DriverCompatibilitySerializer,
+    FleetRolloutSerializer,
+    UpgradeConditionSerializer,
+    UpgradeRunSerializer,
+)
+
+
+def release_named(version: str) -> DriverRelease:
+    release = DriverRelease.objects.prefetch_related("architectures").filter(version=version).first()
+    if release is None:
+        raise DomainError(
+            f"Driver release {version!r} is not in the catalog.",
+            field="target_release",
+            code="unknown_release",
+        )
+    return release
+
+
+class UpgradeRunViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
+):
+    """Driver upgrade runs. POST creates and starts one; each control is a POST to
+    `/upgrades/{id}/<control>/`; an impossible control is 409 with code `cannot_<control>`."""
+
+    queryset = UpgradeRun.objects.select_related(
+        "pool", "target_release", "previous_release"
+    ).prefetch_related("nodes")
+    serializer_class = UpgradeRunSerializer
+    filterset_fields = ["pool", "status"]
+    ordering_fields = ["created_at"]
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=data.pop("pool").pk)
+        target = release_named(data.pop("target_release")["version"])
+        serializer.instance = services.create_run(
+            context=self.tenant_context,
+            pool=pool,
+            target_release=target,
+            user=self.request.user,
+            start=data.pop("start"),
+            cuda=data.pop("cuda"),
+            **{name: data[name] for name in STRATEGY if name in data},
+        )
+
+    def retrieve(self, request, *args, **kwargs):
+        kick_if_stale(self.get_object())
+        return super().retrieve(request, *args, **kwargs)
+
+    def _control(self, name: str):
+        run = services.control(self.get_object(), name, context=self.tenant_context, user=self.request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data)
+
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        return self._control("start")
+
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        return self._control("pause")
+
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        return self._control("resume")
+
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(detail=True, methods=["post"])
+    def abort(self, request, pk=None):
+        return self._control("abort")
+
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        return self._control("retry")
+
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        return self._control("approve")
+
+    @extend_schema(request=None, responses={201: UpgradeRunSerializer})
+    @action(detail=True, methods=["post"])
+    def rollback(self, request, pk=None):
+        """Start a new run back to the release the pool ran before this one (the run must be finished)."""
+        run = services.control(self.get_object(), "rollback", context=self.tenant_context, user=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data, status=201)
+
+    @extend_schema(responses=UpgradeConditionSerializer(many=True))
+    @action(detail=True)
+    def history(self, request, pk=None):
+        """The run's conditions, oldest first: run transitions and every node's state changes."""
+        return Response(UpgradeConditionSerializer(self.get_object().history.all(), many=True).data)
+
+
+class DriverOptionsView(APIView):
+    """GET /node-pools/{id}/driver-options/: every release with whether the pool may move to it and,
+    when not, every rule it breaks. `?cuda=12.8` adds the CUDA minimum rule."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("cuda", str, description="A CUDA version the workloads need")],
+        responses=DriverCompatibilitySerializer(many=True),
+    )
+    def get(self, request, pk: int):
+        pools = NodePool.objects.restrict(resolve_tenant(request)).select_related(
+            "gpu_model", "driver_release"
+        )
+        pool = get_object_or_404(pools, pk=pk)
+        rows = [
+            {"driver": driver, "compatible": not refusals, "refusals": refusals}
+            for driver, refusals in driver_options(pool, request.query_params.get("cuda", ""))
+        ]
+        return Response(DriverCompatibilitySerializer(rows, many=True).data)
+
+
+class IsStaff(permissions.BasePermission):
+    message = "Fleet rollouts are for platform operators."
+
+    def has_permission(self, request, view) -> bool:
+        return bool(request.user and request.user.is_authenticated and request.user.is_staff)
+
+
+class FleetRolloutViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Operators: one driver release over every matching pool of every tenant, a wave at a time."""
+
+    queryset = FleetRollout.objects.select_related("target_release", "gpu_model")
+    serializer_class = FleetRolloutSerializer
+    permission_classes = [IsStaff]
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        target = release_named(data.pop("target_release")["version"])
+        model_name = (data.pop("gpu_model", None) or {}).get("name")
+        gpu_model = GpuModel.objects.filter(name=model_name).first() if model_name else None
+        if model_name and gpu_model is None:
+            raise DomainError(f"No GPU model {model_name!r}.", field="gpu_model", code="unknown_gpu_model")
+        strategy = data.pop("strategy", {})
+        unknown = set(strategy) - set(STRATEGY) - {"canary_nodes"}
+        if unknown:
+            raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field="strategy")
+        serializer.instance = rollouts.create_rollout(
+            target_release=target, gpu_model=gpu_model, user=self.request.user, **data, **strategy
+        )
+
+    def _control(self, name: str):
+        rollout = rollouts.control_rollout(self.get_object(), name)
+        return Response(self.get_serializer(rollout).data)
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        return self._control("pause")
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        return self._control("resume")
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def abort(self, request, pk=None):
+        return self._control("abort")

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class UpgradesConfig(AppConfig):
+    name = "upgrades"
+    verbose_name = "Driver upgrades"

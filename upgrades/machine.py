@@ -1,0 +1,288 @@
+"""The per-node driver-upgrade state machine, pure: inputs are what the control plane observed, output
+is at most one step per node plus the run's next phase. No ORM, no clock, no provider: the Celery tick
+(upgrades/ticks.py), the tests and the benchmark all drive this one function.
+
+Node states are the NVIDIA GPU Operator's; each names what is required next:
+
+    upgrade-required → cordon-required → wait-for-jobs-required → pod-deletion-required →
+    drain-required → pod-restart-required → validation-required → uncordon-required → upgrade-done
+    (or upgrade-failed from any active state)
+
+Invariants the plan keeps (tests/upgrades check them at every tick):
+- never more nodes unavailable than `max_unavailable`, counting nodes that were unavailable anyway;
+- a node is told to install the new driver only once it holds no claims (drained);
+- a node the run cordoned is uncordoned when it finishes, fails, or the run is aborted before its driver
+  install; a node cordoned before the run stays cordoned."""
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+
+class State(StrEnum):
+    UPGRADE_REQUIRED = "upgrade-required"
+    CORDON_REQUIRED = "cordon-required"
+    WAIT_FOR_JOBS_REQUIRED = "wait-for-jobs-required"
+    POD_DELETION_REQUIRED = "pod-deletion-required"
+    DRAIN_REQUIRED = "drain-required"
+    POD_RESTART_REQUIRED = "pod-restart-required"
+    VALIDATION_REQUIRED = "validation-required"
+    UNCORDON_REQUIRED = "uncordon-required"
+    DONE = "upgrade-done"
+    FAILED = "upgrade-failed"
+
+
+ORDER = list(State)[:9]  # the happy path
+ACTIVE = frozenset(ORDER[1:8])  # between leaving the queue and finishing: the node is out of service
+BEFORE_INSTALL = frozenset(ORDER[1:6])  # an abort can still hand these back untouched
+
+
+class Effect(StrEnum):
+    """What the shell must do to the node (through the provider) before recording the new state."""
+
+    NONE = ""
+    CORDON = "cordon"
+    EVICT = "evict"  # evict the node's claims; the allocator re-places them elsewhere
+    INSTALL = "install"  # start the new driver (the driver pod's restart)
+    UNCORDON = "uncordon"
+
+
+class Phase(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    ABORTING = "aborting"
+    COMPLETED = "completed"
+    FAILED = "failed"  # finished, some nodes visibly failed
+    ABORTED = "aborted"
+
+
+LIVE = frozenset({Phase.RUNNING, Phase.PAUSED, Phase.ABORTING})  # a tick has work to do
+FINISHED = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.ABORTED})
+
+
+@dataclass(frozen=True)
+class Strategy:
+    max_unavailable: int  # already resolved from a count or a percent of the pool
+    canary: int = 0  # the first N nodes go alone
+    canary_bake_s: float = 0  # then wait this long ...
+    canary_approval: bool = False  # ... or for an operator's approval
+    drain_timeout_s: float = 600
+    validation_timeout_s: float = 900
+    failure_budget: int = 1  # pause once this many nodes have failed
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as observed at the start of a tick."""
+
+    name: str
+    state: State
+    entered_at: float  # when it entered `state`
+    canary: bool = False
+    pre_cordoned: bool = False  # cordoned before the run: it stays cordoned
+    cordoned: bool = False
+    ready: bool = True
+    claims: int = 0  # claims still allocated on it
+    busy: bool = False  # the provider is still carrying out the last operation
+    driver_version: str = ""
+    gpus_healthy: bool = True
+    install_failure: str = ""  # the provider's reason when the driver install failed
+
+    @property
+    def unavailable(self) -> bool:
+        return self.state in ACTIVE or self.cordoned or not self.ready
+
+
+@dataclass(frozen=True)
+class RunView:
+    phase: Phase
+    target_version: str
+    canary_done_at: float | None = None  # when the last canary node finished
+    approved: bool = False
+    failed_accepted: int = 0  # failed nodes an operator resumed past; the budget counts new ones
+
+
+@dataclass(frozen=True)
+class Step:
+    node: str
+    to: State
+    effect: Effect = Effect.NONE
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass
+class Plan:
+    phase: Phase
+    steps: list[Step] = field(default_factory=list)
+    reason: str = ""  # why the phase changed, for the run's condition history
+    message: str = ""
+    canary_done_at: float | None = None
+
+    def for_node(self, name: str) -> Step | None:
+        return next((s for s in self.steps if s.node == name), None)
+
+
+def unavailable_count(nodes: list[NodeView]) -> int:
+    return sum(n.unavailable for n in nodes)
+
+
+def _fail(node: NodeView, reason: str, message: str) -> Step:
+    """A failed node goes back into service at once (unless it was cordoned before the run)."""
+    effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
+    return Step(node.name, State.FAILED, effect, reason, message)
+
+
+def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> Step | None:
+    """The one step an in-flight node takes now, or None while it waits."""
+    waited = now - node.entered_at
+    match node.state:
+        case State.CORDON_REQUIRED:
+            return Step(node.name, State.WAIT_FOR_JOBS_REQUIRED, Effect.CORDON, "Cordoned")
+        case State.WAIT_FOR_JOBS_REQUIRED if not node.busy:
+            return Step(node.name, State.POD_DELETION_REQUIRED, reason="NoBlockingJobs")
+        case State.POD_DELETION_REQUIRED if not node.busy:
+            return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
+        case State.DRAIN_REQUIRED if not node.busy:
+            if node.claims == 0:
+                return Step(node.name, State.POD_RESTART_REQUIRED, reason="Drained")
+            if waited >= strategy.drain_timeout_s:
+                return _fail(
+                    node,
+                    "DrainTimeout",
+                    f"{node.claims} claims still on the node after {strategy.drain_timeout_s:g}s.",
+                )
+            return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
+        case State.POD_RESTART_REQUIRED if not node.busy:
+            if node.claims:  # something landed since the drain: drain again, never install under it
+                return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsReturned")
+            return Step(
+                node.name,
+                State.VALIDATION_REQUIRED,
+                Effect.INSTALL,
+                "DriverInstalling",
+                f"Installing driver {run.target_version}.",
+            )
+        case State.VALIDATION_REQUIRED:
+            if node.install_failure:
+                return _fail(node, "DriverInstallFailed", node.install_failure)
+            if node.busy:
+                return None
+            if node.driver_version == run.target_version and node.gpus_healthy and node.ready:
+                return Step(
+                    node.name,
+                    State.UNCORDON_REQUIRED,
+                    reason="Validated",
+                    message=f"Driver {run.target_version}.",
+                )
+            if waited >= strategy.validation_timeout_s:
+                found = f"driver {node.driver_version or 'unknown'}"
+                if not node.gpus_healthy:
+                    found += ", a GPU unhealthy"
+                return _fail(node, "ValidationFailed", f"Found {found}.")
+            return None
+        case State.UNCORDON_REQUIRED:
+            effect = Effect.NONE if node.pre_cordoned else Effect.UNCORDON
+            return Step(node.name, State.DONE, effect, "Upgraded")
+        case State.FAILED if node.cordoned and not node.pre_cordoned:
+            return Step(node.name, State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")
+    return None
+
+
+def _canary_gate(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) -> tuple[bool, str]:
+    """May non-canary nodes start? And if not, why (for the run's message)."""
+    canaries = [n for n in nodes if n.canary]
+    if not canaries:
+        return True, ""
+    if any(n.state not in (State.DONE, State.FAILED) for n in canaries):
+        return False, "Canary nodes are upgrading."
+    if run.approved:
+        return True, ""
+    if strategy.canary_approval:
+        return False, "Canary nodes are done; waiting for approval."
+    done_at = run.canary_done_at if run.canary_done_at is not None else now
+    if now - done_at < strategy.canary_bake_s:
+        return False, f"Canary nodes are baking until +{strategy.canary_bake_s - (now - done_at):.0f}s."
+    return True, ""
+
+
+def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) -> Plan:
+    """One tick: every node moves at most one step; new nodes start within the unavailability budget."""
+    result = Plan(phase=run.phase, canary_done_at=run.canary_done_at)
+    if run.phase not in LIVE:
+        return result
+    for node in nodes:
+        if run.phase == Phase.ABORTING and node.state in BEFORE_INSTALL:
+            effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
+            result.steps.append(Step(node.name, State.UPGRADE_REQUIRED, effect, "Aborted"))
+        elif step := _advance(node, run, strategy, now):
+            result.steps.append(step)
+
+    after = {n.name: n for n in nodes}
+    for step in result.steps:  # what the nodes look like once this tick's steps are done
+        cordoned = {Effect.CORDON: True, Effect.UNCORDON: False}.get(step.effect, after[step.node].cordoned)
+        after[step.node] = replace(after[step.node], state=step.to, cordoned=cordoned)
+    settled = list(after.values())
+
+    canaries = [n for n in settled if n.canary]
+    if canaries and result.canary_done_at is None and all(n.state == State.DONE for n in canaries):
+        result.canary_done_at = now
+    failed = [n for n in settled if n.state == State.FAILED]
+
+    if run.phase == Phase.RUNNING and len(failed) > run.failed_accepted:
+        if any(n.state == State.FAILED for n in canaries) and not run.approved:
+            return _pause(result, "CanaryFailed", f"Canary node {failed[0].name} failed; retry or roll back.")
+        if len(failed) - run.failed_accepted >= strategy.failure_budget:
+            return _pause(
+                result,
+                "FailureBudgetExhausted",
+                f"{len(failed)} nodes failed (budget {strategy.failure_budget}); retry or roll back.",
+            )
+    if run.phase == Phase.RUNNING:
+        gate_open, gate_message = _canary_gate(
+            replace(run, canary_done_at=result.canary_done_at), settled, strategy, now
+        )
+        result.message = gate_message
+        _start_nodes(result, settled, strategy, gate_open)
+        startable = any(n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary) for n in settled)
+        in_flight = any(n.state in ACTIVE for n in settled) or any(s.to in ACTIVE for s in result.steps)
+        if startable and not in_flight:
+            result.reason = "Blocked"
+            result.message = (
+                f"{unavailable_count(settled)} nodes are unavailable outside the run (maxUnavailable "
+                f"{strategy.max_unavailable}); it carries on when they are back."
+            )
+
+    if not any(n.state in ACTIVE for n in after.values()) and not any(s.to in ACTIVE for s in result.steps):
+        waiting = any(n.state == State.UPGRADE_REQUIRED for n in after.values())
+        if run.phase == Phase.ABORTING:
+            result.phase, result.reason, result.message = Phase.ABORTED, "Aborted", "The run was aborted."
+        elif not waiting:  # running, or paused with nothing left to do
+            if failed:
+                result.phase, result.reason = Phase.FAILED, "NodesFailed"
+                result.message = f"{len(failed)} of {len(nodes)} nodes failed."
+            else:
+                result.phase, result.reason = Phase.COMPLETED, "AllNodesUpgraded"
+                result.message = f"All {len(nodes)} nodes run driver {run.target_version}."
+    return result
+
+
+def _pause(result: Plan, reason: str, message: str) -> Plan:
+    result.phase, result.reason, result.message = Phase.PAUSED, reason, message
+    return result
+
+
+def _start_nodes(result: Plan, settled: list[NodeView], strategy: Strategy, gate_open: bool) -> None:
+    """Start waiting nodes: those already out of service first (they cost no budget), canaries before
+    the rest, then by name; stop at the unavailability budget."""
+    unavailable = unavailable_count(settled)
+    queue = sorted(
+        (n for n in settled if n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary)),
+        key=lambda n: (not n.unavailable, not n.canary, n.name),
+    )
+    for node in queue:
+        if not node.unavailable:
+            if unavailable >= strategy.max_unavailable:
+                break
+            unavailable += 1
+        result.steps.append(Step(node.name, State.CORDON_REQUIRED, reason="Started"))

@@ -1,0 +1,144 @@
+"""Upgrade runs (one pool to one driver release), their per-node state rows and condition history, and
+fleet rollouts (one target over many pools in waves)."""
+
+import math
+
+from django.conf import settings
+from django.db import models
+
+from nvke.models import TenantScopedQuerySet
+
+from .machine import FINISHED, LIVE, Phase, State
+
+
+class FleetRollout(models.Model):
+    """An operator's rollout of one release over many pools (of any tenant), a wave of pools at a time."""
+
+    target_release = models.ForeignKey("nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+")
+    gpu_model = models.ForeignKey(
+        "nodepools.GpuModel", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    from_branch = models.PositiveIntegerField(null=True, blank=True, help_text="Only pools on this branch")
+    pools_per_wave = models.PositiveSmallIntegerField(default=1)
+    strategy = models.JSONField(default=dict, help_text="Each run's strategy fields")
+    status = models.CharField(
+        max_length=12, choices=[(p.value, p.value) for p in Phase], default=Phase.RUNNING
+    )
+    wave = models.PositiveSmallIntegerField(default=0, help_text="The wave now running (0-based)")
+    skipped = models.JSONField(default=list, blank=True, help_text="[{pool, rule, message}] not upgraded")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"rollout {self.pk} → {self.target_release}"
+
+
+class UpgradeRun(models.Model):
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="upgrade_runs")
+    pool = models.ForeignKey("nodepools.NodePool", on_delete=models.CASCADE, related_name="upgrade_runs")
+    target_release = models.ForeignKey("nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+")
+    previous_release = models.ForeignKey(
+        "nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+", help_text="Rollback target"
+    )
+    rollback_of = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    rollout = models.ForeignKey(
+        FleetRollout, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
+    wave = models.PositiveSmallIntegerField(default=0)
+    # strategy
+    max_unavailable = models.CharField(
+        max_length=8, default="1", help_text='A count ("2") or percent ("10%")'
+    )
+    canary_nodes = models.PositiveIntegerField(default=0)
+    canary_bake_s = models.PositiveIntegerField(default=0)
+    canary_approval = models.BooleanField(default=False)
+    drain_timeout_s = models.PositiveIntegerField(default=600)
+    validation_timeout_s = models.PositiveIntegerField(default=900)
+    failure_budget = models.PositiveIntegerField(default=1)
+    # progress
+    status = models.CharField(
+        max_length=12, choices=[(p.value, p.value) for p in Phase], default=Phase.PENDING
+    )
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+    canary_done_at = models.DateTimeField(null=True, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    failed_accepted = models.PositiveIntegerField(default=0)
+    tick_seq = models.PositiveIntegerField(default=0, help_text="Only the tick carrying this number runs")
+    ticked_at = models.DateTimeField(null=True, blank=True)
+    max_unavailable_seen = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pool"],
+                condition=models.Q(status__in=sorted(p.value for p in LIVE)),  # sorted: a stable migration
+                name="one_live_upgrade_per_pool",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool} → {self.target_release}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    def max_unavailable_of(self, nodes: int) -> int:
+        """The budget in nodes: a count, or a percent of the pool rounded up; at least 1."""
+        if self.max_unavailable.endswith("%"):
+            return max(1, math.ceil(nodes * int(self.max_unavailable[:-1]) / 100))
+        return max(1, int(self.max_unavailable))
+
+
+class UpgradeNode(models.Model):
+    """One node's place in a run. The node's name is kept: the row outlives a node scaled away."""
+
+    run = models.ForeignKey(UpgradeRun, on_delete=models.CASCADE, related_name="nodes")
+    node = models.ForeignKey("nodepools.Node", on_delete=models.SET_NULL, null=True, related_name="+")
+    name = models.CharField(max_length=253)
+    state = models.CharField(
+        max_length=24, choices=[(s.value, s.value) for s in State], default=State.UPGRADE_REQUIRED
+    )
+    entered_at = models.DateTimeField()
+    canary = models.BooleanField(default=False)
+    pre_cordoned = models.BooleanField(default=False, help_text="Cordoned before the run: stays cordoned")
+    from_version = models.CharField(max_length=24)
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "name"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="uniq_upgrade_node")]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.state}"
+
+
+class UpgradeCondition(models.Model):
+    """The run's history: each transition of the run or a node, Kubernetes-condition style."""
+
+    run = models.ForeignKey(UpgradeRun, on_delete=models.CASCADE, related_name="history")
+    node = models.CharField(max_length=253, blank=True, help_text="Empty: the run itself")
+    type = models.CharField(max_length=32)
+    reason = models.CharField(max_length=64)
+    message = models.TextField(blank=True)
+    time = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "id"]
+        indexes = [models.Index(fields=["run", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.reason}"

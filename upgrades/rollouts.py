@@ -1,0 +1,127 @@
+"""Fleet rollouts: one target release over many pools (every tenant's), a wave of pools at a time. Each
+pool gets an ordinary UpgradeRun; the rollout starts the next wave when every run of the current one
+completed, and pauses when one did not."""
+
+from django.db import transaction
+
+from nodepools.models import DriverRelease, GpuModel, NodePool
+
+from .compatibility import upgrade_refusals
+from .machine import LIVE, Phase
+from .models import FleetRollout, UpgradeRun
+
+
+def matching_pools(target: DriverRelease, gpu_model: GpuModel | None, from_branch: int | None):
+    pools = NodePool.objects.exclude(status=NodePool.Status.DELETING).select_related(
+        "gpu_model__architecture", "driver_release", "cluster"
+    )
+    if gpu_model is not None:
+        pools = pools.filter(gpu_model=gpu_model)
+    if from_branch is not None:
+        pools = pools.filter(driver_release__branch=from_branch)
+    return pools.exclude(driver_release=target).order_by("cluster__tenant_id", "cluster__name", "name")
+
+
+def create_rollout(
+    *,
+    target_release: DriverRelease,
+    gpu_model=None,
+    from_branch=None,
+    pools_per_wave: int = 1,
+    user=None,
+    **strategy,
+) -> FleetRollout:
+    """Plan the rollout: each compatible matching pool gets a pending run in its wave; the others are
+    listed as skipped with the rule they break. The first wave starts at once."""
+    from .services import create_run
+
+    with transaction.atomic():
+        rollout = FleetRollout.objects.create(
+            target_release=target_release,
+            gpu_model=gpu_model,
+            from_branch=from_branch,
+            pools_per_wave=pools_per_wave,
+            strategy=strategy,
+            created_by=user,
+        )
+        index = 0
+        for pool in matching_pools(target_release, gpu_model, from_branch):
+            refusals = upgrade_refusals(pool, target_release)
+            busy = UpgradeRun.objects.filter(pool=pool, status__in=list(LIVE)).exists()
+            if refusals or busy:
+                rule, message = (
+                    (refusals[0].rule, refusals[0].message) if refusals else ("upgrade_in_progress", "Busy.")
+                )
+                rollout.skipped.append({"pool": pool.pk, "name": str(pool), "rule": rule, "message": message})
+                continue
+            create_run(
+                context=None,
+                pool=pool,
+                target_release=target_release,
+                user=user,
+                start=False,
+                rollout=rollout,
+                wave=index // pools_per_wave,
+                **{**strategy, "canary_nodes": min(strategy.get("canary_nodes", 0), pool.nodes.count())},
+            )
+            index += 1
+        rollout.save()
+    advance(rollout.pk)
+    return rollout
+
+
+def advance(rollout_id: int) -> None:
+    """Level-triggered: start the current wave's pending runs; when they all completed, the next wave;
+    pause on a failed run; finish when no wave is left."""
+    from .services import control
+
+    with transaction.atomic():
+        rollout = FleetRollout.objects.select_for_update().filter(pk=rollout_id).first()
+        if rollout is None or rollout.status != Phase.RUNNING:
+            return
+        while True:
+            wave = list(rollout.runs.filter(wave=rollout.wave))
+            if not wave:
+                rollout.status = (
+                    Phase.COMPLETED
+                    if not rollout.runs.exclude(status=Phase.COMPLETED).exists()
+                    else Phase.FAILED
+                )
+                break
+            if any(r.status in (Phase.FAILED, Phase.PAUSED, Phase.ABORTED) for r in wave):
+                rollout.status = Phase.PAUSED
+                break
+            for run in wave:
+                if run.status == Phase.PENDING:
+                    control(run, "start")
+            if all(r.status == Phase.COMPLETED for r in wave):
+                rollout.wave += 1
+                continue
+            break
+        rollout.save()
+
+
+def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
+    """pause / resume / abort a rollout: it stops or restarts its waves and passes the control on to its
+    live runs."""
+    from nvke.errors import Conflict
+
+    from .services import control
+
+    allowed = {"pause": {Phase.RUNNING}, "resume": {Phase.PAUSED}, "abort": {Phase.RUNNING, Phase.PAUSED}}
+    if action not in allowed or rollout.status not in allowed[action]:
+        raise Conflict(f"Cannot {action} a rollout that is {rollout.status}.", code=f"cannot_{action}")
+    with transaction.atomic():
+        rollout = FleetRollout.objects.select_for_update().get(pk=rollout.pk)
+        for run in rollout.runs.filter(status__in=[*LIVE, Phase.PENDING]):
+            if action == "pause" and run.status == Phase.RUNNING:
+                control(run, "pause")
+            elif action == "resume" and run.status == Phase.PAUSED:
+                control(run, "resume")
+            elif action == "abort":
+                control(run, "abort")
+        rollout.status = {"pause": Phase.PAUSED, "resume": Phase.RUNNING, "abort": Phase.ABORTED}[action]
+        rollout.save()
+    if action == "resume":
+        advance(rollout.pk)
+    return rollout

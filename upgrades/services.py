@@ -1,0 +1,258 @@
+"""Writes of driver upgrades: start a run (compatibility-checked), and the controls an operator has
+over it. Each runs in one transaction under the run's row lock; the next tick starts after commit."""
+
+import re
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from nodepools.models import DriverRelease, Node, NodePool
+from nvke.errors import Conflict, DomainError, Incompatible
+from nvke.tenancy.context import TenantContext
+
+from . import events
+from .compatibility import upgrade_refusals
+from .machine import BEFORE_INSTALL, FINISHED, LIVE, Phase, State
+from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .scheduling import schedule_tick
+
+STRATEGY_FIELDS = (
+    "max_unavailable",
+    "canary_nodes",
+    "canary_bake_s",
+    "canary_approval",
+    "drain_timeout_s",
+    "validation_timeout_s",
+    "failure_budget",
+)
+MAX_UNAVAILABLE = re.compile(r"^(?P<n>[0-9]{1,4})(?P<pct>%?)$")
+
+
+def validate_strategy(strategy: dict, nodes: int) -> None:
+    match = MAX_UNAVAILABLE.match(str(strategy.get("max_unavailable", "1")))
+    if not match or int(match["n"]) < 1 or (match["pct"] and int(match["n"]) > 100):
+        raise DomainError(
+            'max_unavailable is a count of at least 1 ("2") or a percent from 1% to 100% ("10%").',
+            field="max_unavailable",
+        )
+    if strategy.get("canary_nodes", 0) > nodes:
+        raise DomainError(
+            f"canary_nodes {strategy['canary_nodes']} is more than the pool's {nodes} nodes.",
+            field="canary_nodes",
+        )
+    if strategy.get("failure_budget", 1) < 1:
+        raise DomainError("failure_budget is at least 1.", field="failure_budget")
+
+
+def _refuse(pool: NodePool, target: DriverRelease, cuda: str, rollback: bool) -> None:
+    if refusals := upgrade_refusals(pool, target, cuda, rollback=rollback):
+        raise Incompatible(
+            refusals[0].message,
+            field="target_release",
+            code=refusals[0].rule,
+            rules=[{"rule": r.rule, "message": r.message} for r in refusals],
+        )
+
+
+def _history(run: UpgradeRun, reason: str, message: str) -> None:
+    UpgradeCondition.objects.create(run=run, type="Run", reason=reason, message=message)
+
+
+def create_run(
+    *,
+    context: TenantContext,
+    pool: NodePool,
+    target_release: DriverRelease,
+    user=None,
+    start: bool = True,
+    cuda: str = "",
+    rollback_of: UpgradeRun | None = None,
+    rollout=None,
+    wave: int = 0,
+    **strategy,
+) -> UpgradeRun:
+    """A run of `pool` to `target_release`; refused (400, naming the rule) when the pool cannot run it,
+    409 when the pool already has a live run or is being deleted."""
+    if pool.status == NodePool.Status.DELETING:
+        raise Conflict(f"Pool {pool.name} is being deleted.", field="pool", code="deleting")
+    _refuse(pool, target_release, cuda, rollback=rollback_of is not None)
+    unknown = set(strategy) - set(STRATEGY_FIELDS)
+    if unknown:
+        raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field=sorted(unknown)[0])
+    nodes = list(Node.objects.filter(pool=pool).order_by("name"))
+    validate_strategy(strategy, len(nodes))
+    busy = Conflict(
+        f"Pool {pool.name} already has an upgrade in progress.", field="pool", code="upgrade_in_progress"
+    )
+    if UpgradeRun.objects.filter(pool=pool, status__in=list(LIVE)).exists():
+        raise busy
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            run = UpgradeRun.objects.create(
+                tenant_id=pool.tenant_id,
+                pool=pool,
+                target_release=target_release,
+                previous_release_id=pool.driver_release_id,
+                rollback_of=rollback_of,
+                rollout=rollout,
+                wave=wave,
+                status=Phase.RUNNING if start else Phase.PENDING,
+                created_by=user,
+                **strategy,
+            )
+            canaries = run.canary_nodes
+            rows = []
+            for node in nodes:
+                done = node.driver_version == target_release.version
+                rows.append(
+                    UpgradeNode(
+                        run=run,
+                        node=node,
+                        name=node.name,
+                        state=State.DONE if done else State.UPGRADE_REQUIRED,
+                        reason="AlreadyOnTarget" if done else "",
+                        entered_at=now,
+                        canary=not done and canaries > 0,
+                        pre_cordoned=node.cordoned,
+                        from_version=node.driver_version,
+                    )
+                )
+                canaries -= 0 if done else 1
+            UpgradeNode.objects.bulk_create(rows)
+            what = "Rollback" if rollback_of else "Upgrade"
+            versions = f"from {pool.driver_release.version} to {target_release.version}"
+            _history(run, "Created", f"{what} of {len(nodes)} nodes {versions}.")
+            if start:
+                _history(run, "Started", "The run started.")
+                transaction.on_commit(lambda: schedule_tick(run.pk, run.tick_seq, 0))
+            events.publish_run(run)
+    except IntegrityError:  # a concurrent start won the pool
+        raise busy from None
+    return run
+
+
+# --- controls ----------------------------------------------------------------------------------------
+
+CONTROLS = ("start", "pause", "resume", "abort", "retry", "approve", "rollback")
+
+
+def control(run: UpgradeRun, action: str, *, context: TenantContext | None = None, user=None) -> UpgradeRun:
+    """Apply a control; 409 with a code when the run's state does not allow it."""
+    if action not in CONTROLS:
+        raise DomainError(f"Unknown control {action!r}; one of {', '.join(CONTROLS)}.", field="action")
+    if action == "rollback":
+        return rollback(run, context=context, user=user)
+    with transaction.atomic():
+        run = (
+            UpgradeRun.objects.select_for_update(of=("self",))
+            .select_related("pool__cluster", "target_release")
+            .get(pk=run.pk)
+        )
+        globals()[f"_{action}"](run)
+        run.save()
+        events.publish_run(run)
+        if run.status in LIVE:
+            seq = run.tick_seq
+            transaction.on_commit(lambda: schedule_tick(run.pk, seq, 0))
+    return run
+
+
+def _refused(run: UpgradeRun, action: str, why: str = "") -> Conflict:
+    return Conflict(
+        f"Cannot {action} a run that is {run.status}" + (f": {why}" if why else "."),
+        code=f"cannot_{action}",
+        status=run.status,
+    )
+
+
+def _transition(run: UpgradeRun, status: str, reason: str, message: str) -> None:
+    run.status, run.reason, run.message = status, reason, message
+    _history(run, reason, message)
+
+
+def _start(run: UpgradeRun) -> None:
+    if run.status != Phase.PENDING:
+        raise _refused(run, "start")
+    _transition(run, Phase.RUNNING, "Started", "The run started.")
+
+
+def _pause(run: UpgradeRun) -> None:
+    if run.status != Phase.RUNNING:
+        raise _refused(run, "pause")
+    _transition(run, Phase.PAUSED, "Paused", "Paused by an operator; nodes in flight finish their upgrade.")
+
+
+def _resume(run: UpgradeRun) -> None:
+    if run.status != Phase.PAUSED:
+        raise _refused(run, "resume")
+    run.failed_accepted = run.nodes.filter(state=State.FAILED).count()
+    _transition(run, Phase.RUNNING, "Resumed", f"Resumed; {run.failed_accepted} failed nodes accepted.")
+
+
+def _abort(run: UpgradeRun) -> None:
+    if run.status == Phase.PENDING:
+        _transition(run, Phase.ABORTED, "Aborted", "Aborted before it started.")
+        run.finished_at = timezone.now()
+        return
+    if run.status not in (Phase.RUNNING, Phase.PAUSED):
+        raise _refused(run, "abort")
+    in_flight = run.nodes.filter(state__in=list(BEFORE_INSTALL)).count()
+    _transition(
+        run,
+        Phase.ABORTING,
+        "Aborting",
+        f"Aborting: {in_flight} nodes not yet on the new driver go back into service; "
+        "installs under way finish.",
+    )
+
+
+def _retry(run: UpgradeRun) -> None:
+    failed = run.nodes.filter(state=State.FAILED)
+    if run.status not in (Phase.RUNNING, Phase.PAUSED, Phase.FAILED) or not failed.exists():
+        raise _refused(
+            run, "retry", "it has no failed nodes to retry" if run.status != Phase.ABORTING else ""
+        )
+    if (
+        run.status == Phase.FAILED
+        and UpgradeRun.objects.filter(pool=run.pool, status__in=list(LIVE)).exists()
+    ):
+        raise Conflict("The pool has another upgrade in progress.", code="upgrade_in_progress")
+    count = failed.update(state=State.UPGRADE_REQUIRED, reason="Retry", message="", entered_at=timezone.now())
+    run.failed_accepted, run.finished_at = 0, None
+    _transition(run, Phase.RUNNING, "Retry", f"Retrying {count} failed nodes.")
+
+
+def _approve(run: UpgradeRun) -> None:
+    canaries = run.nodes.filter(canary=True)
+    if run.status not in (Phase.RUNNING, Phase.PAUSED) or not run.canary_approval or run.approved_at:
+        raise _refused(run, "approve", "no canary is waiting for approval")
+    if canaries.exclude(state__in=[State.DONE, State.FAILED]).exists():
+        raise _refused(run, "approve", "its canary nodes are still upgrading")
+    run.approved_at = timezone.now()
+    if run.status == Phase.PAUSED:  # a canary failure paused it; approving goes on regardless
+        run.failed_accepted = run.nodes.filter(state=State.FAILED).count()
+        run.status = Phase.RUNNING
+    _history(run, "CanaryApproved", "Canary approved; the rest of the pool follows.")
+
+
+def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> UpgradeRun:
+    """A new run, same strategy, back to the release the pool ran before `run`."""
+    run = UpgradeRun.objects.select_related("pool__driver_release", "previous_release").get(pk=run.pk)
+    if run.status not in FINISHED and run.status != Phase.PENDING:
+        raise _refused(run, "rollback", "abort it first (installs under way finish), then roll back")
+    if run.status == Phase.PENDING:
+        control(run, "abort")
+    pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=run.pool_id)
+    strategy = {name: getattr(run, name) for name in STRATEGY_FIELDS}
+    strategy["canary_nodes"] = min(strategy["canary_nodes"], pool.nodes.count())
+    if pool.driver_release_id == run.previous_release_id:  # it never completed: nodes may still differ
+        pool.driver_release = run.target_release
+    return create_run(
+        context=context,
+        pool=pool,
+        target_release=run.previous_release,
+        user=user,
+        rollback_of=run,
+        **strategy,
+    )

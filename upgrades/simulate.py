@@ -1,0 +1,132 @@
+"""A virtual fleet for the pure state machine: fixed step durations, injectable failures, a virtual
+clock. The property tests and bench/upgrades.py drive `machine.plan` through it, tick by tick, and
+check the invariants after every tick."""
+
+import random
+import time
+from dataclasses import dataclass, field, replace
+
+from .machine import ACTIVE, Effect, NodeView, Phase, RunView, State, Strategy, plan, unavailable_count
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Seconds each provider operation keeps a node busy."""
+
+    cordon: float = 5
+    evict: float = 30
+    install: float = 120
+    uncordon: float = 0  # an API call; the node is back in service at once
+
+    def of(self, effect: Effect) -> float:
+        return {Effect.CORDON: self.cordon, Effect.EVICT: self.evict, Effect.INSTALL: self.install}.get(
+            effect, self.uncordon if effect == Effect.UNCORDON else 0
+        )
+
+    @property
+    def per_node(self) -> float:
+        """The least time one node can take: its operations back to back."""
+        return self.cordon + self.evict + self.install + self.uncordon
+
+
+@dataclass
+class SimNode:
+    view: NodeView
+    busy_until: float = 0
+    fails_install: bool = False
+
+
+@dataclass
+class Outcome:
+    makespan: float
+    ticks: int
+    node_steps: int
+    phase: Phase
+    max_unavailable_seen: int
+    blocked: bool  # stopped: nodes unavailable outside the run hold the whole budget
+    plan_cpu_s: float
+    violations: list[str] = field(default_factory=list)
+
+
+def run_simulation(
+    nodes: int,
+    strategy: Strategy,
+    durations: Durations = Durations(),
+    tick_s: float = 1.0,
+    failure_rate: float = 0.0,
+    pre_cordoned: frozenset[int] = frozenset(),
+    claims: dict[int, int] | None = None,
+    seed: int = 0,
+    max_ticks: int = 1_000_000,
+) -> Outcome:
+    """Upgrade `nodes` nodes from 1.0 to 2.0 with a tick every `tick_s` virtual seconds."""
+    rng = random.Random(seed)
+    claims = claims or {}
+    fleet = {
+        f"n{i:05d}": SimNode(
+            NodeView(
+                name=f"n{i:05d}",
+                state=State.UPGRADE_REQUIRED,
+                entered_at=0,
+                canary=i < strategy.canary,
+                pre_cordoned=i in pre_cordoned,
+                cordoned=i in pre_cordoned,
+                claims=claims.get(i, 0),
+                driver_version="1.0",
+            ),
+            fails_install=rng.random() < failure_rate,
+        )
+        for i in range(nodes)
+    }
+    run = RunView(phase=Phase.RUNNING, target_version="2.0")
+    limit = max(strategy.max_unavailable, len(pre_cordoned))
+    now, ticks, steps, high = 0.0, 0, 0, 0
+    violations: list[str] = []
+    blocked = False
+    plan_cpu = 0.0
+    while run.phase not in (Phase.COMPLETED, Phase.FAILED, Phase.ABORTED, Phase.PAUSED) and ticks < max_ticks:
+        views = [replace(n.view, busy=n.busy_until > now) for n in fleet.values()]
+        started = time.process_time()
+        result = plan(run, views, strategy, now)
+        plan_cpu += time.process_time() - started
+        for step in result.steps:
+            node = fleet[step.node]
+            view = node.view
+            if step.effect == Effect.INSTALL and view.claims:
+                violations.append(f"{step.node}: driver installed with {view.claims} claims on it")
+            if step.effect != Effect.NONE:
+                node.busy_until = now + durations.of(step.effect)
+            cordoned = {Effect.CORDON: True, Effect.UNCORDON: False}.get(step.effect, view.cordoned)
+            view = replace(
+                view,
+                state=step.to,
+                cordoned=cordoned,
+                entered_at=now if step.to != view.state else view.entered_at,
+            )
+            if step.effect == Effect.EVICT:
+                view = replace(view, claims=0)
+            if step.effect == Effect.INSTALL:
+                if node.fails_install:
+                    view = replace(view, install_failure="SimulatedInstallFailure")
+                else:
+                    view = replace(view, driver_version="2.0")
+            node.view = view
+            steps += 1
+        run = replace(run, phase=result.phase, canary_done_at=result.canary_done_at)
+        if result.reason == "Blocked":
+            blocked = True
+            break
+        unavailable = unavailable_count([n.view for n in fleet.values()])
+        high = max(high, unavailable)
+        if unavailable > limit:
+            violations.append(f"t={now}: {unavailable} nodes unavailable, limit {limit}")
+        ticks += 1
+        if run.phase in (Phase.RUNNING,) or any(n.view.state in ACTIVE for n in fleet.values()):
+            now += tick_s
+    for node in fleet.values():
+        view = node.view
+        if view.cordoned != view.pre_cordoned and run.phase != Phase.PAUSED and not blocked:
+            violations.append(f"{view.name}: cordoned={view.cordoned} at the end, before={view.pre_cordoned}")
+        if run.phase == Phase.COMPLETED and view.driver_version != "2.0":
+            violations.append(f"{view.name}: on {view.driver_version} after a completed run")
+    return Outcome(now, ticks, steps, run.phase, high, blocked, plan_cpu, violations)
