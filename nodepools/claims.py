@@ -4,7 +4,6 @@ One service around one pure placement core (`nodepools.allocation`). Every place
 under that cluster's allocation lock, reads the inventory fresh inside it, and writes the allocation in
 the same transaction, so concurrent workers never over-commit a GPU."""
 
-import contextlib
 import datetime
 import functools
 import json
@@ -23,6 +22,7 @@ from clusters.models import Cluster
 from nvke.errors import Conflict, DomainError
 from nvke.models import check_dns_label
 from nvke.realtime import broadcast
+from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 
 from . import allocation as core
@@ -544,10 +544,11 @@ def create_claim(*, context: TenantContext, cluster: Cluster, place: bool = True
         field="name",
         code="duplicate",
     )
-    # Saved pending, outside the lock: should placing never run, beat places it. Inside a caller's
-    # transaction, a savepoint keeps a taken name from breaking it; alone, one INSERT is enough.
+    # Saved pending, outside the allocation lock: should placing never run, beat places it. The tenant's
+    # claim quota is checked in the same transaction (it locks the tenant row when a limit applies).
     try:
-        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+        with transaction.atomic():
+            quotas.check_claim(context.tenant, claim)
             claim.save()
     except IntegrityError:  # the name is taken
         raise duplicate from None

@@ -221,11 +221,6 @@ def test_the_quota_endpoint_shows_limits_and_use(
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="nodepools.claims.create_claim does not call quotas.check_claim yet (the lead wires it in: "
-    "first line inside its `with transaction.atomic():` before `claim.save()`); then drop this marker",
-)
 def test_the_claims_api_refuses_a_claim_over_the_quota(api, tenant, make_cluster):
     cluster = make_cluster(tenant)
     Quota.objects.create(tenant=tenant, max_claim_compute_percent=50)
