@@ -46,7 +46,9 @@ class NodeTokenSerializer(serializers.ModelSerializer):
 
     def get_fields(self):
         fields = super().get_fields()
-        fields["node"].queryset = Node.objects.restrict(self.context["view"].tenant_context)
+        view = self.context.get("view")  # absent when DRF's ordering filter lists the fields
+        if view is not None:
+            fields["node"].queryset = Node.objects.restrict(view.tenant_context)
         return fields
 
 
@@ -162,7 +164,9 @@ class ClaimScalingSerializer(serializers.ModelSerializer):
 
     def get_fields(self):
         fields = super().get_fields()
-        fields["claim"].queryset = Claim.objects.restrict(self.context["view"].tenant_context)
+        view = self.context.get("view")  # absent when DRF's ordering filter lists the fields
+        if view is not None:
+            fields["claim"].queryset = Claim.objects.restrict(view.tenant_context)
         return fields
 
     def validate_claim(self, claim: Claim) -> Claim:
