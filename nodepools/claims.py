@@ -46,7 +46,9 @@ def allocation_lock(cluster_id: int) -> Iterator[None]:
     process's in-memory inventory of the cluster may hold changes that never happened: drop it."""
     try:
         if connection.vendor == "postgresql":
-            with transaction.atomic():
+            # Inside a caller's transaction, join it: no savepoint round trips while the lock is held.
+            # An error in here fails that whole transaction, as it propagates anyway.
+            with transaction.atomic(savepoint=False):
                 # One round trip: the lock, and the log entries this process's snapshot has not seen.
                 snap = _snapshots.get(cluster_id)
                 after = snap.last_event if snap else None
@@ -57,7 +59,7 @@ def allocation_lock(cluster_id: int) -> Iterator[None]:
                     _log_tails[cluster_id] = (after, cursor.fetchall())
                 yield
         else:
-            with _sqlite_lock, transaction.atomic():
+            with _sqlite_lock, transaction.atomic(savepoint=False):
                 yield
     except BaseException:
         _snapshots.pop(cluster_id, None)
@@ -544,22 +546,22 @@ def create_claim(*, context: TenantContext, cluster: Cluster, place: bool = True
         field="name",
         code="duplicate",
     )
-    # Saved pending, outside the allocation lock: should placing never run, beat places it. The tenant's
-    # claim quota is checked in the same transaction (it locks the tenant row when a limit applies).
-    try:
-        with transaction.atomic():
-            quotas.check_claim(context.tenant, claim)
+    # One transaction: the tenant's claim quota (it locks the tenant row when a limit applies), the claim,
+    # and its placement, which takes the allocation lock only after the claim is written.
+    with transaction.atomic():
+        quotas.check_claim(context.tenant, claim)
+        try:
             claim.save()
-    except IntegrityError:  # the name is taken
-        raise duplicate from None
-    workload_for(cluster.pk).record(request_of(claim))
-    if not place:
-        from .tasks import request_placement
+        except IntegrityError:  # the name is taken; leaving the block rolls back
+            raise duplicate from None
+        workload_for(cluster.pk).record(request_of(claim))
+        if not place:
+            from .tasks import request_placement
 
-        request_placement(cluster.pk)
-        return claim
-    with allocation_lock(cluster.pk):
-        _place_all([claim], snapshot(cluster.pk))
+            request_placement(cluster.pk)
+            return claim
+        with allocation_lock(cluster.pk):
+            _place_all([claim], snapshot(cluster.pk))
     return claim
 
 
