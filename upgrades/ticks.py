@@ -17,7 +17,7 @@ from django.utils import timezone
 from clusters.services import cluster_key
 from nodepools import claims as allocator
 from nodepools.models import Allocation, Claim, Gpu, Node, NodePool
-from nodepools.tasks import place_pending_claims
+from nodepools.tasks import request_placement
 from nvke.providers import get_provider
 from nvke.providers.base import Provider, ProviderError
 
@@ -239,7 +239,7 @@ def _carry_out(run, steps, rows, nodes, provider, key, now) -> bool:
     if topology:
         allocator.topology_changed(cluster_id)
     if any(s.effect == Effect.UNCORDON for s in steps):  # capacity is back: one placement pass
-        place_pending_claims.delay_on_commit(cluster_id)
+        request_placement(cluster_id)
     return all_done
 
 
@@ -265,7 +265,7 @@ def _fail_after_error(run, row, node, provider, key, error: ProviderError, now) 
     if node is not None and node.cordoned and not row.pre_cordoned:
         try:
             _set_cordon(node, False, provider, key)
-            place_pending_claims.delay_on_commit(run.pool.cluster_id)
+            request_placement(run.pool.cluster_id)
         except ProviderError:
             pass  # the failed state uncordons on every tick until it works
     _record(run, row, State.FAILED, error.reason, error.message, now)
