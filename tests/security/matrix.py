@@ -3,7 +3,7 @@
 A route missing here fails tests/security/test_isolation_matrix.py. Adding one is one line: its path
 as printed by the failing test (regex and converters folded to `<name>`), and what it is:
 
-    "api/v1/upgrades/<pk>/": Api(TENANT, "pool"),   # a tenant-owned object: fill <pk> from a pool
+    "api/v1/widgets/<pk>/": Api(TENANT, "widget"),   # a tenant-owned object: fill <pk> from a widget
 
 Kinds:
 - TENANT: the tenant's own objects. Anonymous, expired or revoked credentials → 401; another tenant's
@@ -12,14 +12,22 @@ Kinds:
 - ACCOUNT: about the caller (me/, tokens/). Like TENANT; `viewer_writes=True` where a viewer may write
   (holding tokens).
 - PUBLIC: answers everyone (health, schema, login).
-`obj` names an object the tests create in each tenant (see OBJECTS in the test), `manage=True` marks
-reads for owners and admins only. UI pages (Page) are checked for a login redirect, 404 on another
-tenant's object and 403 on a viewer's POST; websocket routes (Ws) for refusal (close 4403).
+- STAFF: platform operators only (fleet rollouts). Anonymous, expired or revoked credentials → 401; a
+  user who is not staff → 403 for every method, reads too; a staff user's read-only token → 403 on writes.
+- MACHINE: machine credentials, never a user's: a node token (`Authorization: Node …`) for ingestion,
+  NVKE_METRICS_TOKEN for /metrics. No credentials, and every user credential (session, API token,
+  staff) → 401; the right machine credential is accepted (test_machine_routes_take_only_their_credential).
+`obj` names an object the tests create in each tenant (see `_objects()` in the test), `manage=True` marks
+reads for owners and admins only; `params` fixes other path parameters (`(("action", "abort"),)`). UI
+pages (Page) are checked for a login redirect, 404 on another tenant's object and 403 on a viewer's
+POST; websocket routes (Ws) for refusal (close 4403), also with each of `obj_params` naming another
+tenant's object.
 """
 
 from dataclasses import dataclass
 
 TENANT, CATALOG, ACCOUNT, PUBLIC = "tenant", "catalog", "account", "public"
+STAFF, MACHINE = "staff", "machine"
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,7 @@ class Api:
     obj: str | None = None
     viewer_writes: bool = False
     manage: bool = False
+    params: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -38,11 +47,12 @@ class Page:
     public: bool = False
     viewer_writes: bool = False
     manage: bool = False  # owners and admins only, reads too
+    params: tuple[tuple[str, str], ...] = ()  # values of path parameters other than the object's
 
 
 @dataclass(frozen=True)
 class Ws:
-    obj_param: str | None = None  # query parameter naming a tenant object
+    obj_params: tuple[str, ...] = ()  # query parameters naming a tenant object, each tried alone
 
 
 API_ROUTES: dict[str, Api] = {
@@ -74,6 +84,34 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/quota/": Api(TENANT),
     "api/v1/audit/": Api(TENANT, manage=True),
     "api/v1/audit/<pk>/": Api(TENANT, "audit", manage=True),
+    "api/v1/upgrades/": Api(TENANT),
+    "api/v1/upgrades/<pk>/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/history/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/start/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/pause/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/resume/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/abort/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/retry/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/approve/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/rollback/": Api(TENANT, "upgrade_run"),
+    "api/v1/node-pools/<pk>/driver-options/": Api(TENANT, "pool"),
+    # Fleet rollouts span every tenant: operators only.
+    "api/v1/fleet-rollouts/": Api(STAFF),
+    "api/v1/fleet-rollouts/<pk>/": Api(STAFF, "fleet_rollout"),
+    "api/v1/fleet-rollouts/<pk>/pause/": Api(STAFF, "fleet_rollout"),
+    "api/v1/fleet-rollouts/<pk>/resume/": Api(STAFF, "fleet_rollout"),
+    "api/v1/fleet-rollouts/<pk>/abort/": Api(STAFF, "fleet_rollout"),
+    "api/v1/telemetry/ingest/": Api(MACHINE),
+    # Node tokens: everyone lists them (prefixes only), owners and admins create them.
+    "api/v1/telemetry/node-tokens/": Api(TENANT),
+    "api/v1/telemetry/gpus/": Api(TENANT),
+    "api/v1/telemetry/gpus/<pk>/": Api(TENANT, "gpu"),
+    "api/v1/telemetry/gpus/<pk>/history/": Api(TENANT, "gpu"),
+    "api/v1/telemetry/events/": Api(TENANT),
+    "api/v1/telemetry/events/<pk>/": Api(TENANT, "telemetry_event"),
+    "api/v1/telemetry/claim-scaling/": Api(TENANT),
+    "api/v1/telemetry/claim-scaling/<pk>/": Api(TENANT, "claim_scaling"),
+    "metrics": Api(MACHINE),
     "api/schema/": Api(PUBLIC),
     "api/docs/": Api(PUBLIC),
 }
@@ -103,10 +141,20 @@ PAGES: dict[str, Page] = {
     "account/members/<pk>/role/": Page("membership", post=True, get=False),
     "account/members/<pk>/remove/": Page("membership", post=True, get=False),
     "account/audit/": Page(manage=True),
+    "clusters/<pk>/kubeconfig/": Page("cluster"),
+    "nodes/<pk>/": Page("node"),
+    "pools/<pk>/upgrade/": Page("pool", post=True),
+    "upgrades/<pk>/": Page("upgrade_run"),
+    "upgrades/<pk>/<action>/": Page("upgrade_run", post=True, params=(("action", "abort"),)),
+    "telemetry/": Page(),
+    "telemetry/clusters/<pk>/": Page("cluster"),
+    "telemetry/pools/<pk>/": Page("pool"),
+    "telemetry/gpus/<pk>/": Page("gpu"),
 }
 
 WEBSOCKETS: dict[str, Ws] = {
-    "ws/events/": Ws(obj_param="cluster"),
+    "ws/events/": Ws(obj_params=("cluster",)),
+    "ws/telemetry/": Ws(obj_params=("cluster", "pool", "gpu")),
 }
 
 # The admin is Django's: staff only, checked as a whole by test_admin_is_for_operators_only.

@@ -1,11 +1,13 @@
 """Every route of the URL configuration and the websocket routing, tried with no credentials, expired
-and revoked tokens, another tenant's objects, a viewer's writes and a read-only token's writes. The
-routes come from walking the resolvers; matrix.py says what each one is, and a route missing there
-fails test_every_route_is_in_the_matrix."""
+and revoked tokens, another tenant's objects, a viewer's writes and a read-only token's writes;
+operator routes with tenant users and a staff user's read-only token; machine routes (node ingestion,
+/metrics) with user credentials. The routes come from walking the resolvers; matrix.py says what each
+one is, and a route missing there fails test_every_route_is_in_the_matrix."""
 
 import datetime
 import json
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,15 +20,31 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
-from nodepools.models import Claim
+from nodepools.models import Claim, DriverRelease, Gpu, Node
 from nodepools.services import reconcile
 from nvke.routing import websocket_urlpatterns
+from nvke.tenancy.context import TenantContext
 from nvke.tenancy.models import ApiToken
+from telemetry.models import ClaimScaling, NodeToken, TelemetryEvent
+from upgrades import services as upgrade_services
+from upgrades.models import FleetRollout, UpgradeRun
 
-from .matrix import ACCOUNT, API_ROUTES, PAGES, PUBLIC, SKIPPED_PREFIXES, TENANT, WEBSOCKETS
+from .matrix import (
+    ACCOUNT,
+    API_ROUTES,
+    MACHINE,
+    PAGES,
+    PUBLIC,
+    SKIPPED_PREFIXES,
+    STAFF,
+    TENANT,
+    WEBSOCKETS,
+)
 
 WRITES = ("post", "put", "patch", "delete")
 SECRET = "globex-secret"  # every name of the other tenant's objects contains it
+METRICS_TOKEN = "metrics-secret-for-the-matrix"
+UPGRADE_TARGET = "595.71.05"
 
 
 def route_key(route: str) -> str:
@@ -57,8 +75,9 @@ def methods_of(pattern: URLPattern) -> list[str]:
     return ["get"]
 
 
-def fill(route: str, value) -> str:
-    return "/" + re.sub(r"<\w+>", str(value), route)
+def fill(route: str, value, params: tuple[tuple[str, str], ...] = ()) -> str:
+    fixed = dict(params)
+    return "/" + re.sub(r"<(\w+)>", lambda m: str(fixed.get(m[1], value)), route)
 
 
 def api_routes() -> list[tuple[str, list[str]]]:
@@ -90,11 +109,29 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
         tenant=tenant, cluster=cluster, name=f"{prefix}-claim", kind="fraction", compute_percent=10
     )
     token, _ = ApiToken.issue(tenant=tenant, user=owner, name=f"{prefix}-token")
+    node = pool.nodes.order_by("pk").first()
+    target = DriverRelease.objects.get(version=UPGRADE_TARGET)
+    run = upgrade_services.create_run(
+        context=TenantContext(tenant, "owner"), pool=pool, target_release=target, start=False
+    )
+    NodeToken.issue(node)
+    event = TelemetryEvent.objects.create(
+        tenant=tenant, cluster=cluster, kind="node.ready", node=node, message=f"{prefix}-node ready"
+    )
+    scaling = ClaimScaling.objects.create(
+        tenant=tenant, claim=claim, requested_compute_percent=10, reason=f"{prefix}-scaling"
+    )
+    rollout = FleetRollout.objects.create(target_release=target, pools_per_wave=1)
     return {
         "cluster": cluster.pk,
         "pool": pool.pk,
-        "node": pool.nodes.first().pk,
+        "node": node.pk,
+        "gpu": node.gpus.order_by("pk").first().pk,
         "claim": claim.pk,
+        "upgrade_run": run.pk,
+        "telemetry_event": event.pk,
+        "claim_scaling": scaling.pk,
+        "fleet_rollout": rollout.pk,
         "token": token.pk,
         "membership": owner.memberships.get().pk,
         "audit": AuditEntry.objects.filter(tenant=tenant).first().pk,
@@ -106,7 +143,8 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
 
 
 @pytest.fixture
-def world(make_member, make_cluster, make_pool):
+def world(make_member, make_cluster, make_pool, settings):
+    settings.METRICS_TOKEN = METRICS_TOKEN  # /metrics is off (404) without one
     acme_owner = make_member("acme", "owner")
     globex_owner = make_member("globex", "owner", username=f"{SECRET}-owner")
     return {
@@ -119,7 +157,7 @@ def world(make_member, make_cluster, make_pool):
 
 
 def url_for(key: str, entry, objects: dict) -> str:
-    return fill(key, objects[entry.obj]) if entry.obj else fill(key, "")
+    return fill(key, objects[entry.obj] if entry.obj else "", entry.params)
 
 
 def api_client(user=None, raw_token: str | None = None) -> APIClient:
@@ -195,7 +233,7 @@ def test_viewers_and_read_only_tokens_cannot_write(world):
     checks = []
     for key, methods in api_routes():
         entry = API_ROUTES[key]
-        if entry.kind == PUBLIC:
+        if entry.kind in (PUBLIC, MACHINE):  # user credentials never pass: see the machine test
             continue
         url = url_for(key, entry, world["acme"])
         for method in (m for m in methods if m in WRITES):
@@ -206,6 +244,8 @@ def test_viewers_and_read_only_tokens_cannot_write(world):
                 checks.append((method, f"{url} as viewer", request(viewer, method, url).status_code, {403}))
     assert _failures(checks) == []
     assert Claim.objects.count() == 2 and ApiToken.objects.filter(revoked_at__isnull=True).count() == 3
+    assert set(UpgradeRun.objects.values_list("status", flat=True)) == {"pending"}
+    assert NodeToken.objects.count() == 2 and FleetRollout.objects.filter(status="running").count() == 2
 
 
 @pytest.mark.django_db
@@ -218,6 +258,111 @@ def test_owner_and_admin_reads_are_refused_to_members(world):
             url = url_for(key, entry, world["acme"])
             checks.append(("get", url, member.get(url).status_code, {403}))
     assert checks and _failures(checks) == []
+
+
+@pytest.mark.django_db
+def test_operator_routes_refuse_tenant_users_and_a_staff_read_only_token(world, django_user_model):
+    operator = django_user_model.objects.create_user("operator", password="pw-secret-123", is_staff=True)
+    tenant = world["owner"].memberships.get().tenant
+    tenant.memberships.create(user=operator, role="owner")  # a token needs a tenant
+    _, read_only = ApiToken.issue(tenant=tenant, user=operator, name="ro", scope="read-only")
+    owner, viewer = api_client(world["owner"]), api_client(world["viewer"])
+    token, staff = api_client(raw_token=read_only), api_client(operator)
+    checks = []
+    for key, methods in api_routes():
+        entry = API_ROUTES[key]
+        if entry.kind != STAFF:
+            continue
+        url = url_for(key, entry, world["acme"])
+        for method in methods:
+            checks.append((method, f"{url} as owner", request(owner, method, url).status_code, {403}))
+            checks.append((method, f"{url} as viewer", request(viewer, method, url).status_code, {403}))
+            if method in WRITES:
+                got = request(token, method, url).status_code
+                checks.append((method, f"{url} with a staff read-only token", got, {403}))
+            else:
+                checks.append((method, f"{url} as staff", staff.get(url).status_code, {200}))
+    assert checks and _failures(checks) == []
+    assert FleetRollout.objects.filter(status="running").count() == 2
+
+
+def machine_credentials(world) -> dict[str, dict]:
+    """The right credential of each machine route: a node token of the tenant's node, the metrics token."""
+    _, node_token = NodeToken.issue(Node.objects.get(pk=world["acme"]["node"]))
+    return {
+        "api/v1/telemetry/ingest/": {"HTTP_AUTHORIZATION": f"Node {node_token}"},
+        "metrics": {"HTTP_AUTHORIZATION": f"Bearer {METRICS_TOKEN}"},
+    }
+
+
+@pytest.mark.django_db
+def test_machine_routes_take_only_their_credential(world, django_user_model):
+    operator = django_user_model.objects.create_superuser("operator", "op@example.com", "pw-secret-123")
+    tenant = world["owner"].memberships.get().tenant
+    _, read_write = ApiToken.issue(tenant=tenant, user=world["owner"], name="rw")
+    users = {
+        "owner": api_client(world["owner"]),
+        "owner's token": api_client(raw_token=read_write),
+        "operator": api_client(operator),
+    }
+    wrong = {
+        "an unknown node token": "Node nvkenode_not-a-token",
+        "the metrics token as a node token": f"Node {METRICS_TOKEN}",
+        "a wrong metrics token": f"Bearer {METRICS_TOKEN}x",
+        "a user token as a node token": f"Node {read_write}",
+    }
+    credentials = machine_credentials(world)
+    machine = [(key, methods) for key, methods in api_routes() if API_ROUTES[key].kind == MACHINE]
+    checks = []
+    for key, methods in machine:
+        url = url_for(key, API_ROUTES[key], world["acme"])
+        for method in methods:
+            for who, client in users.items():
+                checks.append((method, f"{url} as {who}", request(client, method, url).status_code, {401}))
+            for what, header in wrong.items():
+                response = APIClient().generic(method.upper(), url, HTTP_AUTHORIZATION=header)
+                checks.append((method, f"{url} with {what}", response.status_code, {401}))
+            # The right one gets past authentication: an empty batch is a 400, the metrics a 200.
+            response = APIClient().generic(
+                method.upper(), url, data="{}", content_type="application/json", **credentials[key]
+            )
+            checks.append((method, f"{url} with its credential", response.status_code, {200, 400}))
+    assert {key for key, _ in machine} == set(credentials) and _failures(checks) == []
+
+
+@pytest.mark.django_db
+def test_a_node_token_posts_only_for_its_own_node(world):
+    """Another tenant's node token is refused for this tenant's GPUs, and nothing is stored."""
+    from telemetry import store
+
+    gpu = Gpu.objects.get(pk=world["acme"]["gpu"])
+    _, foreign = NodeToken.issue(Node.objects.get(pk=world["globex"]["node"]))
+    sample = {"gpu": str(gpu.uuid), "ts": time.time(), "metrics": {"DCGM_FI_DEV_GPU_UTIL": 50}}
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Node {foreign}")
+    before = store.latest([gpu.pk])
+    response = client.post("/api/v1/telemetry/ingest/", {"samples": [sample]}, format="json")
+    assert (response.status_code, response.data["code"]) == (400, "unknown_gpu")
+    assert store.latest([gpu.pk]) == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url, field, obj",
+    [
+        ("/api/v1/upgrades/", "pool", "pool"),
+        ("/api/v1/telemetry/node-tokens/", "node", "node"),
+        ("/api/v1/telemetry/claim-scaling/", "claim", "claim"),
+    ],
+)
+def test_creates_naming_another_tenants_object_are_refused(world, url, field, obj):
+    body = {field: world["globex"][obj], "target_release": UPGRADE_TARGET}
+    response = api_client(world["owner"]).post(url, body, format="json")
+    assert (response.status_code, response.data["details"]["fields"][field][0]["code"]) == (
+        400,
+        "does_not_exist",
+    )
+    assert SECRET.encode() not in response.content
 
 
 # --- UI pages and the admin ------------------------------------------------------------------------
@@ -280,7 +425,12 @@ def test_admin_is_for_operators_only(world, django_user_model):
 def ws_outcome(path: str, user=None) -> str:
     """'open', or 'closed <code>' for a websocket connection through the full ASGI stack."""
     from nvke.asgi import application
+    from telemetry.hub import hub
 
+    # Each attempt runs in an event loop of its own; the telemetry hub (one per server process, bound to
+    # the process's loop) starts afresh in each.
+    hub.views.clear()
+    hub.task = hub.redis = None
     headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
     if user is not None:
         client = page_client(user)
@@ -309,8 +459,8 @@ def test_websockets_refuse_strangers_and_other_tenants(world):
         path = "/" + route
         assert ws_outcome(path) == "closed 4403"
         assert ws_outcome(path, world["owner"]) == "open"
-        if ws.obj_param:
-            foreign = f"{path}?{ws.obj_param}={world['globex'][ws.obj_param]}"
-            own = f"{path}?{ws.obj_param}={world['acme'][ws.obj_param]}"
-            assert ws_outcome(foreign, world["owner"]) == "closed 4403"
-            assert ws_outcome(own, world["owner"]) == "open"
+        for param in ws.obj_params:
+            foreign = f"{path}?{param}={world['globex'][param]}"
+            own = f"{path}?{param}={world['acme'][param]}"
+            assert ws_outcome(foreign, world["owner"]) == "closed 4403", foreign
+            assert ws_outcome(own, world["owner"]) == "open", own

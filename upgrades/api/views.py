@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nodepools.models import DriverRelease, GpuModel, NodePool
+from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.errors import DomainError
 from nvke.tenancy.context import resolve_tenant
@@ -137,10 +138,17 @@ class DriverOptionsView(APIView):
 
 
 class IsStaff(permissions.BasePermission):
+    """Staff users; like everywhere else, a read-only token of theirs may only read."""
+
     message = "Fleet rollouts are for platform operators."
 
     def has_permission(self, request, view) -> bool:
-        return bool(request.user and request.user.is_authenticated and request.user.is_staff)
+        if not (request.user and request.user.is_authenticated and request.user.is_staff):
+            return False
+        if request.method not in permissions.SAFE_METHODS and read_only_token(request):
+            self.message = READ_ONLY_TOKEN
+            return False
+        return True
 
 
 class FleetRolloutViewSet(
