@@ -7,6 +7,8 @@ from django.contrib.auth import get_user_model
 from clusters.models import Cluster
 from nodepools.models import Claim, NodePool
 from nvke.tenancy.models import ApiToken, GpuQuota, Membership, Quota, Tenant
+from telemetry.models import ClaimScaling, NodeToken
+from upgrades.models import FleetRollout, UpgradeRun
 
 from .recorder import register
 
@@ -22,3 +24,11 @@ register(Tenant, tenant_of=lambda tenant: tenant.pk)
 register(get_user_model(), tenant_of=lambda user: None, ignore=("last_login",), secret=("password",))
 register(Quota)
 register(GpuQuota)
+# A run's status is what its controls change (start, pause, abort…), so it is recorded, the ticks'
+# transitions too (actor system); their bookkeeping is not.
+RUN_TICK_FIELDS = ("reason", "message", "tick_seq", "ticked_at", "max_unavailable_seen", "canary_done_at")
+register(UpgradeRun, ignore=(*RUN_TICK_FIELDS, "failed_accepted", "finished_at"))
+# Fleet rollouts span tenants: operators read these entries in the admin; each run is in its tenant's log.
+register(FleetRollout, tenant_of=lambda rollout: None, ignore=("wave",))
+register(NodeToken, secret=("key_hash",))
+register(ClaimScaling, ignore=("state", "reason"))  # the rescaler's state

@@ -6,8 +6,10 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
 from clusters.models import Cluster
-from nodepools.services import update_pool
+from nodepools.models import DriverRelease
+from nodepools.services import reconcile, update_pool
 from nvke.tenancy.models import ApiToken
+from telemetry.models import NodeToken
 
 pytestmark = pytest.mark.django_db
 
@@ -152,3 +154,33 @@ def test_account_changes_are_logged_for_operators_without_the_password(django_us
     assert "pw-secret" not in str(list(AuditEntry.objects.values())) and user.password not in str(
         list(AuditEntry.objects.values())
     )
+
+
+def test_upgrade_controls_and_node_tokens_are_logged_with_the_hash_as_secret(
+    api, owner, make_cluster, make_pool
+):
+    tenant = owner.memberships.get().tenant
+    pool = make_pool(make_cluster(tenant))
+    reconcile(pool.pk)
+    body = {"pool": pool.pk, "target_release": "595.71.05", "start": False}
+    run = api.post("/api/v1/upgrades/", body, format="json").data
+    assert api.post(f"/api/v1/upgrades/{run['id']}/abort/").status_code == 200
+    runs = AuditEntry.objects.filter(object_type="upgrades.upgraderun", object_id=str(run["id"]))
+    created, aborted = runs.get(action="create"), runs.get(action="update")
+    target = DriverRelease.objects.get(version="595.71.05")
+    assert created.tenant_id == tenant.pk and created.changes["target_release_id"] == [None, target.pk]
+    assert aborted.changes == {"status": ["pending", "aborted"]}
+    assert aborted.actor == owner.username and aborted.tenant_id == tenant.pk
+
+    node = pool.nodes.first()
+    first = api.post("/api/v1/telemetry/node-tokens/", {"node": node.pk}, format="json")
+    second = api.post("/api/v1/telemetry/node-tokens/", {"node": node.pk}, format="json")  # replaces it
+    assert (first.status_code, second.status_code) == (201, 201)
+    issued = AuditEntry.objects.get(object_type="telemetry.nodetoken", action="create")
+    replaced = AuditEntry.objects.get(object_type="telemetry.nodetoken", action="update")
+    assert issued.tenant_id == tenant.pk and issued.actor == owner.username
+    assert issued.changes["key_hash"] == [None, "[secret]"]
+    assert replaced.changes["key_hash"] == ["[secret]", "[secret]"]
+    text = str(list(AuditEntry.objects.values()))
+    assert NodeToken.objects.get(node=node).key_hash not in text
+    assert first.data["token"] not in text and second.data["token"] not in text
