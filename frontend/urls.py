@@ -2,13 +2,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import views, views_account, views_telemetry, views_upgrades
+from .sign_in import SignInView
 
 urlpatterns = [
-    path(
-        "login/",
-        auth_views.LoginView.as_view(template_name="frontend/login.html", redirect_authenticated_user=True),
-        name="login",
-    ),
+    path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),  # POST only (Django 5)
     path("", views.dashboard, name="dashboard"),
     path("clusters/", views.cluster_list, name="cluster-list"),

@@ -247,6 +247,12 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+# Password guessing (nvke/tenancy/login_throttle.py): failed sign-ins per address, for one username and
+# for all, before sign-ins from that address are refused for NVKE_LOGIN_LOCKOUT_S seconds.
+AUTHENTICATION_BACKENDS = ["nvke.tenancy.login_throttle.ThrottledModelBackend"]
+NVKE_LOGIN_FAILURES_PER_USER = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_USER", "10"))
+NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_ADDRESS", "50"))
+NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
 # Client addresses in the audit log: trust X-Forwarded-For only behind a proxy that sets it.
 NVKE_TRUST_PROXY = env_bool("NVKE_TRUST_PROXY", SECURE)
 

@@ -9,4 +9,7 @@ class TenancyConfig(AppConfig):
     def ready(self) -> None:
         from nvke import encryption  # noqa: F401  (registers its `check --deploy` check)
 
-        from . import schema  # noqa: F401  (registers the token scheme with drf-spectacular)
+        from . import (
+            login_throttle,  # noqa: F401  (counts failed sign-ins)
+            schema,  # noqa: F401  (registers the token scheme with drf-spectacular)
+        )
