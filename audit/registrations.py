@@ -14,7 +14,9 @@ from .recorder import register
 
 CONTROL_LOOP_FIELDS = ("status", "status_reason", "status_message", "conditions")
 
-register(Cluster, ignore=(*CONTROL_LOOP_FIELDS, "endpoint"))
+# Provisioning writes the endpoint and the admin token (encrypted, so it would be "[secret]" anyway): they
+# are the provider's output, not anyone's change, and the token is never recorded at all.
+register(Cluster, ignore=(*CONTROL_LOOP_FIELDS, "endpoint", "admin_token"))
 register(NodePool, ignore=CONTROL_LOOP_FIELDS)
 register(Claim, ignore=("status", "pending_reason", "allocated_at"))
 register(ApiToken, ignore=("last_used_at",), secret=("key_hash",))

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Cluster, KubernetesVersion, Region
+from .models import Cluster, ClusterAddon, KubernetesVersion, Region
 
 
 @admin.register(KubernetesVersion)
@@ -22,8 +22,33 @@ class RegionAdmin(admin.ModelAdmin):
         return [RegionInventoryInline]
 
 
+class ClusterAddonInline(admin.TabularInline):
+    """Provisioning writes them; operators read them here."""
+
+    model = ClusterAddon
+    fields = readonly_fields = ["name", "version", "status", "message", "updated_at"]
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ClusterAddon)
+class ClusterAddonAdmin(admin.ModelAdmin):
+    list_display = ["name", "version", "status", "cluster", "updated_at"]
+    list_filter = ["status", "name", "version"]
+    search_fields = ["name", "cluster__name", "cluster__tenant__name"]
+    readonly_fields = ["cluster", "name", "version", "status", "message", "updated_at"]
+    list_select_related = ["cluster"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    inlines = [ClusterAddonInline]
     list_display = [
         "name",
         "tenant",

@@ -1,5 +1,6 @@
 from django.db import models
 
+from nvke.encryption import EncryptedTextField
 from nvke.models import Conditions, TenantScopedQuerySet, dns_label
 
 
@@ -46,6 +47,11 @@ class Cluster(Conditions):
     control_plane_nodes = models.PositiveSmallIntegerField(choices=[(1, "1"), (3, "3 (highly available)")])
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     endpoint = models.CharField(max_length=200, blank=True)
+    admin_token = EncryptedTextField(
+        blank=True,
+        editable=False,
+        help_text="Cluster-admin bearer token from provisioning; encrypted, shown only in kubeconfigs.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -59,3 +65,26 @@ class Cluster(Conditions):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ClusterAddon(models.Model):
+    """One add-on of the cluster's GPU stack (clusters/addons.py CATALOG), installed at provisioning."""
+
+    class Status(models.TextChoices):
+        INSTALLING = "installing"
+        INSTALLED = "installed"
+        FAILED = "failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="addons")
+    name = models.CharField(max_length=63)
+    version = models.CharField(max_length=32)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.INSTALLING)
+    message = models.CharField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "pk"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="uniq_addon_per_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"

@@ -10,7 +10,8 @@ from nvke.realtime import broadcast
 from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 
-from .models import Cluster, KubernetesVersion, Region
+from . import addons
+from .models import Cluster, ClusterAddon, KubernetesVersion, Region
 
 
 def cluster_key(cluster: Cluster) -> str:
@@ -74,10 +75,11 @@ def provision(cluster_id: int) -> None:
     cluster = Cluster.objects.select_related("region").filter(pk=cluster_id).first()
     if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
         return
+    provider = get_provider()
+    key = cluster_key(cluster)
     try:
-        endpoint = get_provider().provision_cluster(
-            cluster_key(cluster), cluster.region.name, cluster.control_plane_nodes
-        )
+        access = provider.provision_cluster(key, cluster.region.name, cluster.control_plane_nodes)
+        installed = provider.install_addons(key, addons.versions())
         failure = None
     except ProviderError as error:
         failure = error
@@ -91,7 +93,9 @@ def provision(cluster_id: int) -> None:
             cluster.set_condition("Ready", False, failure.reason, failure.message)
         else:
             cluster.status = Cluster.Status.RUNNING
-            cluster.endpoint = endpoint
+            cluster.endpoint = access.endpoint
+            cluster.admin_token = access.token
+            _record_addons(cluster, installed)
             cluster.status_reason, cluster.status_message = "", ""
             cluster.set_condition("Ready", True, "Provisioned", "The control plane is serving.")
         cluster.save()
@@ -99,6 +103,21 @@ def provision(cluster_id: int) -> None:
         if not failure:
             for pool_id in cluster.node_pools.values_list("pk", flat=True):
                 reconcile_pool.delay_on_commit(pool_id)
+
+
+def _record_addons(cluster: Cluster, installed) -> None:
+    """One row per add-on, updated in place on a repeated provisioning step."""
+    for addon in installed:
+        ClusterAddon.objects.update_or_create(
+            cluster=cluster,
+            name=addon.name,
+            defaults={"version": addon.version, "status": addon.status, "message": addon.message[:300]},
+        )
+    failed = [a.name for a in installed if a.status == ClusterAddon.Status.FAILED]
+    if failed:
+        cluster.set_condition("AddonsReady", False, "AddonFailed", f"Not installed: {', '.join(failed)}.")
+    else:
+        cluster.set_condition("AddonsReady", True, "Installed", "The GPU stack add-ons are installed.")
 
 
 def delete_cluster(cluster: Cluster) -> Cluster:

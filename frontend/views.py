@@ -15,6 +15,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from clusters import services as cluster_services
+from clusters.addons import BY_NAME as ADDON_CATALOG
+from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml
 from clusters.models import Cluster
 from nodepools import claims as claim_services
 from nodepools import services as pool_services
@@ -34,7 +36,6 @@ from .forms import (
     add_domain_error,
     cluster_filter,
 )
-from .kubeconfig import kubeconfig_filename, kubeconfig_yaml
 from .overview import capacity_by_model, clusters_needing_attention
 from .pool_hints import pool_hints
 from .snapshot import host_usage
@@ -172,6 +173,7 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
             "cluster": cluster,
             "pools": _pools_with_ready_nodes(cluster.node_pools.all()),
             "nodes": nodes,
+            "addons": [(addon, ADDON_CATALOG.get(addon.name)) for addon in cluster.addons.all()],
             "claim_counts": {
                 "total": sum(claim_counts.values()),
                 **{status: claim_counts.get(status, 0) for status in Claim.Status.values},
@@ -188,17 +190,20 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
 
 @tenant_view
 def cluster_kubeconfig(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
-    """Download the cluster's kubeconfig; a cluster with no endpoint yet has none (404)."""
+    """Download the cluster's kubeconfig; a cluster with no endpoint yet has none (404). It carries the
+    cluster-admin token, so it is for members and up: a viewer gets 403."""
     cluster = get_object_or_404(
         Cluster.objects.restrict(context).select_related("tenant", "region", "kubernetes_version"),
         pk=pk,
         status=Cluster.Status.RUNNING,
         endpoint__gt="",
     )
+    require_change(context)
     response = HttpResponse(
         kubeconfig_yaml(cluster, request.user.get_username()), content_type="application/yaml; charset=utf-8"
     )
     response["Content-Disposition"] = f'attachment; filename="{kubeconfig_filename(cluster)}"'
+    response["Cache-Control"] = "no-store"
     return response
 
 

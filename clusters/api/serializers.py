@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from clusters.models import Cluster, KubernetesVersion, Region
+from clusters.models import Cluster, ClusterAddon, KubernetesVersion, Region
 
 
 class KubernetesVersionSerializer(serializers.ModelSerializer):
@@ -9,12 +9,20 @@ class KubernetesVersionSerializer(serializers.ModelSerializer):
         fields = ["version", "enabled", "is_default", "end_of_support"]
 
 
+class ClusterAddonSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ClusterAddon
+        fields = ["name", "version", "status", "message", "updated_at"]
+        read_only_fields = fields
+
+
 class ClusterSerializer(serializers.ModelSerializer):
     kubernetes_version = serializers.SlugRelatedField(
         slug_field="version", queryset=KubernetesVersion.objects.filter(enabled=True)
     )
     region = serializers.SlugRelatedField(slug_field="name", queryset=Region.objects.filter(enabled=True))
     node_pools = serializers.SerializerMethodField()
+    addons = ClusterAddonSerializer(many=True, read_only=True)
 
     class Meta:
         model = Cluster
@@ -30,6 +38,7 @@ class ClusterSerializer(serializers.ModelSerializer):
             "conditions",
             "endpoint",
             "node_pools",
+            "addons",
             "created_at",
             "updated_at",
         ]

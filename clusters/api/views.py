@@ -1,14 +1,19 @@
 from django.db.models import Count
-from drf_spectacular.utils import extend_schema
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
 from clusters import services
 from clusters.filters import ClusterFilter
+from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml
 from clusters.models import Cluster
 from nodepools import claims
 from nodepools.api.claims import DefragPlanSerializer, DefragRequestSerializer
+from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.tenancy.roles import Action
 
@@ -26,8 +31,9 @@ class ClusterViewSet(
 
     # Meta.ordering does not apply to an aggregating query: order explicitly.
     queryset = (
-        Cluster.objects.select_related("kubernetes_version", "region")
+        Cluster.objects.select_related("tenant", "kubernetes_version", "region")
         .annotate(node_pool_count=Count("node_pools"))
+        .prefetch_related("addons")
         .order_by("name")
     )
     serializer_class = ClusterSerializer
@@ -48,6 +54,35 @@ class ClusterViewSet(
     def write_action(self) -> Action:
         """Moving other people's claims is for tenant admins; the rest of a cluster's writes for members."""
         return Action.MANAGE if self.action == "defrag" else Action.CHANGE
+
+    @property
+    def read_action(self) -> Action:
+        """The kubeconfig holds the cluster-admin token: members and up, like a write."""
+        return Action.CHANGE if self.action == "kubeconfig" else Action.VIEW
+
+    @extend_schema(
+        responses={
+            (200, "application/yaml"): OpenApiResponse(
+                OpenApiTypes.STR, description="kubeconfig with the cluster-admin bearer token"
+            )
+        }
+    )
+    @action(detail=True, methods=["get"])
+    def kubeconfig(self, request, pk=None):
+        """The cluster's kubeconfig (YAML) with its admin token; 404 until the cluster is running. Members
+        and up; a viewer or a read-only token gets 403 (the token can change the cluster)."""
+        if read_only_token(request):
+            raise PermissionDenied(READ_ONLY_TOKEN)
+        cluster = self.get_object()
+        if cluster.status != Cluster.Status.RUNNING or not cluster.endpoint:
+            raise NotFound("The cluster is not running yet: it has no kubeconfig.")
+        response = HttpResponse(
+            kubeconfig_yaml(cluster, request.user.get_username()),
+            content_type="application/yaml; charset=utf-8",
+        )
+        response["Content-Disposition"] = f'attachment; filename="{kubeconfig_filename(cluster)}"'
+        response["Cache-Control"] = "no-store"
+        return response
 
     @extend_schema(parameters=[DefragRequestSerializer], responses=DefragPlanSerializer)
     @action(detail=True, methods=["get"], url_path="defrag-plan")

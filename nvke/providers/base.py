@@ -72,6 +72,25 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
+class ClusterAccess:
+    """What provisioning hands back: the API endpoint and a cluster-admin bearer token. The token is a
+    secret: the control plane stores it encrypted (Cluster.admin_token) and puts it only in kubeconfigs."""
+
+    endpoint: str
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class AddonStatus:
+    """One add-on of the cluster's GPU stack as the provider reports it after an install."""
+
+    name: str
+    version: str
+    status: str  # "installed", "installing" or "failed"
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class DriverStatus:
     """A node's driver as the provider sees it during an upgrade."""
 
@@ -84,8 +103,9 @@ class DriverStatus:
 
 class Provider(ABC):
     @abstractmethod
-    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> str:
-        """Create (or find) the cluster's control plane; return its API endpoint."""
+    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:
+        """Create (or find) the cluster's control plane; return its API endpoint and an admin token.
+        Idempotent: a repeated call returns the same endpoint and token."""
 
     @abstractmethod
     def delete_cluster(self, cluster: str) -> None:
@@ -120,6 +140,13 @@ class Provider(ABC):
     @abstractmethod
     def driver_version(self, cluster: str, node: str) -> str:
         """The NVIDIA driver version the node reports now."""
+
+    def install_addons(self, cluster: str, addons: dict[str, str]) -> list[AddonStatus]:
+        """Install (or find installed) the GPU stack add-ons, `{name: version}`, on a provisioned cluster
+        (on Kubernetes: Helm releases of the GPU Operator and friends). Idempotent. A provider that cannot
+        install them reports each as failed."""
+        reason = f"{type(self).__name__} cannot install add-ons."
+        return [AddonStatus(name, version, "failed", reason) for name, version in addons.items()]
 
     def install_driver(self, cluster: str, node: str, version: str) -> None:
         """Start installing driver `version` on a drained node (on Kubernetes: set the driver version and

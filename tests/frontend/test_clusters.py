@@ -266,6 +266,7 @@ def test_kubeconfig_download_names_the_endpoint_and_context(ui, tenant, owner, m
     assert cluster.endpoint.startswith("https://")
     assert config["current-context"] == name
     assert config["contexts"][0]["context"] == {"cluster": name, "user": f"{name}-{owner.username}"}
+    assert config["users"] == [{"name": f"{name}-{owner.username}", "user": {"token": cluster.admin_token}}]
 
 
 def test_a_cluster_without_an_endpoint_has_no_kubeconfig(ui, tenant, make_cluster, make_member):

@@ -62,6 +62,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/clusters/<pk>/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/defrag/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/defrag-plan/": Api(TENANT, "cluster"),
+    "api/v1/clusters/<pk>/kubeconfig/": Api(TENANT, "cluster"),
     "api/v1/node-pools/": Api(TENANT),
     "api/v1/node-pools/<pk>/": Api(TENANT, "pool"),
     "api/v1/nodes/": Api(TENANT),

@@ -3,12 +3,17 @@ one fleet; the control plane reaches it only through the Provider interface."""
 
 from django.db import models
 
+from nvke.encryption import EncryptedTextField
+
 
 class SimCluster(models.Model):
     key = models.CharField(max_length=64, unique=True)
     region = models.CharField(max_length=32)
     control_plane_nodes = models.PositiveSmallIntegerField()
     endpoint = models.CharField(max_length=200)
+    admin_token = EncryptedTextField(
+        blank=True, editable=False, help_text="The virtual cluster's admin bearer token"
+    )
 
     def __str__(self) -> str:
         return self.key

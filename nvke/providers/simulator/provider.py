@@ -10,7 +10,17 @@ from django.utils import timezone
 
 from nodepools.models import RegionInventory
 
-from ..base import DriverStatus, GpuInfo, NodeInfo, PoolSpec, Provider, ProviderError, ScaleResult
+from ..base import (
+    AddonStatus,
+    ClusterAccess,
+    DriverStatus,
+    GpuInfo,
+    NodeInfo,
+    PoolSpec,
+    Provider,
+    ProviderError,
+    ScaleResult,
+)
 from .models import SimCluster, SimFault, SimNode
 
 
@@ -93,7 +103,7 @@ def _node_info(node: SimNode) -> NodeInfo:
 class SimulatorProvider(Provider):
     """A virtual fleet with real GPU figures from the catalog and finite regional inventory."""
 
-    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> str:
+    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:
         _raise_injected_fault(SimFault.Operation.PROVISION_CLUSTER, cluster)
         sim, _ = SimCluster.objects.get_or_create(
             key=cluster,
@@ -101,9 +111,19 @@ class SimulatorProvider(Provider):
                 "region": region,
                 "control_plane_nodes": control_plane_nodes,
                 "endpoint": f"https://{cluster}.{region}.k8s.nvke.local:6443",
+                "admin_token": secrets.token_urlsafe(32),
             },
         )
-        return sim.endpoint
+        if not sim.admin_token:  # a virtual cluster made before tokens were issued
+            sim.admin_token = secrets.token_urlsafe(32)
+            sim.save(update_fields=["admin_token"])
+        return ClusterAccess(endpoint=sim.endpoint, token=sim.admin_token)
+
+    def install_addons(self, cluster: str, addons: dict[str, str]) -> list[AddonStatus]:
+        """The virtual cluster runs whatever it is given: every add-on is installed at once."""
+        if not SimCluster.objects.filter(key=cluster).exists():
+            raise ProviderError("ClusterNotFound", f"Cluster {cluster} does not exist.")
+        return [AddonStatus(name, version, "installed") for name, version in addons.items()]
 
     def delete_cluster(self, cluster: str) -> None:
         SimCluster.objects.filter(key=cluster).delete()

@@ -1,9 +1,11 @@
-"""The kubeconfig a tenant downloads for a cluster: its API endpoint as a cluster entry, a user entry and
-a context joining them, named after the cluster.
+"""The kubeconfig a tenant downloads for a cluster: its API endpoint as a cluster entry, a user entry with
+the cluster-admin bearer token issued at provisioning, and a context joining them, named after the cluster.
 
-The control plane records only the endpoint the provider returned at provisioning; it holds no
-certificate authority or credentials for the tenant's cluster yet, so the user entry is empty and
-the file says how to add credentials (`kubectl config set-credentials`)."""
+The token is decrypted from `Cluster.admin_token` only here, for the response; it never goes to logs, the
+audit log or the cluster's API representation. A cluster provisioned before tokens were issued has none:
+its user entry stays empty and the file says how to add credentials (`kubectl config set-credentials`).
+The UI page (`cluster-kubeconfig`) and the API (`GET /api/v1/clusters/{id}/kubeconfig/`) both render it;
+both are for members and up (the token can change the cluster), never viewers or read-only tokens."""
 
 import yaml
 
@@ -11,6 +13,11 @@ from clusters.models import Cluster
 
 HEADER = """\
 # kubeconfig for NVKE cluster {name} ({region}), Kubernetes {version}.
+"""
+HEADER_TOKEN = """\
+# It holds a cluster-admin bearer token: keep it secret, as you would a password.
+"""
+HEADER_NO_TOKEN = """\
 # NVKE records no credentials for this cluster yet: add yours to user {user!r}, e.g.
 #   kubectl --kubeconfig {filename} config set-credentials {user} --token=<token>
 """
@@ -24,16 +31,18 @@ def kubeconfig_yaml(cluster: Cluster, username: str) -> str:
     """A kubeconfig (YAML) for a cluster that has an endpoint."""
     name = f"nvke-{cluster.tenant.slug}-{cluster.name}"
     user = f"{name}-{username}"
+    token = cluster.admin_token
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {"server": cluster.endpoint}}],
-        "users": [{"name": user, "user": {}}],
+        "users": [{"name": user, "user": {"token": token} if token else {}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,
         "preferences": {},
     }
-    header = HEADER.format(
+    header = HEADER + (HEADER_TOKEN if token else HEADER_NO_TOKEN)
+    header = header.format(
         name=cluster.name,
         region=cluster.region.name,
         version=cluster.kubernetes_version.version,
