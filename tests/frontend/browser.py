@@ -18,12 +18,14 @@ saves a screenshot of its page when it ends (`<test>.png`; `<test>-FAILED.png` p
 import glob
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connections
 from django.test import Client
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from tests.integration.processes import ROOT
@@ -128,3 +130,17 @@ def owner_page(page, owner):
     """A Playwright page signed in as `owner` (an owner of tenant 'acme')."""
     sign_in(page, owner)
     return page
+
+
+def until(page, condition: str, poke: Callable[[], None], timeout_s: float = 20) -> None:
+    """Wait for a JavaScript condition, calling `poke` (re-sending what the page should hear) between
+    tries: the page's socket may not have joined its group when the first message goes out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            page.wait_for_function(condition, timeout=1000)
+            return
+        except PlaywrightError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {condition}") from None
+            poke()

@@ -2,12 +2,9 @@
 Events reach the page the way the services send them: over Redis to the page's websocket."""
 
 import re
-import time
-from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
-from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from clusters.models import Cluster
@@ -19,23 +16,9 @@ from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.models import Membership, Tenant
 
-from .browser import BROWSER_TEST, LAPTOP, TABLET, screenshot
+from .browser import BROWSER_TEST, LAPTOP, TABLET, screenshot, until
 
 pytestmark = BROWSER_TEST
-
-
-def until(page, condition: str, poke: Callable[[], None], timeout_s: float = 20) -> None:
-    """Wait for a JavaScript condition, calling `poke` (re-sending an event) between tries: the page's
-    socket may not have joined its group when the first event goes out."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            page.wait_for_function(condition, timeout=1000)
-            return
-        except PlaywrightError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {condition}") from None
-            poke()
 
 
 def listening(page) -> None:

@@ -5,10 +5,8 @@ websocket and must change without a reload."""
 
 import re
 import time
-from collections.abc import Callable
 
 import pytest
-from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from nodepools.models import Gpu, Node, NodePool
@@ -18,25 +16,11 @@ from upgrades.events import publish_run
 from upgrades.models import UpgradeRun
 from upgrades.ticks import tick
 
-from .browser import BROWSER_TEST, screenshot
+from .browser import BROWSER_TEST, screenshot, until
 
 pytestmark = BROWSER_TEST
 TARGET = "595.71.05"  # an L4 pool on 580.105.08 may move to it (tests/upgrades)
 NOT_RELOADED = "window.__marker === 1"
-
-
-def until(page, condition: str, poke: Callable[[], None], timeout_s: float = 20) -> None:
-    """Wait for a JavaScript condition, calling `poke` (re-sending what the page should hear) between
-    tries: the page's socket may not have joined its group when the first message goes out."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            page.wait_for_function(condition, timeout=1000)
-            return
-        except PlaywrightError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {condition}") from None
-            poke()
 
 
 def mark(page) -> None:
