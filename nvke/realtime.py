@@ -42,6 +42,21 @@ def cluster_group(tenant_id: int, cluster_id: int) -> str:
     return f"tenant-{tenant_id}.cluster-{cluster_id}"
 
 
+def member_group(tenant_id: int, user_id: int) -> str:
+    """Every stream a user has open on a tenant's data: closed when the membership ends."""
+    return f"tenant-{tenant_id}.member-{user_id}"
+
+
+def close_member_streams(tenant_id: int, user_id: int) -> None:
+    """Once the transaction commits, close the user's open streams of the tenant (code 4403)."""
+
+    def send() -> None:
+        layer = get_channel_layer()
+        async_to_sync(layer.group_send)(member_group(tenant_id, user_id), {"type": "nvke.access_revoked"})
+
+    transaction.on_commit(send)
+
+
 async def _send(layer, by_group: dict[str, list[dict]]) -> None:
     for group, events in by_group.items():
         await layer.group_send(group, {"type": MESSAGE_TYPE, "events": events})

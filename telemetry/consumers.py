@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodepools.models import Gpu, NodePool
-from nvke.consumers import FORBIDDEN
+from nvke.consumers import FORBIDDEN, MembershipWatch
 from nvke.realtime import cluster_group, tenant_group
 from nvke.tenancy.context import find_context
 
@@ -20,15 +20,15 @@ KINDS = ("cluster", "pool", "gpu")
 
 
 @database_sync_to_async
-def resolve_view(user, session, query: dict) -> tuple[str, dict, str] | None:
-    """(view key, GPU filter, events group) for what the user's tenant may see; None if refused."""
+def resolve_view(user, session, query: dict) -> tuple[str, dict, str, int] | None:
+    """(view key, GPU filter, events group, tenant) for what the user's tenant may see; None if refused."""
     context = find_context(user, session=session)
     if context is None:
         return None
     tenant_id = context.tenant.pk
     asked = [(kind, query[kind][0]) for kind in KINDS if kind in query]
     if not asked:
-        return f"tenant-{tenant_id}.fleet", {"tenant_id": tenant_id}, tenant_group(tenant_id)
+        return f"tenant-{tenant_id}.fleet", {"tenant_id": tenant_id}, tenant_group(tenant_id), tenant_id
     if len(asked) > 1 or not asked[0][1].isdigit():
         return None
     kind, pk = asked[0][0], int(asked[0][1])
@@ -53,10 +53,11 @@ def resolve_view(user, session, query: dict) -> tuple[str, dict, str] | None:
         f"tenant-{tenant_id}.{kind}-{pk}",
         {"tenant_id": tenant_id, **gpu_filter},
         cluster_group(tenant_id, cluster_id),
+        tenant_id,
     )
 
 
-class TelemetryConsumer(AsyncWebsocketConsumer):
+class TelemetryConsumer(MembershipWatch, AsyncWebsocketConsumer):
     async def connect(self):
         self.view_key = self.group = None
         user = self.scope.get("user")
@@ -68,8 +69,9 @@ class TelemetryConsumer(AsyncWebsocketConsumer):
         if resolved is None:
             await self.close(code=FORBIDDEN)
             return
-        key, gpu_filter, self.group = resolved
+        key, gpu_filter, self.group, tenant_id = resolved
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.watch_membership(tenant_id)
         view = await hub.view(key, gpu_filter)
         hello = {
             "type": "telemetry.hello",
@@ -87,6 +89,7 @@ class TelemetryConsumer(AsyncWebsocketConsumer):
             hub.leave(self.view_key, id(self))
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.stop_watching_membership()
 
     async def nvke_events(self, message):
         """Events broadcast together (nvke.realtime) arrive as one message: one frame each."""

@@ -5,6 +5,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from nvke.errors import Conflict, DomainError
+from nvke.realtime import close_member_streams
 
 from .context import TenantContext
 from .models import ApiToken, Membership
@@ -77,6 +78,7 @@ def remove_member(*, context: TenantContext, membership: Membership) -> None:
         ):
             revoke_token(token)
         membership.delete()
+        close_member_streams(membership.tenant_id, membership.user_id)
 
 
 def _keep_an_owner(membership: Membership, *, leaving: bool) -> None:

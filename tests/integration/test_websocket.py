@@ -104,3 +104,27 @@ def test_events_committed_together_arrive_as_frames_in_order(asgi_server, owner)
         flush()
         frames = [json.loads(socket.recv(timeout=10)) for _ in range(50)]
     assert [f["n"] for f in frames] == list(range(50))
+
+
+def test_removing_a_member_closes_their_open_streams(asgi_server, owner, make_member):
+    """Events and telemetry sockets of a removed member close with 4403; another member's stay open."""
+    from nvke.tenancy.models import Membership
+    from nvke.tenancy.services import remove_member
+
+    tenant = owner.memberships.get().tenant
+    leaving = make_member("acme", "member", username="leaving")
+    staying = make_member("acme", "member", username="staying")
+    with (
+        open_socket(asgi_server, leaving) as events,
+        open_socket(asgi_server, leaving, "/ws/telemetry/") as telemetry,
+        open_socket(asgi_server, staying) as other,
+    ):
+        json.loads(telemetry.recv(timeout=10))  # the telemetry stream's hello: it is open
+        remove_member(context=TenantContext(tenant, "owner"), membership=Membership.objects.get(user=leaving))
+        for socket in (events, telemetry):
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    socket.recv(timeout=10)
+            assert closed.value.rcvd.code == 4403
+        with pytest.raises(TimeoutError):
+            other.recv(timeout=0.5)  # still open, and quiet
