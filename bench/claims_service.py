@@ -16,24 +16,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 # The production shape: a Redis channel layer carries every claim's websocket event.
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
-
-
-def ensure_database(url: str) -> None:
-    """Create the benchmark's database when it does not exist yet."""
-    import psycopg
-    from psycopg import sql
-
-    name = urlparse(url).path.lstrip("/")
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def main() -> None:
@@ -53,33 +41,21 @@ def main() -> None:
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         sys.exit("Set DATABASE_URL to a PostgreSQL database this benchmark may empty.")
 
+    from bench_db import bench_cluster, ensure_database, fresh_catalog
+
     ensure_database(os.environ["DATABASE_URL"])
     import django
 
     django.setup()
-    from django.core.management import call_command
 
-    from clusters.models import Cluster, KubernetesVersion, Region
-    from clusters.services import provision
-    from nodepools.catalog import seed_catalog
-    from nodepools.models import DriverRelease, GpuModel, NodePool, RegionInventory
+    from nodepools.models import DriverRelease, GpuModel, NodePool
     from nodepools.selectors import allocation_violations
     from nodepools.services import reconcile
     from nvke.tenancy.models import Tenant
 
-    call_command("migrate", verbosity=0)
-    call_command("flush", interactive=False, verbosity=0)
-    seed_catalog()
-    RegionInventory.objects.update(total_gpus=100_000)  # the benchmark measures claims, not capacity
+    fresh_catalog()
     tenant = Tenant.objects.create(name="Bench", slug="bench")
-    cluster = Cluster.objects.create(
-        tenant=tenant,
-        name="bench",
-        kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
-        region=Region.objects.get(name="us-east-1"),
-        control_plane_nodes=3,
-    )
-    provision(cluster.pk)
+    cluster = bench_cluster(tenant)
     driver = DriverRelease.objects.get(version="580.105.08")
     for name, model, mode in [("frac", "l4", "fractional"), ("mig", "h100-sxm5-80gb", "mig")]:
         pool = NodePool.objects.create(

@@ -45,14 +45,13 @@ def main() -> None:
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         sys.exit("Set DATABASE_URL to a PostgreSQL database this benchmark may empty.")
-    from claims_service import ensure_database
+    from bench_db import bench_cluster, ensure_database, fresh_catalog
 
     ensure_database(os.environ["DATABASE_URL"])
     import django
 
     django.setup()
     from django.conf import settings
-    from django.core.management import call_command
     from django.db.models.signals import post_delete, post_save, pre_save
     from rest_framework.settings import api_settings
     from rest_framework.test import APIClient
@@ -61,15 +60,11 @@ def main() -> None:
     from nvke.celery import app as celery_app
 
     celery_app.conf.broker_url = "memory://"  # enqueued reconciles stay here; no worker gets them
-    call_command("flush", "--no-input", verbosity=0)
-    call_command("migrate", verbosity=0)
-    call_command("seed_catalog", verbosity=0)
+    fresh_catalog()
     settings.ALLOWED_HOSTS = ["testserver"]
     settings.NVKE_RATE_LIMITS = {"token": "1000000/minute", "user": "1000000/minute"}
 
     from audit import recorder
-    from clusters.models import Cluster, KubernetesVersion, Region
-    from clusters.services import provision
     from nodepools.models import DriverRelease, GpuModel, NodePool
     from nodepools.services import update_pool
     from nvke.tenancy.models import ApiToken, GpuQuota, Membership, Tenant
@@ -78,14 +73,7 @@ def main() -> None:
     user = django.contrib.auth.get_user_model().objects.create_user("bench")
     Membership.objects.create(tenant=tenant, user=user, role="owner")
     _, raw = ApiToken.issue(tenant=tenant, user=user, name="bench")
-    cluster = Cluster.objects.create(
-        tenant=tenant,
-        name="bench",
-        kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
-        region=Region.objects.get(name="us-east-1"),
-        control_plane_nodes=1,
-    )
-    provision(cluster.pk)
+    cluster = bench_cluster(tenant, control_plane_nodes=1)
     pool = NodePool.objects.create(
         tenant=tenant,
         cluster=cluster,

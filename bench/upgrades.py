@@ -56,7 +56,7 @@ def makespan(nodes: int, percent: int) -> dict:
 
 
 def database_ticks(nodes: int, percent: int) -> dict:
-    from bench.claims_service import ensure_database
+    from bench_db import bench_cluster, ensure_database, fresh_catalog
 
     os.environ.pop("REDIS_URL", None)  # in-memory channel layer: measure the tick, not Redis
     os.environ["NVKE_SIM_UPGRADE_STEP_S"] = ""
@@ -64,12 +64,8 @@ def database_ticks(nodes: int, percent: int) -> dict:
     import django
 
     django.setup()
-    from django.core.management import call_command
 
-    from clusters.models import Cluster, KubernetesVersion, Region
-    from clusters.services import provision
-    from nodepools.catalog import seed_catalog
-    from nodepools.models import DriverRelease, GpuModel, NodePool, RegionInventory
+    from nodepools.models import DriverRelease, GpuModel, NodePool
     from nodepools.services import reconcile
     from nvke.tenancy.context import TenantContext
     from nvke.tenancy.models import Tenant
@@ -77,19 +73,9 @@ def database_ticks(nodes: int, percent: int) -> dict:
     from upgrades.services import create_run
     from upgrades.ticks import tick
 
-    call_command("migrate", verbosity=0)
-    call_command("flush", interactive=False, verbosity=0)
-    seed_catalog()
-    RegionInventory.objects.update(total_gpus=100_000)
+    fresh_catalog()
     tenant = Tenant.objects.create(name="Bench", slug="bench")
-    cluster = Cluster.objects.create(
-        tenant=tenant,
-        name="bench",
-        kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
-        region=Region.objects.get(name="us-east-1"),
-        control_plane_nodes=3,
-    )
-    provision(cluster.pk)
+    cluster = bench_cluster(tenant)
     pool = NodePool.objects.create(
         tenant=tenant,
         cluster=cluster,

@@ -1,0 +1,45 @@
+"""What the database-backed benchmarks share: a PostgreSQL database they may empty, the catalog, and one
+provisioned cluster in the simulator. Call `ensure_database` before `django.setup()`, the rest after."""
+
+from urllib.parse import urlparse
+
+
+def ensure_database(url: str) -> None:
+    """Create the benchmark's database when it does not exist yet."""
+    import psycopg
+    from psycopg import sql
+
+    name = urlparse(url).path.lstrip("/")
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def fresh_catalog() -> None:
+    """Migrated, emptied, the catalog seeded; region inventory large enough never to be the limit."""
+    from django.core.management import call_command
+
+    from nodepools.catalog import seed_catalog
+    from nodepools.models import RegionInventory
+
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)
+    seed_catalog()
+    RegionInventory.objects.update(total_gpus=100_000)  # the benchmarks measure software, not capacity
+
+
+def bench_cluster(tenant, control_plane_nodes: int = 3):
+    """A running cluster named "bench" of `tenant` in the simulator."""
+    from clusters.models import Cluster, KubernetesVersion, Region
+    from clusters.services import provision
+
+    cluster = Cluster.objects.create(
+        tenant=tenant,
+        name="bench",
+        kubernetes_version=KubernetesVersion.objects.get(version="1.35"),
+        region=Region.objects.get(name="us-east-1"),
+        control_plane_nodes=control_plane_nodes,
+    )
+    provision(cluster.pk)
+    cluster.refresh_from_db()
+    return cluster
