@@ -55,6 +55,20 @@ def grid_states(page) -> dict[str, str]:
     )
 
 
+def tick_to_the_end(page, run: UpgradeRun, status: str) -> None:
+    """Tick the run until it settles in `status`, then wait for the page's badge to say so live."""
+    for _ in range(200):
+        if not tick_once(run):
+            break
+    run.refresh_from_db()
+    assert run.status == status
+    until(
+        page,
+        f"document.querySelector('[data-run-status=\"{run.pk}\"]').textContent === '{status}'",
+        lambda: publish_run(UpgradeRun.objects.get(pk=run.pk)),
+    )
+
+
 def test_start_an_upgrade_watch_the_grid_live_and_pause_then_resume(owner_page, upgrade_pool):
     pool, page = upgrade_pool, owner_page
     names = sorted(Node.objects.filter(pool=pool).values_list("name", flat=True))
@@ -124,16 +138,7 @@ def test_start_an_upgrade_watch_the_grid_live_and_pause_then_resume(owner_page, 
     mark(page)
 
     # Ticked to the end: every cell and the run's badge turn over without a reload.
-    for _ in range(200):
-        if not tick_once(run):
-            break
-    run.refresh_from_db()
-    assert run.status == "completed"
-    until(
-        page,
-        f"document.querySelector('[data-run-status=\"{run.pk}\"]').textContent === 'completed'",
-        lambda: publish_run(UpgradeRun.objects.get(pk=run.pk)),
-    )
+    tick_to_the_end(page, run, "completed")
     page.wait_for_function(
         "() => Array.from(document.querySelectorAll('#node-grid .node-state'))"
         ".every(el => el.textContent === 'upgrade-done')"
@@ -178,16 +183,7 @@ def test_abort_asks_first_then_the_grid_settles_live(owner_page, upgrade_pool):
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     mark(page)
 
-    for _ in range(200):
-        if not tick_once(run):
-            break
-    run.refresh_from_db()
-    assert run.status == "aborted"
-    until(
-        page,
-        f"document.querySelector('[data-run-status=\"{run.pk}\"]').textContent === 'aborted'",
-        lambda: publish_run(UpgradeRun.objects.get(pk=run.pk)),
-    )
+    tick_to_the_end(page, run, "aborted")
     # The started node went back into service on its old driver; no node was left half-way.
     expect(cell).to_have_text("upgrade-required")
     assert set(grid_states(page).values()) == {"upgrade-required"}
