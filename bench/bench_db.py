@@ -1,7 +1,14 @@
 """What the database-backed benchmarks share: a PostgreSQL database they may empty, the catalog, and one
 provisioned cluster in the simulator. Call `ensure_database` before `django.setup()`, the rest after."""
 
+import os
 from urllib.parse import urlparse
+
+from cryptography.fernet import Fernet
+
+# A key for this run (every benchmark empties its database first), inherited by the processes it starts:
+# without one, each process warns that secrets use the development key.
+os.environ.setdefault("NVKE_ENCRYPTION_KEY", Fernet.generate_key().decode())
 
 
 def ensure_database(url: str) -> None:

@@ -527,7 +527,12 @@ def field_at_fault(reason: str) -> str:
 @functools.lru_cache(maxsize=512)
 def _catalog_refusal(request: core.Request, period: int) -> str | None:
     """Cached per claim shape for a short period: the catalog changes rarely, claims arrive often."""
-    return core.fits_ever(request, catalog_shapes())
+    return core.fits_ever(request, _catalog_shapes(period))
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_shapes(period: int) -> list[core.NodeState]:
+    return catalog_shapes()
 
 
 def create_claim(*, context: TenantContext, cluster: Cluster, place: bool = True, **fields) -> Claim:

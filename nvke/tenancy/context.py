@@ -24,7 +24,7 @@ def find_context(user, *, session=None, token: ApiToken | None = None) -> Tenant
     """The user's tenant: the token's, else the session's choice if still a member, else the first."""
     if not user.is_authenticated:
         return None
-    memberships = Membership.objects.select_related("tenant").filter(user=user)
+    memberships = Membership.objects.select_related("tenant__quota").filter(user=user)
     if token is not None:
         memberships = memberships.filter(tenant_id=token.tenant_id)
     else:

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from clusters.models import Cluster, KubernetesVersion, Region
 from clusters.services import create_cluster
@@ -97,6 +98,7 @@ def test_check_claim_counts_memory_and_compute_of_every_claim(tenant, make_clust
     assert refused.value.status == 409 and "10000 MiB in use of 30000 MiB" in refused.value.message
     # A whole GPU counts 100 % compute each: 50 + 100 fits 150, 50 + 200 does not.
     Quota.objects.filter(tenant=tenant).update(max_claim_gpu_memory_mib=None)
+    tenant.refresh_from_db()  # as the next request reads it, quota included
     with transaction.atomic():
         quotas.check_claim(tenant, _claim(tenant, cluster, kind="whole", gpus=1, allowed_models=["l4"]))
     with pytest.raises(quotas.QuotaExceeded) as refused, transaction.atomic():
@@ -228,3 +230,13 @@ def test_the_claims_api_refuses_a_claim_over_the_quota(api, tenant, make_cluster
     response = api.post("/api/v1/claims/", claim)
     assert response.status_code == 409 and response.data["details"]["quota"] == "max_claim_compute_percent"
     assert not Claim.objects.exists()
+    # Each request reads the limits afresh, in its membership query: no query of its own.
+    Quota.objects.filter(tenant=tenant).update(max_claim_compute_percent=100)
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post("/api/v1/claims/", claim)
+    assert response.status_code == 201, response.data
+    quota_table = Quota._meta.db_table
+    reads = [q["sql"] for q in queries if quota_table in q["sql"]]
+    assert len(reads) == 1 and "tenancy_membership" in reads[0], reads
+    Quota.objects.filter(tenant=tenant).delete()
+    assert api.post("/api/v1/claims/", {**claim, "name": "bigger", "compute_percent": 90}).status_code == 201

@@ -59,7 +59,8 @@ class Command(BaseCommand):
         queue: bool,
         **options,
     ):
-        target = Cluster.objects.select_related("tenant").get(pk=cluster)
+        # The tenant as a request's context has it: with its quota, read in the same query.
+        target = Cluster.objects.select_related("tenant__quota").get(pk=cluster)
         context = TenantContext(target.tenant, "owner")
         rng = random.Random(seed)
         shapes = shapes_for(target)
