@@ -1,14 +1,15 @@
 """What the database-backed benchmarks share: a PostgreSQL database they may empty, the catalog, and one
 provisioned cluster in the simulator. Call `ensure_database` before `django.setup()`, the rest after."""
 
+import base64
 import os
 from urllib.parse import urlparse
 
-from cryptography.fernet import Fernet
-
-# A key for this run (every benchmark empties its database first), inherited by the processes it starts:
-# without one, each process warns that secrets use the development key.
-os.environ.setdefault("NVKE_ENCRYPTION_KEY", Fernet.generate_key().decode())
+# The benchmarks' own key, inherited by the processes they start (without one each process warns that
+# secrets use the development key). Their databases hold only the simulator's made-up credentials.
+os.environ.setdefault(
+    "NVKE_ENCRYPTION_KEY", base64.urlsafe_b64encode(b"nvke benchmarks: not a secret!!!").decode()
+)
 
 
 def ensure_database(url: str) -> None:
