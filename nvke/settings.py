@@ -166,11 +166,14 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-rollup": {"task": "telemetry.tasks.rollup", "schedule": 10.0},
     "telemetry-rescale": {"task": "telemetry.tasks.rescale", "schedule": 5.0},
     "telemetry-heartbeats": {"task": "telemetry.tasks.check_heartbeats", "schedule": 15.0},
+    "prune-audit-log": {"task": "audit.tasks.prune_audit_log", "schedule": 3600.0},
     "resync-upgrades": {
         "task": "upgrades.tasks.resync_runs",
         "schedule": float(os.environ.get("NVKE_UPGRADE_RESYNC_S", "30")),
     },
 }
+# Audit log: entries older than this many days are pruned hourly by beat; 0 keeps them forever.
+NVKE_AUDIT_RETENTION_DAYS = int(os.environ.get("NVKE_AUDIT_RETENTION_DAYS", "365"))
 # Driver upgrades: seconds between a run's ticks (each tick re-queues the next with this countdown).
 NVKE_UPGRADE_TICK_S = float(os.environ.get("NVKE_UPGRADE_TICK_S", "2"))
 

@@ -184,3 +184,31 @@ def test_upgrade_controls_and_node_tokens_are_logged_with_the_hash_as_secret(
     text = str(list(AuditEntry.objects.values()))
     assert NodeToken.objects.get(node=node).key_hash not in text
     assert first.data["token"] not in text and second.data["token"] not in text
+
+
+@pytest.mark.django_db
+def test_entries_past_the_retention_are_pruned_in_batches(owner, settings, monkeypatch):
+    import datetime
+
+    from django.utils import timezone
+
+    from audit import retention
+    from audit.tasks import prune_audit_log
+
+    now = timezone.now()
+    tenant = owner.memberships.get().tenant
+    ages = [400, 366, 364, 1]  # days
+    for days in ages:
+        entry = AuditEntry.objects.create(
+            tenant=tenant, actor="system", action="update", object_type="x.y", object_id="1", object_repr="y"
+        )
+        AuditEntry.objects.filter(pk=entry.pk).update(created_at=now - datetime.timedelta(days=days))
+    year_ago = now - datetime.timedelta(days=365)
+    kept = set(AuditEntry.objects.filter(created_at__gte=year_ago).values_list("pk"))
+    monkeypatch.setattr(retention, "BATCH", 1)  # two old entries: two batches, then an empty one
+    settings.NVKE_AUDIT_RETENTION_DAYS = 365
+    assert prune_audit_log() == 2
+    assert set(AuditEntry.objects.values_list("pk")) == kept
+    settings.NVKE_AUDIT_RETENTION_DAYS = 0  # keep forever
+    assert retention.prune(now + datetime.timedelta(days=10_000)) == 0
+    assert set(AuditEntry.objects.values_list("pk")) == kept
