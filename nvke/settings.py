@@ -116,6 +116,15 @@ DATABASES = {
         os.environ.get("DATABASE_URL", f"sqlite:///{DATA_DIR / 'nvke.sqlite3'}"), conn_max_age=0
     )
 }
+# PostgreSQL: each process keeps a pool of open connections (psycopg_pool), so a request or task borrows
+# one instead of opening a new connection (a new server process) each time. 0 turns the pool off.
+DB_POOL_MAX_SIZE = int(os.environ.get("NVKE_DB_POOL_MAX_SIZE", "10"))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_MAX_SIZE > 0:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": 30,  # seconds a request waits for a free connection before it fails
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

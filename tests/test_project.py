@@ -52,3 +52,26 @@ def test_check_deploy_flags_the_embedded_default(tmp_path):
     )
     assert result.returncode != 0
     assert "security.W004" in result.stderr + result.stdout  # HSTS unset
+
+
+@pytest.mark.django_db(transaction=True)
+def test_postgresql_connections_come_from_a_pool():
+    """A request or task that ends gives its connection back; the next borrows an open one instead of
+    opening a new connection (a new server process)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the pool is PostgreSQL's (SQLite opens a file)")
+
+    def borrow_and_give_back() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        connection.close()  # what Django does at the end of every request and task
+
+    borrow_and_give_back()
+    assert connection.pool is not None
+    opened = connection.pool.get_stats()["connections_num"]
+    assert opened >= 1
+    for _ in range(5):
+        borrow_and_give_back()
+    assert connection.pool.get_stats()["connections_num"] == opened
