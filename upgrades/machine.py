@@ -155,6 +155,15 @@ def keeps_cordoned(policy: FailedNodes, driver_touched: bool) -> bool:
 KEPT_MESSAGE = "Kept cordoned: its driver is not validated; retry or roll back."
 
 
+def kept_message(message: str) -> str:
+    """A failed node's message with the note that it stays out of service."""
+    return f"{message.rstrip('. ')}. {KEPT_MESSAGE}" if message else KEPT_MESSAGE
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" + ("" if count == 1 else "s")
+
+
 def _kept(node: NodeView, strategy: Strategy) -> bool:
     """A failed node the run keeps out of service."""
     return node.state == State.FAILED and keeps_cordoned(strategy.failed_nodes, node.touched)
@@ -164,7 +173,7 @@ def _fail(node: NodeView, strategy: Strategy, reason: str, message: str) -> Step
     """A failed node goes back into service at once (unless it was cordoned before the run), except
     one whose driver was touched, which stays cordoned under keep-cordoned."""
     if keeps_cordoned(strategy.failed_nodes, node.touched):
-        return Step(node.name, State.FAILED, Effect.NONE, reason, f"{message} {KEPT_MESSAGE}".strip())
+        return Step(node.name, State.FAILED, Effect.NONE, reason, kept_message(message))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
     return Step(node.name, State.FAILED, effect, reason, message)
 
@@ -287,8 +296,8 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
             # Only a retry or a rollback frees these nodes: waiting would be waiting forever.
             result.phase, result.reason = Phase.FAILED, "FailedNodesHoldBudget"
             result.message = (
-                f"{held} failed nodes stay cordoned and hold the whole maxUnavailable budget "
-                f"({strategy.max_unavailable}); {len(startable)} nodes were not upgraded. Retry or roll back."
+                f"Failed nodes kept cordoned ({held}) hold the whole maxUnavailable budget "
+                f"({strategy.max_unavailable}); {_nodes(len(startable))} not upgraded. Retry or roll back."
             )
             return result
         if startable and not in_flight:
@@ -302,14 +311,18 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
 
     if not any(n.state in ACTIVE for n in after.values()) and not any(s.to in ACTIVE for s in result.steps):
         waiting = any(n.state == State.UPGRADE_REQUIRED for n in after.values())
-        still = f" {len(kept)} failed nodes stay cordoned (driver not validated); retry or roll back."
+        still = (
+            f"; {_nodes(len(kept))} kept cordoned (driver not validated): retry or roll back."
+            if kept
+            else "."
+        )
         if run.phase == Phase.ABORTING:
             result.phase, result.reason = Phase.ABORTED, "Aborted"
-            result.message = "The run was aborted." + (still if kept else "")
+            result.message = "The run was aborted" + still
         elif not waiting:  # running, or paused with nothing left to do
             if failed:
                 result.phase, result.reason = Phase.FAILED, "NodesFailed"
-                result.message = f"{len(failed)} of {len(nodes)} nodes failed." + (still if kept else "")
+                result.message = f"{len(failed)} of {len(nodes)} nodes failed" + still
             else:
                 result.phase, result.reason = Phase.COMPLETED, "AllNodesUpgraded"
                 result.message = f"All {len(nodes)} nodes run driver {run.target_version}."
@@ -322,7 +335,7 @@ def _abort(node: NodeView, strategy: Strategy) -> Step | None:
     if node.state not in BEFORE_INSTALL | {State.UPGRADE_REQUIRED}:
         return None
     if keeps_cordoned(strategy.failed_nodes, node.touched):
-        return Step(node.name, State.FAILED, Effect.NONE, "Aborted", f"The run was aborted. {KEPT_MESSAGE}")
+        return Step(node.name, State.FAILED, Effect.NONE, "Aborted", kept_message("The run was aborted"))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
     if node.state == State.UPGRADE_REQUIRED and effect == Effect.NONE:
         return None  # never started: nothing to hand back

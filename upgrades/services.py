@@ -246,7 +246,7 @@ def _abort(run: UpgradeRun) -> None:
         "Aborting",
         f"Aborting: {in_flight} nodes not yet on the new driver go back into service; "
         "installs under way finish"
-        + (f"; {kept} failed nodes stay cordoned (driver not validated)." if kept else "."),
+        + (f"; failed nodes kept cordoned (driver not validated): {kept}." if kept else "."),
     )
 
 

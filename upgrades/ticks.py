@@ -24,7 +24,6 @@ from nvke.providers.base import Provider, ProviderError
 from . import events, rollouts
 from .machine import (
     ACTIVE,
-    KEPT_MESSAGE,
     LIVE,
     Effect,
     FailedNodes,
@@ -34,6 +33,7 @@ from .machine import (
     State,
     Strategy,
     keeps_cordoned,
+    kept_message,
     plan,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
@@ -283,7 +283,7 @@ def _fail_after_error(run, row, node, provider, key, error: ProviderError, now) 
     """A cordon or install the provider refused: the node fails, back in service unless its driver
     was touched (and the run keeps such nodes cordoned)."""
     if keeps_cordoned(FailedNodes(run.failed_nodes), row.driver_touched):
-        _record(run, row, State.FAILED, error.reason, f"{error.message} {KEPT_MESSAGE}", now)
+        _record(run, row, State.FAILED, error.reason, kept_message(error.message), now)
         return
     if node is not None and node.cordoned and not row.pre_cordoned:
         try:

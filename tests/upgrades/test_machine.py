@@ -203,8 +203,8 @@ def test_a_run_resumed_past_failures_that_hold_the_budget_ends_instead_of_waitin
     result = plan(replace(RUN, failed_accepted=1), nodes, STRATEGY, 0)  # an operator resumed
     assert (result.phase, result.reason, result.steps) == (Phase.FAILED, "FailedNodesHoldBudget", [])
     assert result.message == (
-        "1 failed nodes stay cordoned and hold the whole maxUnavailable budget (1); "
-        "2 nodes were not upgraded. Retry or roll back."
+        "Failed nodes kept cordoned (1) hold the whole maxUnavailable budget (1); "
+        "2 nodes not upgraded. Retry or roll back."
     )
 
 
@@ -224,8 +224,8 @@ def test_the_finished_run_counts_the_nodes_kept_cordoned(policy, kept):
     nodes = [node(State.DONE, name="n0"), node(State.FAILED, name="n1", driver_touched=True)]
     result = plan(replace(RUN, failed_accepted=1), nodes, replace(STRATEGY, failed_nodes=policy), 0)
     assert (result.phase, result.reason) == (Phase.FAILED, "NodesFailed")
-    assert result.message == "1 of 2 nodes failed." + (
-        " 1 failed nodes stay cordoned (driver not validated); retry or roll back." if kept else ""
+    assert result.message == "1 of 2 nodes failed" + (
+        "; 1 node kept cordoned (driver not validated): retry or roll back." if kept else "."
     )
 
 
@@ -246,7 +246,7 @@ def test_abort_leaves_kept_nodes_and_touched_retries_cordoned_and_says_so():
     assert all(s.message.endswith(KEPT_MESSAGE) for s in result.steps[:2])
     assert (result.phase, result.message) == (
         Phase.ABORTED,
-        "The run was aborted. 3 failed nodes stay cordoned (driver not validated); retry or roll back.",
+        "The run was aborted; 3 nodes kept cordoned (driver not validated): retry or roll back.",
     )
 
 

@@ -119,7 +119,7 @@ def test_unhealthy_gpu_after_install_fails_validation_and_stays_cordoned(context
     assert (run.status, run.reason, run.message) == (
         "failed",
         "NodesFailed",
-        "1 of 2 nodes failed. 1 failed nodes stay cordoned (driver not validated); retry or roll back.",
+        "1 of 2 nodes failed; 1 node kept cordoned (driver not validated): retry or roll back.",
     )
     assert run.nodes.get(name=victim.name).reason == "ValidationFailed"
     assert list(Node.objects.filter(pool=pool, cordoned=True)) == [victim]
@@ -152,8 +152,8 @@ def test_resumed_past_a_failure_that_holds_the_budget_the_run_ends_and_retry_fin
     run = drive(services.control(run, "resume"))  # settles: no endless Blocked ticking
     assert (run.status, run.reason, run.finished_at is not None) == ("failed", "FailedNodesHoldBudget", True)
     assert run.message == (
-        "1 failed nodes stay cordoned and hold the whole maxUnavailable budget (1); "
-        "2 nodes were not upgraded. Retry or roll back."
+        "Failed nodes kept cordoned (1) hold the whole maxUnavailable budget (1); "
+        "2 nodes not upgraded. Retry or roll back."
     )
     assert sorted(run.nodes.values_list("state", flat=True)) == [
         "upgrade-failed",
@@ -178,11 +178,11 @@ def test_abort_leaves_a_kept_node_cordoned_and_rollback_reinstalls_and_uncordons
         "upgrade-required",
     ]
     run = services.control(run, "abort")
-    assert run.message.endswith("; 1 failed nodes stay cordoned (driver not validated).")
+    assert run.message.endswith("; failed nodes kept cordoned (driver not validated): 1.")
     run = drive(run)
     assert (run.status, run.message) == (
         "aborted",
-        "The run was aborted. 1 failed nodes stay cordoned (driver not validated); retry or roll back.",
+        "The run was aborted; 1 node kept cordoned (driver not validated): retry or roll back.",
     )
     assert list(Node.objects.filter(pool=pool, cordoned=True)) == [nodes[1]]
 
