@@ -334,7 +334,7 @@ def _abort(node: NodeView, strategy: Strategy) -> Step | None:
     attempt touched (a retry, or a node an earlier run kept cordoned): failed again, still cordoned."""
     if node.state not in BEFORE_INSTALL | {State.UPGRADE_REQUIRED}:
         return None
-    if keeps_cordoned(strategy.failed_nodes, node.touched):
+    if node.cordoned and keeps_cordoned(strategy.failed_nodes, node.touched):
         return Step(node.name, State.FAILED, Effect.NONE, "Aborted", kept_message("The run was aborted"))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
     if node.state == State.UPGRADE_REQUIRED and effect == Effect.NONE:

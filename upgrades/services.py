@@ -148,7 +148,9 @@ def _new_row(
 ) -> UpgradeNode:
     """A node's row in a new run. `earlier`: its row in the pool's last run if that touched its
     driver without validating it; the node is then upgraded even if it reports the target (its install
-    failed), and a cordon that run kept is this run's to lift."""
+    failed), and a cordon that run kept is this run's to lift. A node back in service since (the
+    uncordon policy, or someone outside NVKE) starts untouched: a failure before its install gives it
+    back again."""
     row = UpgradeNode(
         run=run,
         node=node,
@@ -157,7 +159,7 @@ def _new_row(
         entered_at=now,
         pre_cordoned=node.cordoned,
         from_version=node.driver_version,
-        driver_touched=earlier is not None,
+        driver_touched=earlier is not None and node.cordoned,
     )
     if earlier is None and node.driver_version == target.version:
         row.state, row.reason = State.DONE, "AlreadyOnTarget"

@@ -243,7 +243,7 @@ def _carry_out(run, steps, rows, nodes, provider, key, now) -> bool:
                 row.driver_touched = True  # even if the call fails: the old driver may be gone
                 provider.install_driver(key, step.node, run.target_release.version)
         except ProviderError as error:
-            if step.effect in (Effect.CORDON, Effect.INSTALL):  # cannot go on: give the node back
+            if step.effect in (Effect.CORDON, Effect.INSTALL):  # cannot go on: the node fails
                 _fail_after_error(run, row, node, provider, key, error, now)
             else:  # evictions retry until the drain timeout; an uncordon retries until it works
                 _note(run, row, error.reason, error.message)
@@ -282,7 +282,11 @@ def _evict(run: UpgradeRun, node: Node, provider: Provider, key: str) -> str:
 def _fail_after_error(run, row, node, provider, key, error: ProviderError, now) -> None:
     """A cordon or install the provider refused: the node fails, back in service unless its driver
     was touched (and the run keeps such nodes cordoned)."""
-    if keeps_cordoned(FailedNodes(run.failed_nodes), row.driver_touched):
+    if (
+        node is not None
+        and node.cordoned
+        and keeps_cordoned(FailedNodes(run.failed_nodes), row.driver_touched)
+    ):
         _record(run, row, State.FAILED, error.reason, kept_message(error.message), now)
         return
     if node is not None and node.cordoned and not row.pre_cordoned:

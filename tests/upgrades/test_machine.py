@@ -236,6 +236,7 @@ def test_abort_leaves_kept_nodes_and_touched_retries_cordoned_and_says_so():
         node(State.DRAIN_REQUIRED, name="n1", cordoned=True, driver_touched=True),  # its retry
         node(State.UPGRADE_REQUIRED, name="n2", cordoned=True, driver_touched=True),  # a retry waiting
         node(State.DRAIN_REQUIRED, name="n3", cordoned=True),  # first attempt, driver untouched
+        node(State.UPGRADE_REQUIRED, name="n4", driver_touched=True),  # in service again: left alone
     ]
     result = plan(aborting, nodes, STRATEGY, 0)
     assert [(s.node, s.to, s.effect) for s in result.steps] == [
