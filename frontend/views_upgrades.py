@@ -13,7 +13,7 @@ from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
 from upgrades import services
 from upgrades.compatibility import driver_options
-from upgrades.machine import FINISHED, Phase, State
+from upgrades.machine import FINISHED, FailedNodes, Phase, State
 from upgrades.models import UpgradeRun
 from upgrades.scheduling import kick_if_stale
 
@@ -40,6 +40,16 @@ class UpgradeStartForm(forms.Form):
     drain_timeout_s = forms.IntegerField(min_value=1, initial=600, label="Drain timeout (s)")
     failure_budget = forms.IntegerField(
         min_value=1, initial=1, help_text="Pause after this many failed nodes."
+    )
+    failed_nodes = forms.ChoiceField(
+        label="Failed nodes",
+        choices=[
+            (FailedNodes.KEEP_CORDONED, "Keep cordoned"),
+            (FailedNodes.UNCORDON, "Uncordon at once"),
+        ],
+        initial=FailedNodes.KEEP_CORDONED,
+        help_text="A node whose new driver fails to install or validate: keep it out of service until a "
+        "retry or rollback, or put it back into service at once.",
     )
 
     def __init__(self, *args, allowed: list[str], **kwargs):
@@ -100,8 +110,10 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
 def upgrade_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
     run = _run(context, pk)
     kick_if_stale(run)
-    nodes = list(run.nodes.all())
+    nodes = list(run.nodes.select_related("node"))
     failed = sum(n.state == State.FAILED for n in nodes)
+    # still out of service because of this run (a later run may have taken the node over since)
+    kept = {n.name for n in nodes if n.kept_cordoned and n.node is not None and n.node.cordoned}
     return render(
         request,
         "frontend/upgrades/run_detail.html",
@@ -110,6 +122,7 @@ def upgrade_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
             "nodes": nodes,
             "done": sum(n.state == State.DONE for n in nodes),
             "failed": failed,
+            "kept": kept,
             "controls": offered_controls(run, failed),
             "history": run.history.order_by("-id")[:200],
             "can_change": context.allows(Action.CHANGE),

@@ -10,7 +10,17 @@ from .models import FleetRollout, UpgradeCondition, UpgradeNode, UpgradeRun
 
 class UpgradeNodeInline(admin.TabularInline):
     model = UpgradeNode
-    fields = ["name", "state", "canary", "pre_cordoned", "from_version", "reason", "message", "entered_at"]
+    fields = [
+        "name",
+        "state",
+        "canary",
+        "pre_cordoned",
+        "driver_touched",
+        "from_version",
+        "reason",
+        "message",
+        "entered_at",
+    ]
     readonly_fields = fields
     extra = 0
     can_delete = False

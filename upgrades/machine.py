@@ -9,10 +9,16 @@ Node states are the NVIDIA GPU Operator's; each names what is required next:
     (or upgrade-failed from any active state)
 
 Invariants the plan keeps (tests/upgrades check them at every tick):
-- never more nodes unavailable than `max_unavailable`, counting nodes that were unavailable anyway;
+- never more nodes unavailable than `max_unavailable`, counting nodes that were unavailable anyway (a
+  failed node kept cordoned is unavailable too);
 - a node is told to install the new driver only once it holds no claims (drained);
-- a node the run cordoned is uncordoned when it finishes, fails, or the run is aborted before its driver
-  install; a node cordoned before the run stays cordoned."""
+- a node the run cordoned is uncordoned when it finishes, or when it fails or the run is aborted before
+  its driver was touched; a node cordoned before the run stays cordoned;
+- a node that fails after its driver was touched (an install started and not validated since) stays
+  cordoned in upgrade-failed under `failed_nodes=keep-cordoned` (the default): no claim is placed on an
+  unvalidated driver. Retry takes it through the machine again; a rollback reinstalls the old driver;
+- a run never waits forever on its own failed nodes: when those kept cordoned hold the whole budget and
+  nodes still wait, it ends failed and says so."""
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -34,6 +40,13 @@ class State(StrEnum):
 ORDER = list(State)[:9]  # the happy path
 ACTIVE = frozenset(ORDER[1:8])  # between leaving the queue and finishing: the node is out of service
 BEFORE_INSTALL = frozenset(ORDER[1:6])  # an abort can still hand these back untouched
+
+
+class FailedNodes(StrEnum):
+    """What happens to a node that fails after its driver was touched."""
+
+    KEEP_CORDONED = "keep-cordoned"  # out of service until a retry or rollback validates a driver
+    UNCORDON = "uncordon"  # back into service at once, whatever its driver
 
 
 class Effect(StrEnum):
@@ -69,6 +82,7 @@ class Strategy:
     drain_timeout_s: float = 600
     validation_timeout_s: float = 900
     failure_budget: int = 1  # pause once this many nodes have failed
+    failed_nodes: FailedNodes = FailedNodes.KEEP_CORDONED
 
 
 @dataclass(frozen=True)
@@ -87,17 +101,23 @@ class NodeView:
     driver_version: str = ""
     gpus_healthy: bool = True
     install_failure: str = ""  # the provider's reason when the driver install failed
+    driver_touched: bool = False  # the run started a driver install here that has not validated since
 
     @property
     def unavailable(self) -> bool:
         return self.state in ACTIVE or self.cordoned or not self.ready
+
+    @property
+    def touched(self) -> bool:
+        """Its driver may be broken: an install was started (validation-required implies one)."""
+        return self.driver_touched or self.state == State.VALIDATION_REQUIRED
 
 
 @dataclass(frozen=True)
 class RunView:
     phase: Phase
     target_version: str
-    canary_done_at: float | None = None  # when the last canary node finished
+    canary_done_at: float | None = None  # when the last canary node finished (upgraded or failed)
     approved: bool = False
     failed_accepted: int = 0  # failed nodes an operator resumed past; the budget counts new ones
 
@@ -127,8 +147,33 @@ def unavailable_count(nodes: list[NodeView]) -> int:
     return sum(n.unavailable for n in nodes)
 
 
-def _fail(node: NodeView, reason: str, message: str) -> Step:
-    """A failed node goes back into service at once (unless it was cordoned before the run)."""
+def keeps_cordoned(policy: FailedNodes, driver_touched: bool) -> bool:
+    """Does a failure keep the node cordoned? Only one whose driver was touched, and only by policy."""
+    return policy == FailedNodes.KEEP_CORDONED and driver_touched
+
+
+KEPT_MESSAGE = "Kept cordoned: its driver is not validated; retry or roll back."
+
+
+def kept_message(message: str) -> str:
+    """A failed node's message with the note that it stays out of service."""
+    return f"{message.rstrip('. ')}. {KEPT_MESSAGE}" if message else KEPT_MESSAGE
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" + ("" if count == 1 else "s")
+
+
+def _kept(node: NodeView, strategy: Strategy) -> bool:
+    """A failed node the run keeps out of service."""
+    return node.state == State.FAILED and keeps_cordoned(strategy.failed_nodes, node.touched)
+
+
+def _fail(node: NodeView, strategy: Strategy, reason: str, message: str) -> Step:
+    """A failed node goes back into service at once (unless it was cordoned before the run), except
+    one whose driver was touched, which stays cordoned under keep-cordoned."""
+    if keeps_cordoned(strategy.failed_nodes, node.touched):
+        return Step(node.name, State.FAILED, Effect.NONE, reason, kept_message(message))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
     return Step(node.name, State.FAILED, effect, reason, message)
 
@@ -149,6 +194,7 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             if waited >= strategy.drain_timeout_s:
                 return _fail(
                     node,
+                    strategy,
                     "DrainTimeout",
                     f"{node.claims} claims still on the node after {strategy.drain_timeout_s:g}s.",
                 )
@@ -165,7 +211,7 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             )
         case State.VALIDATION_REQUIRED:
             if node.install_failure:
-                return _fail(node, "DriverInstallFailed", node.install_failure)
+                return _fail(node, strategy, "DriverInstallFailed", node.install_failure)
             if node.busy:
                 return None
             if node.driver_version == run.target_version and node.gpus_healthy and node.ready:
@@ -179,12 +225,12 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                 found = f"driver {node.driver_version or 'unknown'}"
                 if not node.gpus_healthy:
                     found += ", a GPU unhealthy"
-                return _fail(node, "ValidationFailed", f"Found {found}.")
+                return _fail(node, strategy, "ValidationFailed", f"Found {found}.")
             return None
         case State.UNCORDON_REQUIRED:
             effect = Effect.NONE if node.pre_cordoned else Effect.UNCORDON
             return Step(node.name, State.DONE, effect, "Upgraded")
-        case State.FAILED if node.cordoned and not node.pre_cordoned:
+        case State.FAILED if node.cordoned and not node.pre_cordoned and not _kept(node, strategy):
             return Step(node.name, State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")
     return None
 
@@ -212,22 +258,21 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
     if run.phase not in LIVE:
         return result
     for node in nodes:
-        if run.phase == Phase.ABORTING and node.state in BEFORE_INSTALL:
-            effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
-            result.steps.append(Step(node.name, State.UPGRADE_REQUIRED, effect, "Aborted"))
-        elif step := _advance(node, run, strategy, now):
+        aborted = _abort(node, strategy) if run.phase == Phase.ABORTING else None
+        if step := aborted or _advance(node, run, strategy, now):
             result.steps.append(step)
 
     after = {n.name: n for n in nodes}
     for step in result.steps:  # what the nodes look like once this tick's steps are done
-        cordoned = {Effect.CORDON: True, Effect.UNCORDON: False}.get(step.effect, after[step.node].cordoned)
-        after[step.node] = replace(after[step.node], state=step.to, cordoned=cordoned)
+        after[step.node] = _after(after[step.node], step)
     settled = list(after.values())
 
     canaries = [n for n in settled if n.canary]
-    if canaries and result.canary_done_at is None and all(n.state == State.DONE for n in canaries):
+    settled_states = (State.DONE, State.FAILED)  # a failed canary pauses the run; resumed, it bakes too
+    if canaries and result.canary_done_at is None and all(n.state in settled_states for n in canaries):
         result.canary_done_at = now
     failed = [n for n in settled if n.state == State.FAILED]
+    kept = [n for n in failed if _kept(n, strategy)]
 
     if run.phase == Phase.RUNNING and len(failed) > run.failed_accepted:
         if any(n.state == State.FAILED for n in canaries) and not run.approved:
@@ -244,27 +289,64 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
         )
         result.message = gate_message
         _start_nodes(result, settled, strategy, gate_open)
-        startable = any(n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary) for n in settled)
+        startable = [n for n in settled if n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary)]
         in_flight = any(n.state in ACTIVE for n in settled) or any(s.to in ACTIVE for s in result.steps)
+        held = sum(n.unavailable for n in kept if not n.pre_cordoned)
+        if startable and not in_flight and held >= strategy.max_unavailable:
+            # Only a retry or a rollback frees these nodes: waiting would be waiting forever.
+            result.phase, result.reason = Phase.FAILED, "FailedNodesHoldBudget"
+            result.message = (
+                f"Failed nodes kept cordoned ({held}) hold the whole maxUnavailable budget "
+                f"({strategy.max_unavailable}); {_nodes(len(startable))} not upgraded. Retry or roll back."
+            )
+            return result
         if startable and not in_flight:
             result.reason = "Blocked"
             result.message = (
-                f"{unavailable_count(settled)} nodes are unavailable outside the run (maxUnavailable "
-                f"{strategy.max_unavailable}); it carries on when they are back."
+                f"{unavailable_count(settled)} nodes are unavailable (maxUnavailable "
+                f"{strategy.max_unavailable}"
+                + (f"; {held} of them failed and kept cordoned" if held else "")
+                + "); it carries on when those outside the run are back."
             )
 
     if not any(n.state in ACTIVE for n in after.values()) and not any(s.to in ACTIVE for s in result.steps):
         waiting = any(n.state == State.UPGRADE_REQUIRED for n in after.values())
+        still = (
+            f"; {_nodes(len(kept))} kept cordoned (driver not validated): retry or roll back."
+            if kept
+            else "."
+        )
         if run.phase == Phase.ABORTING:
-            result.phase, result.reason, result.message = Phase.ABORTED, "Aborted", "The run was aborted."
+            result.phase, result.reason = Phase.ABORTED, "Aborted"
+            result.message = "The run was aborted" + still
         elif not waiting:  # running, or paused with nothing left to do
             if failed:
                 result.phase, result.reason = Phase.FAILED, "NodesFailed"
-                result.message = f"{len(failed)} of {len(nodes)} nodes failed."
+                result.message = f"{len(failed)} of {len(nodes)} nodes failed" + still
             else:
                 result.phase, result.reason = Phase.COMPLETED, "AllNodesUpgraded"
                 result.message = f"All {len(nodes)} nodes run driver {run.target_version}."
     return result
+
+
+def _abort(node: NodeView, strategy: Strategy) -> Step | None:
+    """An aborting run hands back the nodes not yet installing, except those whose driver an earlier
+    attempt touched (a retry, or a node an earlier run kept cordoned): failed again, still cordoned."""
+    if node.state not in BEFORE_INSTALL | {State.UPGRADE_REQUIRED}:
+        return None
+    if node.cordoned and keeps_cordoned(strategy.failed_nodes, node.touched):
+        return Step(node.name, State.FAILED, Effect.NONE, "Aborted", kept_message("The run was aborted"))
+    effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
+    if node.state == State.UPGRADE_REQUIRED and effect == Effect.NONE:
+        return None  # never started: nothing to hand back
+    return Step(node.name, State.UPGRADE_REQUIRED, effect, "Aborted")
+
+
+def _after(node: NodeView, step: Step) -> NodeView:
+    """The node once `step` is carried out."""
+    cordoned = {Effect.CORDON: True, Effect.UNCORDON: False}.get(step.effect, node.cordoned)
+    touched = (node.touched or step.effect == Effect.INSTALL) and step.to != State.UNCORDON_REQUIRED
+    return replace(node, state=step.to, cordoned=cordoned, driver_touched=touched)
 
 
 def _pause(result: Plan, reason: str, message: str) -> Plan:

@@ -8,7 +8,7 @@ from django.db import models
 
 from nvke.models import TenantScopedQuerySet
 
-from .machine import FINISHED, LIVE, Phase, State
+from .machine import FINISHED, LIVE, FailedNodes, Phase, State, keeps_cordoned
 
 
 class FleetRollout(models.Model):
@@ -60,6 +60,12 @@ class UpgradeRun(models.Model):
     drain_timeout_s = models.PositiveIntegerField(default=600)
     validation_timeout_s = models.PositiveIntegerField(default=900)
     failure_budget = models.PositiveIntegerField(default=1)
+    failed_nodes = models.CharField(
+        max_length=16,
+        choices=[(p.value, p.value) for p in FailedNodes],
+        default=FailedNodes.KEEP_CORDONED,
+        help_text="A node failing after its driver install: keep-cordoned or uncordon",
+    )
     # progress
     status = models.CharField(
         max_length=12, choices=[(p.value, p.value) for p in Phase], default=Phase.PENDING
@@ -115,6 +121,9 @@ class UpgradeNode(models.Model):
     canary = models.BooleanField(default=False)
     pre_cordoned = models.BooleanField(default=False, help_text="Cordoned before the run: stays cordoned")
     from_version = models.CharField(max_length=24)
+    driver_touched = models.BooleanField(
+        default=False, help_text="A driver install was started on it and has not validated since"
+    )
     reason = models.CharField(max_length=64, blank=True)
     message = models.TextField(blank=True)
 
@@ -124,6 +133,13 @@ class UpgradeNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.state}"
+
+    @property
+    def kept_cordoned(self) -> bool:
+        """Failed with its driver touched, so the run keeps it out of service (run.failed_nodes)."""
+        return self.state == State.FAILED and keeps_cordoned(
+            FailedNodes(self.run.failed_nodes), self.driver_touched
+        )
 
 
 class UpgradeCondition(models.Model):

@@ -12,7 +12,7 @@ from nvke.tenancy.context import TenantContext
 
 from . import events
 from .compatibility import upgrade_refusals
-from .machine import BEFORE_INSTALL, FINISHED, LIVE, Phase, State
+from .machine import BEFORE_INSTALL, FINISHED, LIVE, FailedNodes, Phase, State
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
 from .scheduling import schedule_tick
 
@@ -24,6 +24,7 @@ STRATEGY_FIELDS = (
     "drain_timeout_s",
     "validation_timeout_s",
     "failure_budget",
+    "failed_nodes",
 )
 MAX_UNAVAILABLE = re.compile(r"^(?P<n>[0-9]{1,4})(?P<pct>%?)$")
 
@@ -42,6 +43,11 @@ def validate_strategy(strategy: dict, nodes: int) -> None:
         )
     if strategy.get("failure_budget", 1) < 1:
         raise DomainError("failure_budget is at least 1.", field="failure_budget")
+    if strategy.get("failed_nodes", FailedNodes.KEEP_CORDONED) not in list(FailedNodes):
+        raise DomainError(
+            f"failed_nodes is one of {', '.join(FailedNodes)}.",
+            field="failed_nodes",
+        )
 
 
 def _refuse(pool: NodePool, target: DriverRelease, cuda: str, rollback: bool) -> None:
@@ -56,6 +62,16 @@ def _refuse(pool: NodePool, target: DriverRelease, cuda: str, rollback: bool) ->
 
 def _history(run: UpgradeRun, reason: str, message: str) -> None:
     UpgradeCondition.objects.create(run=run, type="Run", reason=reason, message=message)
+
+
+def _left_touched(pool: NodePool) -> dict[int, UpgradeNode]:
+    """The pool's last run's rows of nodes whose driver it touched and never validated (by node id):
+    a new run must reinstall them whatever version they report, and takes over the cordon of those
+    the last run kept cordoned."""
+    last = UpgradeRun.objects.filter(pool=pool).order_by("-created_at", "-pk").first()
+    if last is None:
+        return {}
+    return {row.node_id: row for row in last.nodes.filter(driver_touched=True, node__isnull=False)}
 
 
 def create_run(
@@ -87,6 +103,7 @@ def create_run(
     if UpgradeRun.objects.filter(pool=pool, status__in=list(LIVE)).exists():
         raise busy
     now = timezone.now()
+    touched = _left_touched(pool)
     try:
         with transaction.atomic():
             run = UpgradeRun.objects.create(
@@ -104,22 +121,16 @@ def create_run(
             canaries = run.canary_nodes
             rows = []
             for node in nodes:
-                done = node.driver_version == target_release.version
-                rows.append(
-                    UpgradeNode(
-                        run=run,
-                        node=node,
-                        name=node.name,
-                        state=State.DONE if done else State.UPGRADE_REQUIRED,
-                        reason="AlreadyOnTarget" if done else "",
-                        entered_at=now,
-                        canary=not done and canaries > 0,
-                        pre_cordoned=node.cordoned,
-                        from_version=node.driver_version,
-                    )
-                )
-                canaries -= 0 if done else 1
+                row = _new_row(run, node, target_release, touched.get(node.pk), now)
+                row.canary = row.state != State.DONE and canaries > 0
+                canaries -= row.canary
+                rows.append(row)
             UpgradeNode.objects.bulk_create(rows)
+            UpgradeCondition.objects.bulk_create(
+                UpgradeCondition(run=run, node=r.name, type="NodeState", reason=r.reason, message=r.message)
+                for r in rows
+                if r.reason == "CordonedByEarlierRun"
+            )
             what = "Rollback" if rollback_of else "Upgrade"
             versions = f"from {pool.driver_release.version} to {target_release.version}"
             _history(run, "Created", f"{what} of {len(nodes)} nodes {versions}.")
@@ -130,6 +141,35 @@ def create_run(
     except IntegrityError:  # a concurrent start won the pool
         raise busy from None
     return run
+
+
+def _new_row(
+    run: UpgradeRun, node: Node, target: DriverRelease, earlier: UpgradeNode | None, now
+) -> UpgradeNode:
+    """A node's row in a new run. `earlier`: its row in the pool's last run if that touched its
+    driver without validating it; the node is then upgraded even if it reports the target (its install
+    failed), and a cordon that run kept is this run's to lift. A node back in service since (the
+    uncordon policy, or someone outside NVKE) starts untouched: a failure before its install gives it
+    back again."""
+    row = UpgradeNode(
+        run=run,
+        node=node,
+        name=node.name,
+        state=State.UPGRADE_REQUIRED,
+        entered_at=now,
+        pre_cordoned=node.cordoned,
+        from_version=node.driver_version,
+        driver_touched=earlier is not None and node.cordoned,
+    )
+    if earlier is None and node.driver_version == target.version:
+        row.state, row.reason = State.DONE, "AlreadyOnTarget"
+    elif earlier is not None and earlier.kept_cordoned and not earlier.pre_cordoned and node.cordoned:
+        row.pre_cordoned = False
+        row.reason = "CordonedByEarlierRun"
+        row.message = (
+            f"Kept cordoned by run #{earlier.run_id} after its driver failed; this run reinstalls it."
+        )
+    return row
 
 
 # --- controls ----------------------------------------------------------------------------------------
@@ -197,13 +237,18 @@ def _abort(run: UpgradeRun) -> None:
         return
     if run.status not in (Phase.RUNNING, Phase.PAUSED):
         raise _refused(run, "abort")
-    in_flight = run.nodes.filter(state__in=list(BEFORE_INSTALL)).count()
+    touched = run.nodes.filter(driver_touched=True)
+    if run.failed_nodes == FailedNodes.UNCORDON:
+        touched = touched.none()
+    in_flight = run.nodes.filter(state__in=list(BEFORE_INSTALL)).exclude(pk__in=touched).count()
+    kept = touched.filter(state__in=[State.FAILED, State.UPGRADE_REQUIRED, *BEFORE_INSTALL]).count()
     _transition(
         run,
         Phase.ABORTING,
         "Aborting",
         f"Aborting: {in_flight} nodes not yet on the new driver go back into service; "
-        "installs under way finish.",
+        "installs under way finish"
+        + (f"; failed nodes kept cordoned (driver not validated): {kept}." if kept else "."),
     )
 
 
@@ -218,6 +263,11 @@ def _retry(run: UpgradeRun) -> None:
         and UpgradeRun.objects.filter(pool=run.pool, status__in=list(LIVE)).exists()
     ):
         raise Conflict("The pool has another upgrade in progress.", code="upgrade_in_progress")
+    if UpgradeRun.objects.filter(pool=run.pool, created_at__gt=run.created_at).exists():
+        # a later run took over these nodes (and any cordon this run kept on them)
+        raise _refused(run, "retry", "a later run of the pool took its nodes over")
+    if failed.filter(canary=True).exists():
+        run.canary_done_at = None  # the canary goes again, and so does its bake
     count = failed.update(state=State.UPGRADE_REQUIRED, reason="Retry", message="", entered_at=timezone.now())
     run.failed_accepted, run.finished_at = 0, None
     _transition(run, Phase.RUNNING, "Retry", f"Retrying {count} failed nodes.")

@@ -6,7 +6,18 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 
-from .machine import ACTIVE, Effect, NodeView, Phase, RunView, State, Strategy, plan, unavailable_count
+from .machine import (
+    ACTIVE,
+    Effect,
+    NodeView,
+    Phase,
+    RunView,
+    State,
+    Strategy,
+    keeps_cordoned,
+    plan,
+    unavailable_count,
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,7 @@ class SimNode:
     view: NodeView
     busy_until: float = 0
     fails_install: bool = False
+    fails_drain: bool = False  # its claims cannot be evicted (a PodDisruptionBudget that never allows it)
 
 
 @dataclass
@@ -46,6 +58,9 @@ class Outcome:
     blocked: bool  # stopped: nodes unavailable outside the run hold the whole budget
     plan_cpu_s: float
     violations: list[str] = field(default_factory=list)
+    reason: str = ""  # of the last phase change
+    failed: int = 0
+    kept_cordoned: int = 0  # failed nodes left cordoned because their driver was touched
 
 
 def run_simulation(
@@ -58,8 +73,11 @@ def run_simulation(
     claims: dict[int, int] | None = None,
     seed: int = 0,
     max_ticks: int = 1_000_000,
+    drain_failure_rate: float = 0.0,
+    resume: bool = False,
 ) -> Outcome:
-    """Upgrade `nodes` nodes from 1.0 to 2.0 with a tick every `tick_s` virtual seconds."""
+    """Upgrade `nodes` nodes from 1.0 to 2.0 with a tick every `tick_s` virtual seconds. With `resume`,
+    an operator resumes every pause at once (accepting the failures so far) instead of ending there."""
     rng = random.Random(seed)
     claims = claims or {}
     fleet = {
@@ -75,6 +93,7 @@ def run_simulation(
                 driver_version="1.0",
             ),
             fails_install=rng.random() < failure_rate,
+            fails_drain=i in claims and rng.random() < drain_failure_rate,
         )
         for i in range(nodes)
     }
@@ -83,6 +102,7 @@ def run_simulation(
     now, ticks, steps, high = 0.0, 0, 0, 0
     violations: list[str] = []
     blocked = False
+    reason = ""
     plan_cpu = 0.0
     while run.phase not in (Phase.COMPLETED, Phase.FAILED, Phase.ABORTED, Phase.PAUSED) and ticks < max_ticks:
         views = [replace(n.view, busy=n.busy_until > now) for n in fleet.values()]
@@ -102,8 +122,11 @@ def run_simulation(
                 state=step.to,
                 cordoned=cordoned,
                 entered_at=now if step.to != view.state else view.entered_at,
+                # the shell's record: an install started and not validated since
+                driver_touched=(view.driver_touched or step.effect == Effect.INSTALL)
+                and step.to != State.UNCORDON_REQUIRED,
             )
-            if step.effect == Effect.EVICT:
+            if step.effect == Effect.EVICT and not node.fails_drain:
                 view = replace(view, claims=0)
             if step.effect == Effect.INSTALL:
                 if node.fails_install:
@@ -113,20 +136,50 @@ def run_simulation(
             node.view = view
             steps += 1
         run = replace(run, phase=result.phase, canary_done_at=result.canary_done_at)
+        reason = result.reason or reason
         if result.reason == "Blocked":
             blocked = True
             break
-        unavailable = unavailable_count([n.view for n in fleet.values()])
+        views = [n.view for n in fleet.values()]
+        unavailable = unavailable_count(views)
         high = max(high, unavailable)
         if unavailable > limit:
             violations.append(f"t={now}: {unavailable} nodes unavailable, limit {limit}")
+        violations += _failed_node_violations(views, strategy, now)
+        if resume and run.phase == Phase.PAUSED:
+            run = replace(
+                run, phase=Phase.RUNNING, failed_accepted=sum(v.state == State.FAILED for v in views)
+            )
         ticks += 1
         if run.phase in (Phase.RUNNING,) or any(n.view.state in ACTIVE for n in fleet.values()):
             now += tick_s
+    kept_count = 0
     for node in fleet.values():
         view = node.view
-        if view.cordoned != view.pre_cordoned and run.phase != Phase.PAUSED and not blocked:
-            violations.append(f"{view.name}: cordoned={view.cordoned} at the end, before={view.pre_cordoned}")
+        kept = view.state == State.FAILED and keeps_cordoned(strategy.failed_nodes, view.driver_touched)
+        kept_count += kept
+        if view.cordoned != (view.pre_cordoned or kept) and run.phase != Phase.PAUSED and not blocked:
+            violations.append(
+                f"{view.name}: cordoned={view.cordoned} at the end, before={view.pre_cordoned}, kept={kept}"
+            )
         if run.phase == Phase.COMPLETED and view.driver_version != "2.0":
             violations.append(f"{view.name}: on {view.driver_version} after a completed run")
-    return Outcome(now, ticks, steps, run.phase, high, blocked, plan_cpu, violations)
+    failed = sum(n.view.state == State.FAILED for n in fleet.values())
+    return Outcome(
+        now, ticks, steps, run.phase, high, blocked, plan_cpu, violations, reason, failed, kept_count
+    )
+
+
+def _failed_node_violations(views: list[NodeView], strategy: Strategy, now: float) -> list[str]:
+    """After every tick: a failed node whose driver was touched is cordoned (under keep-cordoned); any
+    other failed node is back in service unless it was cordoned before the run."""
+    found = []
+    for view in views:
+        if view.state != State.FAILED:
+            continue
+        kept = keeps_cordoned(strategy.failed_nodes, view.driver_touched)
+        if kept and not view.cordoned:
+            found.append(f"t={now}: {view.name} failed after its install and is in service")
+        if not kept and view.cordoned and not view.pre_cordoned:
+            found.append(f"t={now}: {view.name} failed before its install and is still cordoned")
+    return found

@@ -22,7 +22,20 @@ from nvke.providers import get_provider
 from nvke.providers.base import Provider, ProviderError
 
 from . import events, rollouts
-from .machine import ACTIVE, LIVE, Effect, NodeView, Phase, RunView, State, Strategy, plan
+from .machine import (
+    ACTIVE,
+    LIVE,
+    Effect,
+    FailedNodes,
+    NodeView,
+    Phase,
+    RunView,
+    State,
+    Strategy,
+    keeps_cordoned,
+    kept_message,
+    plan,
+)
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
 
 
@@ -39,6 +52,7 @@ def strategy_of(run: UpgradeRun, nodes: int) -> Strategy:
         drain_timeout_s=run.drain_timeout_s,
         validation_timeout_s=run.validation_timeout_s,
         failure_budget=run.failure_budget,
+        failed_nodes=FailedNodes(run.failed_nodes),
     )
 
 
@@ -54,7 +68,9 @@ class _Writes(threading.local):
         self.conditions: list[UpgradeCondition] = []
 
     def flush(self) -> None:
-        UpgradeNode.objects.bulk_update(self.rows.values(), ["state", "entered_at", "reason", "message"])
+        UpgradeNode.objects.bulk_update(
+            self.rows.values(), ["state", "entered_at", "reason", "message", "driver_touched"]
+        )
         UpgradeCondition.objects.bulk_create(self.conditions)
         self.reset()
 
@@ -76,6 +92,7 @@ def _observe(
         claims=claims,
         driver_version=node.driver_version if node else "",
         gpus_healthy=node is not None and node.name not in unhealthy,
+        driver_touched=row.driver_touched,
     )
     if node is None or view.state not in ACTIVE:
         return view  # only nodes in flight cost a provider call
@@ -223,9 +240,10 @@ def _carry_out(run, steps, rows, nodes, provider, key, now) -> bool:
                     topology = False
                 message = _evict(run, node, provider, key)
             elif step.effect == Effect.INSTALL:
+                row.driver_touched = True  # even if the call fails: the old driver may be gone
                 provider.install_driver(key, step.node, run.target_release.version)
         except ProviderError as error:
-            if step.effect in (Effect.CORDON, Effect.INSTALL):  # cannot go on: give the node back
+            if step.effect in (Effect.CORDON, Effect.INSTALL):  # cannot go on: the node fails
                 _fail_after_error(run, row, node, provider, key, error, now)
             else:  # evictions retry until the drain timeout; an uncordon retries until it works
                 _note(run, row, error.reason, error.message)
@@ -262,6 +280,15 @@ def _evict(run: UpgradeRun, node: Node, provider: Provider, key: str) -> str:
 
 
 def _fail_after_error(run, row, node, provider, key, error: ProviderError, now) -> None:
+    """A cordon or install the provider refused: the node fails, back in service unless its driver
+    was touched (and the run keeps such nodes cordoned)."""
+    if (
+        node is not None
+        and node.cordoned
+        and keeps_cordoned(FailedNodes(run.failed_nodes), row.driver_touched)
+    ):
+        _record(run, row, State.FAILED, error.reason, kept_message(error.message), now)
+        return
     if node is not None and node.cordoned and not row.pre_cordoned:
         try:
             _set_cordon(node, False, provider, key)
@@ -294,6 +321,8 @@ def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now)
             )
         )
     row.state, row.reason, row.message = state, reason, message
+    if state == State.UNCORDON_REQUIRED:
+        row.driver_touched = False  # validated: its driver is trusted again
     _writes.rows[row.pk] = row
     if changed:
         events.publish_node(run, row)

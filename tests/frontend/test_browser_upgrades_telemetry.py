@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from nodepools.models import Gpu, Node, NodePool
 from nodepools.services import reconcile
+from nvke.providers.simulator.models import SimFault
 from telemetry import store
 from upgrades.events import publish_run
 from upgrades.models import UpgradeRun
@@ -192,6 +193,35 @@ def test_abort_asks_first_then_the_grid_settles_live(owner_page, upgrade_pool):
     expect(page.get_by_role("button", name="Pause")).to_have_count(0)
     expect(page.get_by_role("link", name="Abort")).to_have_count(0)
     assert page.evaluate(NOT_RELOADED)
+
+
+def test_a_node_whose_install_failed_is_marked_kept_cordoned_live(owner_page, upgrade_pool):
+    pool, page = upgrade_pool, owner_page
+    victim = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    page.goto(f"/pools/{pool.pk}/upgrade/")
+    page.get_by_label("Target driver release").select_option(TARGET)
+    page.get_by_label("Max unavailable").fill("2")
+    page.get_by_label("Failure budget").fill("5")
+    expect(page.get_by_label("Failed nodes")).to_have_value("keep-cordoned")  # the default
+    page.get_by_role("button", name="Start upgrade").click()
+    run = UpgradeRun.objects.get(pool=pool)
+    expect(page.locator(f'[data-run-status="{run.pk}"]')).to_have_text("running")
+    expect(page.locator("[data-failed-nodes]")).to_have_text("kept cordoned")
+    expect(page.locator("[data-kept-cordoned]")).to_have_count(0)
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    mark(page)
+
+    tick_to_the_end(page, run, "failed")
+    cell = page.locator(f'[data-upgrade-node="{victim.name}"]')
+    expect(cell.locator("[data-kept-cordoned]")).to_have_text("kept cordoned")
+    expect(cell).to_have_class(re.compile("node-kept-cordoned"))
+    expect(page.locator("[data-kept-cordoned]")).to_have_count(1)
+    expect(page.locator("#run-summary")).to_contain_text("1 failed node out of service: retry or roll back")
+    expect(page.locator("#run-history")).to_contain_text("Kept cordoned: its driver is not validated")
+    assert Node.objects.get(pk=victim.pk).cordoned
+    assert page.evaluate(NOT_RELOADED)
+    screenshot(page, "upgrade-run-node-kept-cordoned")
 
 
 # --- live telemetry ----------------------------------------------------------------------------------

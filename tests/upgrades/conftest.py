@@ -55,8 +55,14 @@ def unavailable(run: UpgradeRun) -> int:
 def check_invariants(run: UpgradeRun) -> None:
     """What must hold between any two ticks."""
     run.refresh_from_db()
-    limit = max(run.max_unavailable_of(run.nodes.count()), run.nodes.filter(pre_cordoned=True).count())
+    out_before = run.nodes.filter(pre_cordoned=True).count()
+    out_before += run.history.filter(reason="CordonedByEarlierRun").count()  # an earlier run's kept nodes
+    limit = max(run.max_unavailable_of(run.nodes.count()), out_before)
     assert unavailable(run) <= limit, f"{unavailable(run)} nodes unavailable, limit {limit}"
+    if run.failed_nodes == "keep-cordoned":  # a driver not validated never serves claims
+        for row in run.nodes.filter(driver_touched=True, node__isnull=False).select_related("node"):
+            assert row.node.cordoned, f"{row.name} ({row.state}) is in service on an unvalidated driver"
+            assert not Allocation.objects.filter(node=row.node).exists(), f"{row.name} got claims"
     for row in run.nodes.filter(state__in=["validation-required", "uncordon-required"]):
         assert not Allocation.objects.filter(node__name=row.name).exists(), (
             f"{row.name} got a driver undrained"

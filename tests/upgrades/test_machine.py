@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from upgrades.machine import Effect, NodeView, Phase, RunView, State, Strategy, plan
+from upgrades.machine import (
+    KEPT_MESSAGE,
+    Effect,
+    FailedNodes,
+    NodeView,
+    Phase,
+    RunView,
+    State,
+    Strategy,
+    plan,
+)
 from upgrades.simulate import Durations, run_simulation
 
 RUN = RunView(phase=Phase.RUNNING, target_version="2.0")
@@ -68,6 +78,7 @@ def node(state: State, **fields) -> NodeView:
         ),
         (node(State.FAILED, cordoned=True), 0, (State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")),
         (node(State.FAILED, cordoned=True, pre_cordoned=True), 0, None),
+        (node(State.FAILED, cordoned=True, driver_touched=True), 0, None),  # kept cordoned
         (node(State.DONE), 0, None),
     ],
 )
@@ -75,6 +86,185 @@ def test_each_state_takes_one_step(view, now, expected):
     others = [node(State.DONE, name="z")]  # keeps the run from finishing or starting anything
     step = plan(RUN, [view, *others], replace(STRATEGY, failure_budget=5), now).for_node("a")
     assert (step and (step.to, step.effect, step.reason)) == (expected or None)
+
+
+KEEP, UNCORDON = FailedNodes.KEEP_CORDONED, FailedNodes.UNCORDON
+
+
+@pytest.mark.parametrize(
+    "view, now, policy, expected",
+    [
+        # failed before the driver was touched: back into service, whatever the policy
+        (
+            node(State.DRAIN_REQUIRED, claims=1, cordoned=True),
+            60,
+            KEEP,
+            (Effect.UNCORDON, "DrainTimeout", False),
+        ),
+        # ... unless a failed attempt touched it before (a retry): then it stays out
+        (
+            node(State.DRAIN_REQUIRED, claims=1, cordoned=True, driver_touched=True),
+            60,
+            KEEP,
+            (Effect.NONE, "DrainTimeout", True),
+        ),
+        (
+            node(State.VALIDATION_REQUIRED, cordoned=True, install_failure="DkmsBuildFailed"),
+            0,
+            KEEP,
+            (Effect.NONE, "DriverInstallFailed", True),
+        ),
+        (
+            node(State.VALIDATION_REQUIRED, cordoned=True, driver_version="2.0", gpus_healthy=False),
+            100,
+            KEEP,
+            (Effect.NONE, "ValidationFailed", True),
+        ),
+        (node(State.VALIDATION_REQUIRED, cordoned=True), 100, KEEP, (Effect.NONE, "ValidationFailed", True)),
+        # the uncordon policy: every failed node goes back at once
+        (
+            node(State.VALIDATION_REQUIRED, cordoned=True, install_failure="DkmsBuildFailed"),
+            0,
+            UNCORDON,
+            (Effect.UNCORDON, "DriverInstallFailed", False),
+        ),
+        (
+            node(State.DRAIN_REQUIRED, claims=1, cordoned=True, driver_touched=True),
+            60,
+            UNCORDON,
+            (Effect.UNCORDON, "DrainTimeout", False),
+        ),
+        # cordoned before the run: stays cordoned either way
+        (
+            node(State.VALIDATION_REQUIRED, cordoned=True, pre_cordoned=True, install_failure="x"),
+            0,
+            UNCORDON,
+            (Effect.NONE, "DriverInstallFailed", False),
+        ),
+    ],
+)
+def test_a_failure_keeps_the_node_cordoned_only_once_its_driver_was_touched(view, now, policy, expected):
+    strategy = replace(STRATEGY, failure_budget=5, failed_nodes=policy)
+    step = plan(RUN, [view, node(State.DONE, name="z")], strategy, now).for_node("a")
+    effect, reason, kept = expected
+    assert (step.to, step.effect, step.reason) == (State.FAILED, effect, reason)
+    assert step.message.endswith(KEPT_MESSAGE) == kept
+
+
+def test_a_kept_failed_node_stays_cordoned_until_the_uncordon_policy_says_otherwise():
+    failed = node(State.FAILED, cordoned=True, driver_touched=True)
+    others = [node(State.DONE, name="z")]
+    assert plan(RUN, [failed, *others], replace(STRATEGY, failure_budget=5), 0).for_node("a") is None
+    step = plan(RUN, [failed, *others], replace(STRATEGY, failure_budget=5, failed_nodes=UNCORDON), 0)
+    assert (step.for_node("a").effect, step.for_node("a").reason) == (
+        Effect.UNCORDON,
+        "UncordonedAfterFailure",
+    )
+
+
+def test_a_validated_node_is_trusted_again():
+    retried = node(State.VALIDATION_REQUIRED, cordoned=True, driver_version="2.0", driver_touched=True)
+    step = plan(RUN, [retried, node(State.DONE, name="z")], STRATEGY, 0).for_node("a")
+    assert (step.to, step.reason) == (State.UNCORDON_REQUIRED, "Validated")
+    done = plan(RUN, [replace(retried, state=State.UNCORDON_REQUIRED, driver_touched=False)], STRATEGY, 0)
+    assert [(s.to, s.effect) for s in done.steps] == [(State.DONE, Effect.UNCORDON)]
+
+
+def test_a_retried_node_starts_first_and_costs_no_budget():
+    """A retry puts a kept node back in the queue still cordoned: it is unavailable already."""
+    nodes = [
+        node(State.UPGRADE_REQUIRED, name="n0"),
+        node(State.UPGRADE_REQUIRED, name="n1", cordoned=True, driver_touched=True),
+    ]
+    assert [s.node for s in plan(RUN, nodes, STRATEGY, 0).steps] == ["n1"]
+
+
+def test_kept_failed_nodes_count_against_max_unavailable():
+    nodes = [
+        node(State.FAILED, name="n0", cordoned=True, driver_touched=True),
+        node(State.UPGRADE_REQUIRED, name="n1"),
+        node(State.UPGRADE_REQUIRED, name="n2"),
+    ]
+    resumed = replace(RUN, failed_accepted=1)
+    assert [s.node for s in plan(resumed, nodes, replace(STRATEGY, max_unavailable=2), 0).steps] == ["n1"]
+    # the uncordon policy gave n0 back: both budget slots are free
+    back = [replace(nodes[0], cordoned=False), *nodes[1:]]
+    strategy = replace(STRATEGY, max_unavailable=2, failed_nodes=UNCORDON)
+    assert [s.node for s in plan(resumed, back, strategy, 0).steps] == ["n1", "n2"]
+
+
+def test_a_run_resumed_past_failures_that_hold_the_budget_ends_instead_of_waiting_forever():
+    nodes = [
+        node(State.FAILED, name="n0", cordoned=True, driver_touched=True),
+        node(State.UPGRADE_REQUIRED, name="n1"),
+        node(State.UPGRADE_REQUIRED, name="n2"),
+    ]
+    assert plan(RUN, nodes, STRATEGY, 0).reason == "FailureBudgetExhausted"  # the budget pauses first
+    result = plan(replace(RUN, failed_accepted=1), nodes, STRATEGY, 0)  # an operator resumed
+    assert (result.phase, result.reason, result.steps) == (Phase.FAILED, "FailedNodesHoldBudget", [])
+    assert result.message == (
+        "Failed nodes kept cordoned (1) hold the whole maxUnavailable budget (1); "
+        "2 nodes not upgraded. Retry or roll back."
+    )
+
+
+def test_an_outside_cordon_that_shares_the_budget_blocks_and_says_why():
+    nodes = [
+        node(State.FAILED, name="n0", cordoned=True, driver_touched=True),
+        node(State.DONE, name="n1", cordoned=True, pre_cordoned=True),
+        node(State.UPGRADE_REQUIRED, name="n2"),
+    ]
+    result = plan(replace(RUN, failed_accepted=1), nodes, replace(STRATEGY, max_unavailable=2), 0)
+    assert (result.phase, result.reason) == (Phase.RUNNING, "Blocked")
+    assert "2 nodes are unavailable (maxUnavailable 2; 1 of them failed and kept cordoned)" in result.message
+
+
+@pytest.mark.parametrize("policy, kept", [(KEEP, 1), (UNCORDON, 0)])
+def test_the_finished_run_counts_the_nodes_kept_cordoned(policy, kept):
+    nodes = [node(State.DONE, name="n0"), node(State.FAILED, name="n1", driver_touched=True)]
+    result = plan(replace(RUN, failed_accepted=1), nodes, replace(STRATEGY, failed_nodes=policy), 0)
+    assert (result.phase, result.reason) == (Phase.FAILED, "NodesFailed")
+    assert result.message == "1 of 2 nodes failed" + (
+        "; 1 node kept cordoned (driver not validated): retry or roll back." if kept else "."
+    )
+
+
+def test_abort_leaves_kept_nodes_and_touched_retries_cordoned_and_says_so():
+    aborting = replace(RUN, phase=Phase.ABORTING)
+    nodes = [
+        node(State.FAILED, name="n0", cordoned=True, driver_touched=True),  # kept after its install
+        node(State.DRAIN_REQUIRED, name="n1", cordoned=True, driver_touched=True),  # its retry
+        node(State.UPGRADE_REQUIRED, name="n2", cordoned=True, driver_touched=True),  # a retry waiting
+        node(State.DRAIN_REQUIRED, name="n3", cordoned=True),  # first attempt, driver untouched
+        node(State.UPGRADE_REQUIRED, name="n4", driver_touched=True),  # in service again: left alone
+    ]
+    result = plan(aborting, nodes, STRATEGY, 0)
+    assert [(s.node, s.to, s.effect) for s in result.steps] == [
+        ("n1", State.FAILED, Effect.NONE),
+        ("n2", State.FAILED, Effect.NONE),
+        ("n3", State.UPGRADE_REQUIRED, Effect.UNCORDON),
+    ]
+    assert all(s.message.endswith(KEPT_MESSAGE) for s in result.steps[:2])
+    assert (result.phase, result.message) == (
+        Phase.ABORTED,
+        "The run was aborted; 3 nodes kept cordoned (driver not validated): retry or roll back.",
+    )
+
+
+def test_abort_under_the_uncordon_policy_gives_every_node_back():
+    aborting = replace(RUN, phase=Phase.ABORTING)
+    nodes = [
+        node(State.DRAIN_REQUIRED, name="n1", cordoned=True, driver_touched=True),
+        node(
+            State.UPGRADE_REQUIRED, name="n2", cordoned=True, driver_touched=True
+        ),  # an earlier run's cordon
+    ]
+    result = plan(aborting, nodes, replace(STRATEGY, failed_nodes=UNCORDON), 0)
+    assert [(s.node, s.to, s.effect) for s in result.steps] == [
+        ("n1", State.UPGRADE_REQUIRED, Effect.UNCORDON),
+        ("n2", State.UPGRADE_REQUIRED, Effect.UNCORDON),
+    ]
+    assert (result.phase, result.message) == (Phase.ABORTED, "The run was aborted.")
 
 
 def test_starts_no_more_than_max_unavailable_counting_nodes_already_out():
@@ -123,6 +313,22 @@ def test_failed_canary_pauses_the_run():
     assert result.phase == Phase.PAUSED and result.reason == "CanaryFailed"
 
 
+def test_a_failed_canary_resumed_past_bakes_then_lets_the_rest_go():
+    """Before, only an upgraded canary started the bake: a failed one, resumed past, kept the gate shut
+    for ever (found by the property test once it resumed its pauses)."""
+    strategy = replace(STRATEGY, max_unavailable=3, canary=1, canary_bake_s=30, failure_budget=5)
+    nodes = [
+        node(State.VALIDATION_REQUIRED, name="n0", canary=True, install_failure="x", cordoned=True),
+        node(State.UPGRADE_REQUIRED, name="n1"),
+    ]
+    paused = plan(RUN, nodes, strategy, 100)
+    assert (paused.phase, paused.reason, paused.canary_done_at) == (Phase.PAUSED, "CanaryFailed", 100)
+    nodes[0] = replace(nodes[0], state=State.FAILED, driver_touched=True)
+    resumed = replace(RUN, failed_accepted=1, canary_done_at=100)
+    assert plan(resumed, nodes, strategy, 129).steps == []
+    assert [s.node for s in plan(resumed, nodes, strategy, 130).steps] == ["n1"]
+
+
 def test_failure_budget_pauses_and_resume_accepts_the_failures_seen():
     strategy = replace(STRATEGY, max_unavailable=2, failure_budget=1)
     nodes = [node(State.FAILED, name="n0"), node(State.UPGRADE_REQUIRED, name="n1")]
@@ -168,36 +374,70 @@ def test_settled_runs_do_nothing(phase):
     assert plan(replace(RUN, phase=phase), [node(State.CORDON_REQUIRED)], STRATEGY, 0).steps == []
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     nodes=st.integers(1, 40),
     max_unavailable=st.integers(1, 6),
     canary=st.integers(0, 3),
     failure_rate=st.floats(0, 0.5),
+    drain_failure_rate=st.floats(0, 0.5),
+    failure_budget=st.integers(1, 4),
+    failed_nodes=st.sampled_from(FailedNodes),
+    resume=st.booleans(),
     pre_cordoned=st.frozensets(st.integers(0, 39), max_size=4),
     claims=st.dictionaries(st.integers(0, 39), st.integers(1, 3), max_size=10),
     seed=st.integers(0, 1000),
 )
 def test_simulated_runs_keep_the_invariants_at_every_tick(
-    nodes, max_unavailable, canary, failure_rate, pre_cordoned, claims, seed
+    nodes,
+    max_unavailable,
+    canary,
+    failure_rate,
+    drain_failure_rate,
+    failure_budget,
+    failed_nodes,
+    resume,
+    pre_cordoned,
+    claims,
+    seed,
 ):
-    strategy = Strategy(max_unavailable=max_unavailable, canary=canary, canary_bake_s=7, failure_budget=1000)
+    strategy = Strategy(
+        max_unavailable=max_unavailable,
+        canary=canary,
+        canary_bake_s=7,
+        drain_timeout_s=20,
+        failure_budget=failure_budget,
+        failed_nodes=failed_nodes,
+    )
     outcome = run_simulation(
         nodes,
         strategy,
         Durations(cordon=2, evict=3, install=10),
         failure_rate=failure_rate,
+        drain_failure_rate=drain_failure_rate,
         pre_cordoned=frozenset(i for i in pre_cordoned if i < nodes),
         claims=claims,
         seed=seed,
+        resume=resume,
+        max_ticks=5_000,  # a run that waits forever would hit this
     )
+    # every tick: within max_unavailable; no install under claims; a failed node cordoned exactly
+    # when its driver was touched (keep-cordoned) or it was cordoned before the run
     assert outcome.violations == []
+    assert outcome.ticks < 5_000
     out_before = len([i for i in pre_cordoned if i < nodes])
-    if outcome.blocked:  # only nodes cordoned before the run can hold the whole budget
-        assert out_before >= max_unavailable
+    if failed_nodes == FailedNodes.UNCORDON:
+        assert outcome.kept_cordoned == 0
+    if outcome.blocked:  # only a cordon from outside the run waits: the run's own failures end it
+        assert out_before >= 1 and out_before + outcome.kept_cordoned >= max_unavailable
+    elif outcome.failed == 0:
+        assert outcome.phase == Phase.COMPLETED
+    elif resume:  # resumed past every pause, the run finishes
+        assert outcome.phase == Phase.FAILED
+        if outcome.reason == "FailedNodesHoldBudget":
+            assert outcome.kept_cordoned >= max_unavailable
     else:
-        assert outcome.phase == Phase.COMPLETED or failure_rate > 0  # a failed canary pauses
-        assert outcome.phase in (Phase.COMPLETED, Phase.FAILED, Phase.PAUSED)
+        assert outcome.phase in (Phase.FAILED, Phase.PAUSED)
 
 
 def test_makespan_is_close_to_the_critical_path():

@@ -4,6 +4,8 @@ grid, history and controls (confirmation for abort and rollback), roles and tena
 import pytest
 from django.test import Client
 
+from nodepools.models import Node
+from nvke.providers.simulator.models import SimFault
 from upgrades.models import UpgradeRun
 
 from .conftest import drive
@@ -32,6 +34,7 @@ def start(browser, pool, **fields):
         "canary_bake_s": 0,
         "drain_timeout_s": 600,
         "failure_budget": 1,
+        "failed_nodes": "keep-cordoned",
         **fields,
     }
     return browser.post(f"/pools/{pool.pk}/upgrade/", body)
@@ -63,6 +66,41 @@ def test_refused_start_is_400_with_the_reason_on_the_field(browser, pool):
         response.status_code == 400
         and "max_unavailable is a count of at least 1" in response.content.decode()
     )
+    assert not UpgradeRun.objects.exists()
+
+
+@pytest.mark.parametrize("failed_nodes, kept", [("keep-cordoned", True), ("uncordon", False)])
+def test_a_node_kept_cordoned_after_its_install_failed_is_marked(browser, pool, failed_nodes, kept):
+    victim = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    assert (
+        start(browser, pool, failure_budget=5, max_unavailable="2", failed_nodes=failed_nodes).status_code
+        == 302
+    )
+    run = drive(UpgradeRun.objects.get())
+    assert (run.status, run.failed_nodes) == ("failed", failed_nodes)
+    page = browser.get(f"/upgrades/{run.pk}/").content.decode()
+    cell = page[page.index(f'data-upgrade-node="{victim.name}"') :].split("</li>")[0]
+    assert ("kept cordoned</span>" in cell) == kept
+    assert ("node-kept-cordoned" in page) == kept and page.count("data-kept-cordoned") == int(kept)
+    assert ("1 failed node out of service: retry or roll back" in page) == kept
+    shown = "kept cordoned" if kept else "uncordoned at once"
+    assert f'data-failed-nodes="{failed_nodes}">{shown}</dd>' in page
+    assert "Retry failed nodes</button>" in page and "Roll back to 580.105.08" in page
+
+    # a rollback reinstalls the old driver and takes the node back into service: no longer marked
+    browser.post(f"/upgrades/{run.pk}/rollback/")
+    drive(UpgradeRun.objects.get(rollback_of=run))
+    assert "data-kept-cordoned" not in browser.get(f"/upgrades/{run.pk}/").content.decode()
+    assert not Node.objects.get(pk=victim.pk).cordoned
+
+
+def test_a_bad_failed_nodes_choice_is_400_on_its_field(browser, pool):
+    response = start(browser, pool, failed_nodes="drain")
+    page = response.content.decode()
+    assert response.status_code == 400 and 'id="field-failed_nodes"' in page
+    error = page[page.index('id="field-failed_nodes"') :].split("</div>")[0]
+    assert "Select a valid choice. drain is not one of the available choices." in error
     assert not UpgradeRun.objects.exists()
 
 

@@ -3,9 +3,11 @@
 import pytest
 
 from nodepools import claims as claims_service
-from nodepools.models import Claim, DriverRelease, Node
+from nodepools.models import Allocation, Claim, DriverRelease, Node
+from nvke.errors import Conflict
 from nvke.providers.simulator.models import SimFault, SimNode
 from upgrades import services
+from upgrades.machine import KEPT_MESSAGE
 from upgrades.models import UpgradeRun
 from upgrades.ticks import tick
 
@@ -77,41 +79,143 @@ def test_nodes_already_unavailable_count_against_the_budget(context, make_upgrad
     }
 
 
-def test_failed_install_pauses_on_budget_and_retry_finishes(context, make_upgrade_pool):
-    pool = make_upgrade_pool(nodes=3)
+def test_failed_install_keeps_the_node_cordoned_pauses_and_retry_finishes(context, make_upgrade_pool):
+    pool = make_upgrade_pool(nodes=3, claims=5)  # 6 GPUs: with one node out, one claim waits
     victim = Node.objects.filter(pool=pool).order_by("name")[1]
     SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
     run = drive(start(context, pool, max_unavailable="1", failure_budget=1))
     assert (run.status, run.reason) == ("paused", "FailureBudgetExhausted")
     row = run.nodes.get(name=victim.name)
-    assert row.state == "upgrade-failed" and "DkmsBuildFailed" in row.message
-    assert not Node.objects.get(pk=victim.pk).cordoned  # back in service, on its old driver
-    assert Node.objects.get(pk=victim.pk).driver_version == "580.105.08"
+    assert (row.state, row.reason, row.driver_touched) == ("upgrade-failed", "DriverInstallFailed", True)
+    assert row.message.startswith("DkmsBuildFailed") and row.message.endswith(KEPT_MESSAGE)
+    victim.refresh_from_db()
+    assert victim.cordoned and victim.driver_version == "580.105.08"  # out of service, old driver
+    # the waiting claim would fit on it, yet a placement pass leaves it waiting with its reason
+    assert claims_service.place_pending(pool.cluster_id) == 0
+    assert not Allocation.objects.filter(node=victim).exists()
+    assert Claim.objects.filter(status="pending").exclude(pending_reason="").count() == 1
     run = drive(services.control(run, "retry"))
     assert run.status == "completed"
-    assert set(Node.objects.filter(pool=pool).values_list("driver_version", flat=True)) == {TARGET}
+    assert set(Node.objects.filter(pool=pool).values_list("driver_version", "cordoned")) == {(TARGET, False)}
+    assert run.nodes.filter(driver_touched=True).count() == 0
+    assert claims_service.place_pending(pool.cluster_id) == 1  # the node is back: the claim fits
 
 
-def test_unhealthy_gpu_after_install_fails_validation(context, make_upgrade_pool):
+def test_the_uncordon_policy_puts_a_failed_node_back_into_service(context, make_upgrade_pool):
+    pool = make_upgrade_pool(nodes=3)
+    victim = Node.objects.filter(pool=pool).order_by("name")[1]
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    run = drive(start(context, pool, max_unavailable="1", failure_budget=1, failed_nodes="uncordon"))
+    assert (run.status, run.reason, run.failed_nodes) == ("paused", "FailureBudgetExhausted", "uncordon")
+    assert not Node.objects.get(pk=victim.pk).cordoned  # back in service, on its old driver
+    assert KEPT_MESSAGE not in run.nodes.get(name=victim.name).message
+
+
+def test_unhealthy_gpu_after_install_fails_validation_and_stays_cordoned(context, make_upgrade_pool):
     pool = make_upgrade_pool(nodes=2)
     victim = Node.objects.filter(pool=pool).order_by("name").first()
     SimFault.objects.create(operation="validate", target=victim.name)
-    run = drive(start(context, pool, max_unavailable="1", failure_budget=5, validation_timeout_s=0))
-    assert run.status == "failed"
+    run = drive(start(context, pool, max_unavailable="2", failure_budget=5, validation_timeout_s=0))
+    assert (run.status, run.reason, run.message) == (
+        "failed",
+        "NodesFailed",
+        "1 of 2 nodes failed; 1 node kept cordoned (driver not validated): retry or roll back.",
+    )
     assert run.nodes.get(name=victim.name).reason == "ValidationFailed"
-    assert not Node.objects.filter(pool=pool, cordoned=True).exists()
+    assert list(Node.objects.filter(pool=pool, cordoned=True)) == [victim]
 
 
-def test_random_failures_end_visibly_with_nodes_uncordoned(context, make_upgrade_pool, monkeypatch):
+@pytest.mark.parametrize("failed_nodes", ["keep-cordoned", "uncordon"])
+def test_random_failures_end_visibly(context, make_upgrade_pool, monkeypatch, failed_nodes):
     monkeypatch.setenv("NVKE_SIM_DRIVER_FAILURE_RATE", "0.4")
     pool = make_upgrade_pool(nodes=8, claims=6)
-    run = drive(start(context, pool, max_unavailable="25%", failure_budget=100))
+    run = drive(start(context, pool, max_unavailable="25%", failure_budget=100, failed_nodes=failed_nodes))
     assert run.status in ("completed", "failed")
+    # kept nodes may hold the whole budget (2 of 8): the run then ends with nodes not started
+    waiting = ("upgrade-required",) if run.reason == "FailedNodesHoldBudget" else ()
     for row in run.nodes.all():
         node = Node.objects.get(name=row.name)
-        assert row.state in ("upgrade-done", "upgrade-failed") and not node.cordoned
+        assert row.state in ("upgrade-done", "upgrade-failed", *waiting)
+        assert node.cordoned == (row.state == "upgrade-failed" and failed_nodes == "keep-cordoned")
         assert (node.driver_version == TARGET) == (row.state == "upgrade-done")
     assert all(c.status == "allocated" or c.pending_reason for c in Claim.objects.all())
+
+
+def test_resumed_past_a_failure_that_holds_the_budget_the_run_ends_and_retry_finishes_it(
+    context, make_upgrade_pool
+):
+    pool = make_upgrade_pool(nodes=3)
+    first = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=first.name, reason="DkmsBuildFailed")
+    run = drive(start(context, pool, max_unavailable="1", failure_budget=1))
+    assert (run.status, run.reason) == ("paused", "FailureBudgetExhausted")
+    run = drive(services.control(run, "resume"))  # settles: no endless Blocked ticking
+    assert (run.status, run.reason, run.finished_at is not None) == ("failed", "FailedNodesHoldBudget", True)
+    assert run.message == (
+        "Failed nodes kept cordoned (1) hold the whole maxUnavailable budget (1); "
+        "2 nodes not upgraded. Retry or roll back."
+    )
+    assert sorted(run.nodes.values_list("state", flat=True)) == [
+        "upgrade-failed",
+        "upgrade-required",
+        "upgrade-required",
+    ]
+    run = drive(services.control(run, "retry"))  # the failed node goes first (costs nothing), then the rest
+    assert run.status == "completed"
+    assert set(Node.objects.filter(pool=pool).values_list("driver_version", "cordoned")) == {(TARGET, False)}
+
+
+def test_abort_leaves_a_kept_node_cordoned_and_rollback_reinstalls_and_uncordons_it(
+    context, make_upgrade_pool
+):
+    pool = make_upgrade_pool(nodes=3, claims=2)
+    nodes = list(Node.objects.filter(pool=pool).order_by("name"))
+    SimFault.objects.create(operation="install_driver", target=nodes[1].name, reason="DkmsBuildFailed")
+    run = drive(start(context, pool, max_unavailable="1", failure_budget=1))
+    assert [r.state for r in run.nodes.order_by("name")] == [
+        "upgrade-done",
+        "upgrade-failed",
+        "upgrade-required",
+    ]
+    run = services.control(run, "abort")
+    assert run.message.endswith("; failed nodes kept cordoned (driver not validated): 1.")
+    run = drive(run)
+    assert (run.status, run.message) == (
+        "aborted",
+        "The run was aborted; 1 node kept cordoned (driver not validated): retry or roll back.",
+    )
+    assert list(Node.objects.filter(pool=pool, cordoned=True)) == [nodes[1]]
+
+    back = services.control(run, "rollback", context=context)
+    row = back.nodes.get(name=nodes[1].name)
+    # it still reports the old driver, but its install failed: it is reinstalled, and its cordon is ours
+    assert (row.state, row.reason, row.pre_cordoned, row.driver_touched) == (
+        "upgrade-required",
+        "CordonedByEarlierRun",
+        False,
+        True,
+    )
+    assert back.nodes.get(name=nodes[2].name).reason == "AlreadyOnTarget"
+    back = drive(back)
+    assert back.status == "completed"
+    assert set(Node.objects.filter(pool=pool).values_list("driver_version", "cordoned")) == {
+        ("580.105.08", False)
+    }
+    assert SimNode.objects.get(name=nodes[1].name).driver_failure == ""  # reinstalled cleanly
+    assert back.history.filter(node=nodes[1].name, reason="Validated").exists()
+
+
+def test_retry_of_a_run_a_later_run_took_over_is_refused(context, make_upgrade_pool):
+    pool = make_upgrade_pool(nodes=2)
+    victim = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    run = drive(start(context, pool, max_unavailable="1", failure_budget=5))
+    assert run.status == "failed"
+    back = drive(services.control(run, "rollback", context=context))
+    assert back.status == "completed" and not Node.objects.filter(pool=pool, cordoned=True).exists()
+    with pytest.raises(Conflict) as refused:
+        services.control(run, "retry")
+    assert refused.value.code == "cannot_retry" and "a later run" in refused.value.message
 
 
 def test_abort_leaves_no_node_cordoned_by_the_run(context, make_upgrade_pool):

@@ -16,10 +16,15 @@ STRATEGY = [
     "drain_timeout_s",
     "validation_timeout_s",
     "failure_budget",
+    "failed_nodes",
 ]
 
 
 class UpgradeNodeSerializer(serializers.ModelSerializer):
+    kept_cordoned = serializers.BooleanField(
+        read_only=True, help_text="Failed after its driver install: the run keeps it out of service"
+    )
+
     class Meta:
         model = UpgradeNode
         fields = [
@@ -27,6 +32,8 @@ class UpgradeNodeSerializer(serializers.ModelSerializer):
             "state",
             "canary",
             "pre_cordoned",
+            "driver_touched",
+            "kept_cordoned",
             "from_version",
             "reason",
             "message",
@@ -46,6 +53,13 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
     previous_release = serializers.CharField(source="previous_release.version", read_only=True)
     max_unavailable = serializers.CharField(
         default="1", max_length=8, help_text='A count ("2") or percent ("10%")'
+    )
+    failed_nodes = serializers.CharField(
+        default="keep-cordoned",
+        allow_blank=True,  # refused by the service, like every other strategy value
+        max_length=16,
+        help_text="A node that fails after its driver install: keep-cordoned (out of service until a "
+        "retry or rollback validates a driver) or uncordon (back into service at once)",
     )
     cuda = serializers.CharField(
         write_only=True,
