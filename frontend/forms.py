@@ -41,7 +41,7 @@ class ClusterCreateForm(forms.Form):
         self.fields["region"].label_from_instance = lambda region: f"{region.display_name} ({region.name})"
 
 
-def _driver_label(driver: DriverRelease) -> str:
+def driver_label(driver: DriverRelease) -> str:
     return (
         f"{driver.version} (R{driver.branch} {driver.get_branch_type_display()}, CUDA {driver.cuda_version})"
     )
@@ -77,7 +77,7 @@ class PoolCreateForm(forms.Form):
         drivers.queryset = drivers.queryset.filter(
             Q(branch_end_of_life__isnull=True) | Q(branch_end_of_life__gt=today)
         )
-        drivers.label_from_instance = _driver_label
+        drivers.label_from_instance = driver_label
 
     def clean_mig_layout(self) -> list[str]:
         return [name.strip() for name in self.cleaned_data["mig_layout"].split(",") if name.strip()]

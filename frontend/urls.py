@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views, views_account, views_telemetry, views_upgrades
+from . import views, views_account, views_rollouts, views_telemetry, views_upgrades
 from .sign_in import SignInView
 
 urlpatterns = [
@@ -36,4 +36,9 @@ urlpatterns = [
     path("pools/<int:pk>/upgrade/", views_upgrades.pool_upgrade, name="pool-upgrade"),
     path("upgrades/<int:pk>/", views_upgrades.upgrade_detail, name="upgrade-detail"),
     path("upgrades/<int:pk>/<str:action>/", views_upgrades.upgrade_control, name="upgrade-control"),
+    path("fleet-rollouts/", views_rollouts.rollout_list, name="rollout-list"),
+    path("fleet-rollouts/new/", views_rollouts.rollout_create, name="rollout-create"),
+    path("fleet-rollouts/<int:pk>/", views_rollouts.rollout_detail, name="rollout-detail"),
+    path("fleet-rollouts/<int:pk>/runs/<int:run_pk>/", views_rollouts.rollout_run, name="rollout-run"),
+    path("fleet-rollouts/<int:pk>/<str:action>/", views_rollouts.rollout_control, name="rollout-control"),
 ]

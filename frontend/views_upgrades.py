@@ -23,8 +23,9 @@ from .views import live, require_change, tenant_view
 CONFIRMED_CONTROLS = {"abort", "rollback"}  # these ask first
 
 
-class UpgradeStartForm(forms.Form):
-    target_release = forms.ChoiceField(label="Target driver release")
+class StrategyForm(forms.Form):
+    """How a run goes: the strategy fields of upgrades.services.STRATEGY_FIELDS that people set."""
+
     max_unavailable = forms.CharField(
         max_length=8,
         initial="10%",
@@ -51,6 +52,11 @@ class UpgradeStartForm(forms.Form):
         help_text="A node whose new driver fails to install or validate: keep it out of service until a "
         "retry or rollback, or put it back into service at once.",
     )
+
+
+class UpgradeStartForm(StrategyForm):
+    target_release = forms.ChoiceField(label="Target driver release")
+    field_order = ["target_release"]
 
     def __init__(self, *args, allowed: list[str], **kwargs):
         super().__init__(*args, **kwargs)
@@ -106,25 +112,32 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
     )
 
 
-@tenant_view
-def upgrade_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
-    run = _run(context, pk)
+def run_page(run: UpgradeRun) -> dict:
+    """What run_detail.html shows of a run: its node grid, counts, offered controls and history."""
     kick_if_stale(run)
     nodes = list(run.nodes.select_related("node"))
     failed = sum(n.state == State.FAILED for n in nodes)
     # still out of service because of this run (a later run may have taken the node over since)
     kept = {n.name for n in nodes if n.kept_cordoned and n.node is not None and n.node.cordoned}
+    return {
+        "run": run,
+        "nodes": nodes,
+        "done": sum(n.state == State.DONE for n in nodes),
+        "failed": failed,
+        "kept": kept,
+        "controls": offered_controls(run, failed),
+        "history": run.history.order_by("-id")[:200],
+    }
+
+
+@tenant_view
+def upgrade_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    run = _run(context, pk)
     return render(
         request,
         "frontend/upgrades/run_detail.html",
         {
-            "run": run,
-            "nodes": nodes,
-            "done": sum(n.state == State.DONE for n in nodes),
-            "failed": failed,
-            "kept": kept,
-            "controls": offered_controls(run, failed),
-            "history": run.history.order_by("-id")[:200],
+            **run_page(run),
             "can_change": context.allows(Action.CHANGE),
             "live": live(f"cluster={run.pool.cluster_id}", refresh_on=f"pool:{run.pool_id}"),
         },

@@ -1,7 +1,8 @@
 """One websocket per page. `ws/events/` streams the tenant's events; `ws/events/?cluster=<id>` only one
-cluster's. Access is checked before joining a group. A refused stream (signed out, another tenant's
-cluster) is accepted and closed at once with code 4403, so a client can tell a refusal from an outage
-and stop retrying."""
+cluster's; `ws/events/?rollouts=1` fleet rollouts' events, to staff users only (rollouts span every
+tenant, so that stream needs no tenant). Access is checked before joining a group. A refused stream
+(signed out, another tenant's cluster, not staff) is accepted and closed at once with code 4403, so a
+client can tell a refusal from an outage and stop retrying."""
 
 from urllib.parse import parse_qs
 
@@ -9,15 +10,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from clusters.models import Cluster
-from nvke.realtime import cluster_group, member_group, tenant_group
+from nvke.realtime import OPERATORS_GROUP, cluster_group, member_group, tenant_group
 from nvke.tenancy.context import find_context
 
 FORBIDDEN = 4403
 
 
 @database_sync_to_async
-def _group_for(user, session, query: dict) -> tuple[str, int] | None:
-    """The group this connection may join and its tenant, or None."""
+def _group_for(user, session, query: dict) -> tuple[str, int | None] | None:
+    """The group this connection may join and its tenant (None for the operators' stream), or None."""
+    if "rollouts" in query:
+        return (OPERATORS_GROUP, None) if user.is_staff else None
     context = find_context(user, session=session)
     if context is None:
         return None
@@ -63,7 +66,8 @@ class EventsConsumer(MembershipWatch, AsyncJsonWebsocketConsumer):
         self.group, tenant_id = resolved
         # Join before accepting: once the client is connected, no event of its group can pass it by.
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.watch_membership(tenant_id)
+        if tenant_id is not None:
+            await self.watch_membership(tenant_id)
         await self.accept()
 
     async def disconnect(self, code):

@@ -1,6 +1,7 @@
 """The one way sync code reaches websockets: after the transaction commits, to tenant groups.
 
-Groups: `tenant-<id>` (fleet views) and `tenant-<id>.cluster-<id>` (a cluster's pages).
+Groups: `tenant-<id>` (fleet views), `tenant-<id>.cluster-<id>` (a cluster's pages) and `operators`
+(platform operators' pages of fleet rollouts, which span every tenant).
 
 With a Redis channel layer, events go out from one long-lived event loop in a background thread, so
 a service that broadcasts per claim does not pay for a new event loop and thread every time. Events
@@ -40,6 +41,9 @@ def tenant_group(tenant_id: int) -> str:
 
 def cluster_group(tenant_id: int, cluster_id: int) -> str:
     return f"tenant-{tenant_id}.cluster-{cluster_id}"
+
+
+OPERATORS_GROUP = "operators"
 
 
 def member_group(tenant_id: int, user_id: int) -> str:
@@ -103,7 +107,15 @@ def broadcast(tenant_id: int, event: dict, cluster_id: int | None = None) -> Non
     groups = [tenant_group(tenant_id)]
     if cluster_id is not None:
         groups.append(cluster_group(tenant_id, cluster_id))
+    _broadcast(groups, event)
 
+
+def broadcast_operators(event: dict) -> None:
+    """Send `event` to platform operators' streams once the current transaction commits."""
+    _broadcast([OPERATORS_GROUP], event)
+
+
+def _broadcast(groups: list[str], event: dict) -> None:
     def send() -> None:
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):

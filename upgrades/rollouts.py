@@ -2,10 +2,14 @@
 pool gets an ordinary UpgradeRun; the rollout starts the next wave when every run of the current one
 completed, and pauses when one did not."""
 
+from dataclasses import dataclass
+
 from django.db import transaction
 
 from nodepools.models import DriverRelease, GpuModel, NodePool
+from nvke.errors import DomainError
 
+from . import events
 from .compatibility import upgrade_refusals
 from .machine import LIVE, Phase
 from .models import FleetRollout, UpgradeRun
@@ -13,7 +17,7 @@ from .models import FleetRollout, UpgradeRun
 
 def matching_pools(target: DriverRelease, gpu_model: GpuModel | None, from_branch: int | None):
     pools = NodePool.objects.exclude(status=NodePool.Status.DELETING).select_related(
-        "gpu_model__architecture", "driver_release", "cluster"
+        "gpu_model__architecture", "driver_release", "cluster__tenant"
     )
     if gpu_model is not None:
         pools = pools.filter(gpu_model=gpu_model)
@@ -22,19 +26,59 @@ def matching_pools(target: DriverRelease, gpu_model: GpuModel | None, from_branc
     return pools.exclude(driver_release=target).order_by("cluster__tenant_id", "cluster__name", "name")
 
 
+@dataclass(frozen=True)
+class RolloutPlan:
+    waves: list[list[NodePool]]  # the pools that get a run, wave by wave
+    skipped: list[dict]  # {pool, name, rule, message}: matching pools that cannot take the target now
+
+
+def plan_rollout(
+    target_release: DriverRelease,
+    gpu_model: GpuModel | None = None,
+    from_branch: int | None = None,
+    pools_per_wave: int = 1,
+    **strategy,
+) -> RolloutPlan:
+    """Which matching pools a rollout would upgrade, in which wave, and which it would skip and why; bad
+    input is a DomainError naming its field. Reads only: the preview shows it, create_rollout carries it
+    out."""
+    from .services import validate_strategy
+
+    if pools_per_wave < 1:
+        raise DomainError("pools_per_wave is at least 1.", field="pools_per_wave")
+    # canary_nodes is capped at each pool's size when its run is made; the other fields hold for all.
+    validate_strategy({**strategy, "canary_nodes": 0}, 0)
+    releases = list(DriverRelease.objects.all())
+    busy = set(UpgradeRun.objects.filter(status__in=list(LIVE)).values_list("pool_id", flat=True))
+    pools, skipped = [], []
+    for pool in matching_pools(target_release, gpu_model, from_branch):
+        refusals = upgrade_refusals(pool, target_release, releases=releases)
+        if refusals or pool.pk in busy:
+            rule, message = (
+                (refusals[0].rule, refusals[0].message) if refusals else ("upgrade_in_progress", "Busy.")
+            )
+            skipped.append({"pool": pool.pk, "name": str(pool), "rule": rule, "message": message})
+        else:
+            pools.append(pool)
+    waves = [pools[i : i + pools_per_wave] for i in range(0, len(pools), pools_per_wave)]
+    return RolloutPlan(waves=waves, skipped=skipped)
+
+
 def create_rollout(
     *,
     target_release: DriverRelease,
-    gpu_model=None,
-    from_branch=None,
+    gpu_model: GpuModel | None = None,
+    from_branch: int | None = None,
     pools_per_wave: int = 1,
     user=None,
     **strategy,
 ) -> FleetRollout:
     """Plan the rollout: each compatible matching pool gets a pending run in its wave; the others are
-    listed as skipped with the rule they break. The first wave starts at once."""
+    listed as skipped with the rule they break. The first wave starts at once. Bad input is refused
+    before anything is written."""
     from .services import create_run
 
+    plan = plan_rollout(target_release, gpu_model, from_branch, pools_per_wave, **strategy)
     with transaction.atomic():
         rollout = FleetRollout.objects.create(
             target_release=target_release,
@@ -42,30 +86,22 @@ def create_rollout(
             from_branch=from_branch,
             pools_per_wave=pools_per_wave,
             strategy=strategy,
+            skipped=plan.skipped,
             created_by=user,
         )
-        index = 0
-        for pool in matching_pools(target_release, gpu_model, from_branch):
-            refusals = upgrade_refusals(pool, target_release)
-            busy = UpgradeRun.objects.filter(pool=pool, status__in=list(LIVE)).exists()
-            if refusals or busy:
-                rule, message = (
-                    (refusals[0].rule, refusals[0].message) if refusals else ("upgrade_in_progress", "Busy.")
+        for wave, pools in enumerate(plan.waves):
+            for pool in pools:
+                create_run(
+                    context=None,
+                    pool=pool,
+                    target_release=target_release,
+                    user=user,
+                    start=False,
+                    rollout=rollout,
+                    wave=wave,
+                    **{**strategy, "canary_nodes": min(strategy.get("canary_nodes", 0), pool.nodes.count())},
                 )
-                rollout.skipped.append({"pool": pool.pk, "name": str(pool), "rule": rule, "message": message})
-                continue
-            create_run(
-                context=None,
-                pool=pool,
-                target_release=target_release,
-                user=user,
-                start=False,
-                rollout=rollout,
-                wave=index // pools_per_wave,
-                **{**strategy, "canary_nodes": min(strategy.get("canary_nodes", 0), pool.nodes.count())},
-            )
-            index += 1
-        rollout.save()
+        events.publish_rollout(rollout)
     advance(rollout.pk)
     return rollout
 
@@ -79,6 +115,7 @@ def advance(rollout_id: int) -> None:
         rollout = FleetRollout.objects.select_for_update().filter(pk=rollout_id).first()
         if rollout is None or rollout.status != Phase.RUNNING:
             return
+        before = (rollout.status, rollout.wave)
         while True:
             wave = list(rollout.runs.filter(wave=rollout.wave))
             if not wave:
@@ -99,6 +136,8 @@ def advance(rollout_id: int) -> None:
                 continue
             break
         rollout.save()
+        if (rollout.status, rollout.wave) != before:
+            events.publish_rollout(rollout)
 
 
 def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
@@ -122,6 +161,7 @@ def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
                 control(run, "abort")
         rollout.status = {"pause": Phase.PAUSED, "resume": Phase.RUNNING, "abort": Phase.ABORTED}[action]
         rollout.save()
+        events.publish_rollout(rollout)
     if action == "resume":
         advance(rollout.pk)
     return rollout

@@ -132,6 +132,22 @@ def owner_page(page, owner):
     return page
 
 
+NOT_RELOADED = "window.__marker === 1"  # after mark(page): the page was updated live, not reloaded
+
+
+def mark(page) -> None:
+    """Tag the document: the tag survives live updates, not a reload or a navigation."""
+    page.evaluate("window.__marker = 1")
+
+
+def tick_once(run) -> bool:
+    """One tick of an upgrade run, in this process; False once the run has settled."""
+    from upgrades.ticks import tick
+
+    run.refresh_from_db()
+    return tick(run.pk, run.tick_seq) is not None
+
+
 def until(page, condition: str, poke: Callable[[], None], timeout_s: float = 20) -> None:
     """Wait for a JavaScript condition, calling `poke` (re-sending what the page should hear) between
     tries: the page's socket may not have joined its group when the first message goes out."""

@@ -187,6 +187,22 @@ const byAttr = (attr, id) => elements.find((el) => el.attrs[attr] === id);
   sandbox.document.body.dataset.goneUrl = "/clusters/5/";
   sandbox.document.body.dataset.refreshOn = "pool:7";
 
+  // A fleet rollout's events (operators' pages): its badge follows, and pages listening for
+  // "rollout:<id>" refresh on its status and its runs' events, not on another rollout's.
+  const rolloutBadge = makeElement({ "data-rollout-status": "3" }, "running");
+  rolloutBadge.parentNode = parent;
+  elements.push(rolloutBadge);
+  sandbox.document.body.dataset.refreshOn = "rollout:3";
+  send({ type: "rollout.status", rollout: 3, status: "paused", wave: 1 });
+  assert.equal(rolloutBadge.textContent, "paused");
+  assert.equal(rolloutBadge.className, "status status-paused");
+  assert.equal(runTimers().length, 1);
+  send({ type: "rollout.run", rollout: 3, run: 12, pool: 7, cluster: 5, status: "running", wave: 1 });
+  assert.equal(runTimers().length, 1);
+  send({ type: "rollout.run", rollout: 4, run: 13, pool: 7, cluster: 5, status: "running", wave: 0 });
+  assert.equal(timers.length, 0);
+  sandbox.document.body.dataset.refreshOn = "pool:7";
+
   // Garbage and unknown events are ignored.
   sockets[0].onmessage({ data: "not json" });
   send({ type: "something.else", cluster: 5 });

@@ -15,18 +15,11 @@ from nvke.providers.simulator.models import SimFault
 from telemetry import store
 from upgrades.events import publish_run
 from upgrades.models import UpgradeRun
-from upgrades.ticks import tick
 
-from .browser import BROWSER_TEST, screenshot, until
+from .browser import BROWSER_TEST, NOT_RELOADED, mark, screenshot, tick_once, until
 
 pytestmark = BROWSER_TEST
 TARGET = "595.71.05"  # an L4 pool on 580.105.08 may move to it (tests/upgrades)
-NOT_RELOADED = "window.__marker === 1"
-
-
-def mark(page) -> None:
-    """Tag the document: the tag survives live updates, not a reload or a navigation."""
-    page.evaluate("window.__marker = 1")
 
 
 # --- driver upgrades ---------------------------------------------------------------------------------
@@ -41,12 +34,6 @@ def upgrade_pool(monkeypatch, tenant, make_cluster, make_pool) -> NodePool:
     pool = make_pool(make_cluster(tenant, "prod"), name="gpu", gpu_model="l4", nodes=3, gpus_per_node=2)
     reconcile(pool.pk)
     return pool
-
-
-def tick_once(run: UpgradeRun) -> bool:
-    """One tick of the run, in this process; False once the run has settled."""
-    run.refresh_from_db()
-    return tick(run.pk, run.tick_seq) is not None
 
 
 def grid_states(page) -> dict[str, str]:

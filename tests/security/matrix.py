@@ -18,10 +18,12 @@ Kinds:
   NVKE_METRICS_TOKEN for /metrics. No credentials, and every user credential (session, API token,
   staff) → 401; the right machine credential is accepted (test_machine_routes_take_only_their_credential).
 `obj` names an object the tests create in each tenant (see `_objects()` in the test), `manage=True` marks
-reads for owners and admins only; `params` fixes other path parameters (`(("action", "abort"),)`). UI
-pages (Page) are checked for a login redirect, 404 on another tenant's object and 403 on a viewer's
-POST; websocket routes (Ws) for refusal (close 4403), also with each of `obj_params` naming another
-tenant's object.
+reads for owners and admins only; `params` fixes other path parameters (`(("action", "abort"),)`),
+`obj_path_params` fills them from other objects (`(("run_pk", "upgrade_run"),)`). UI pages (Page) are
+checked for a login redirect, 404 on another tenant's object and 403 on a viewer's POST; `staff=True`
+pages (fleet rollouts) for a login redirect, 404 to every tenant user for every method, 200 to staff.
+Websocket routes (Ws) are checked for refusal (close 4403), also with each of `obj_params` naming another
+tenant's object, and each of `staff_params` refused to tenant users and open to staff.
 """
 
 from dataclasses import dataclass
@@ -48,11 +50,14 @@ class Page:
     viewer_writes: bool = False
     manage: bool = False  # owners and admins only, reads too
     params: tuple[tuple[str, str], ...] = ()  # values of path parameters other than the object's
+    obj_path_params: tuple[tuple[str, str], ...] = ()  # path parameters filled from other objects
+    staff: bool = False  # operators only: invisible (404) to everyone else
 
 
 @dataclass(frozen=True)
 class Ws:
     obj_params: tuple[str, ...] = ()  # query parameters naming a tenant object, each tried alone
+    staff_params: tuple[str, ...] = ()  # query parameters of operators' streams (`?<name>=1`)
 
 
 API_ROUTES: dict[str, Api] = {
@@ -151,10 +156,19 @@ PAGES: dict[str, Page] = {
     "telemetry/clusters/<pk>/": Page("cluster"),
     "telemetry/pools/<pk>/": Page("pool"),
     "telemetry/gpus/<pk>/": Page("gpu"),
+    "fleet-rollouts/": Page(staff=True),
+    "fleet-rollouts/new/": Page(post=True, staff=True),
+    "fleet-rollouts/<pk>/": Page("fleet_rollout", staff=True),
+    "fleet-rollouts/<pk>/runs/<run_pk>/": Page(
+        "fleet_rollout", staff=True, obj_path_params=(("run_pk", "upgrade_run"),)
+    ),
+    "fleet-rollouts/<pk>/<action>/": Page(
+        "fleet_rollout", post=True, staff=True, params=(("action", "abort"),)
+    ),
 }
 
 WEBSOCKETS: dict[str, Ws] = {
-    "ws/events/": Ws(obj_params=("cluster",)),
+    "ws/events/": Ws(obj_params=("cluster",), staff_params=("rollouts",)),
     "ws/telemetry/": Ws(obj_params=("cluster", "pool", "gpu")),
 }
 

@@ -111,8 +111,9 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
     token, _ = ApiToken.issue(tenant=tenant, user=owner, name=f"{prefix}-token")
     node = pool.nodes.order_by("pk").first()
     target = DriverRelease.objects.get(version=UPGRADE_TARGET)
+    rollout = FleetRollout.objects.create(target_release=target, pools_per_wave=1)
     run = upgrade_services.create_run(
-        context=TenantContext(tenant, "owner"), pool=pool, target_release=target, start=False
+        context=TenantContext(tenant, "owner"), pool=pool, target_release=target, start=False, rollout=rollout
     )
     NodeToken.issue(node)
     event = TelemetryEvent.objects.create(
@@ -121,7 +122,6 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
     scaling = ClaimScaling.objects.create(
         tenant=tenant, claim=claim, requested_compute_percent=10, reason=f"{prefix}-scaling"
     )
-    rollout = FleetRollout.objects.create(target_release=target, pools_per_wave=1)
     return {
         "cluster": cluster.pk,
         "pool": pool.pk,
@@ -157,7 +157,8 @@ def world(make_member, make_cluster, make_pool, settings):
 
 
 def url_for(key: str, entry, objects: dict) -> str:
-    return fill(key, objects[entry.obj] if entry.obj else "", entry.params)
+    from_objects = tuple((name, objects[obj]) for name, obj in getattr(entry, "obj_path_params", ()))
+    return fill(key, objects[entry.obj] if entry.obj else "", entry.params + from_objects)
 
 
 def api_client(user=None, raw_token: str | None = None) -> APIClient:
@@ -396,6 +397,8 @@ def test_pages_redirect_strangers_hide_other_tenants_and_refuse_viewers_writes(w
                     {"302 /login/"},
                 )
             )
+        if page.staff:  # test_operator_pages_do_not_exist_for_tenant_users
+            continue
         if page.obj:
             foreign = url_for(key, page, world["globex"])
             for method in methods:
@@ -408,6 +411,26 @@ def test_pages_redirect_strangers_hide_other_tenants_and_refuse_viewers_writes(w
         if page.manage:
             checks.append(("get", f"{url} as member", member.get(url).status_code, {403}))
     assert _failures(checks) == []
+
+
+@pytest.mark.django_db
+def test_operator_pages_do_not_exist_for_tenant_users(world, django_user_model):
+    operator = django_user_model.objects.create_user("operator", password="pw-secret-123", is_staff=True)
+    staff = page_client(operator)
+    users = {who: page_client(world[who]) for who in ("owner", "member", "viewer")}
+    checks = []
+    for key, page in PAGES.items():
+        if not page.staff:
+            continue
+        url = url_for(key, page, world["acme"])
+        methods = [m for m, offered in (("get", page.get), ("post", page.post)) if offered]
+        for method in methods:
+            for who, client in users.items():
+                checks.append((method, f"{url} as {who}", getattr(client, method)(url).status_code, {404}))
+        if page.get:
+            checks.append(("get", f"{url} as staff", staff.get(url).status_code, {200}))
+    assert checks and _failures(checks) == []
+    assert FleetRollout.objects.filter(status="running").count() == 2
 
 
 @pytest.mark.django_db
@@ -454,7 +477,8 @@ def ws_outcome(path: str, user=None) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_websockets_refuse_strangers_and_other_tenants(world):
+def test_websockets_refuse_strangers_and_other_tenants(world, django_user_model):
+    operator = django_user_model.objects.create_user("operator", password="pw-secret-123", is_staff=True)
     for route, ws in WEBSOCKETS.items():
         path = "/" + route
         assert ws_outcome(path) == "closed 4403"
@@ -464,3 +488,8 @@ def test_websockets_refuse_strangers_and_other_tenants(world):
             own = f"{path}?{param}={world['acme'][param]}"
             assert ws_outcome(foreign, world["owner"]) == "closed 4403", foreign
             assert ws_outcome(own, world["owner"]) == "open", own
+        for param in ws.staff_params:
+            operators = f"{path}?{param}=1"
+            assert ws_outcome(operators) == "closed 4403", operators
+            assert ws_outcome(operators, world["owner"]) == "closed 4403", operators
+            assert ws_outcome(operators, operator) == "open", operators

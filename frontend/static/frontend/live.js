@@ -8,9 +8,11 @@
  *   data-claim-status="<id>" / data-claim-reason="<id>"   a GPU claim's status and pending reason
  *   data-cluster-row="<id>" / data-pool-row="<id>"        removed when the object is deleted
  *   data-claim-row="<id>"                                 removed when the claim is released
+ *   data-rollout-status="<id>"                            a fleet rollout's status (operators' pages)
  * Elements with data-live-region and an id are re-fetched from the server (the page itself) when an
  * event matches <body data-refresh-on> (space-separated keys: "cluster:<id>", "pool:<id>",
- * "claim:<id>", "claims:<cluster id>" for any claim of a cluster, or "*"), and each time the socket
+ * "claim:<id>", "claims:<cluster id>" for any claim of a cluster, "rollout:<id>" for a fleet rollout and
+ * its runs, or "*"), and each time the socket
  * opens, since events may have been missed between the page's render (or a drop) and then; the status
  * badges outside those regions are copied from the fresh page as well. When the page's own object is
  * deleted or released (<body data-gone-on>), the browser goes to <body data-gone-url>.
@@ -24,7 +26,7 @@
   var path = body && body.dataset.wsUrl;
   if (!path || !("WebSocket" in window)) return;
 
-  var STATUS_ATTRS = ["data-cluster-status", "data-pool-status", "data-claim-status"];
+  var STATUS_ATTRS = ["data-cluster-status", "data-pool-status", "data-claim-status", "data-rollout-status"];
   var FORBIDDEN = 4403; // the server refused this stream (signed out, another tenant's cluster): stop
   var MAX_DELAY_MS = 30000;
   var attempts = 0;
@@ -87,8 +89,10 @@
     return event.type.indexOf("pool.") === 0 ? "pool:" + event.pool : "cluster:" + event.cluster;
   }
 
-  // A pool's or a claim's events also concern its cluster's pages; a claim's, the pages of claims.
+  // A pool's or a claim's events also concern its cluster's pages; a claim's, the pages of claims; a
+  // rollout's run, the rollout's pages.
   function keys(event) {
+    if (event.type.indexOf("rollout.") === 0) return ["rollout:" + event.rollout];
     var result = ["cluster:" + event.cluster];
     if (event.pool !== undefined) result.push("pool:" + event.pool);
     if (isClaimEvent(event)) result.push("claims:" + event.cluster, "claim:" + event.claim);
@@ -167,6 +171,11 @@
       case "upgrade.run":
       case "upgrade.node":
         break; // a driver upgrade's page re-fetches its node grid and history (data-refresh-on pool:<id>)
+      case "rollout.status":
+        setStatus("data-rollout-status", event.rollout, event.status);
+        break;
+      case "rollout.run":
+        break; // a rollout's pages re-fetch their waves (data-refresh-on rollout:<id>)
       default:
         return;
     }

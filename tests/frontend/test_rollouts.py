@@ -1,0 +1,228 @@
+"""Fleet rollout pages through the Django test client: list, new-rollout form with its preview, create,
+the rollout's and its runs' pages, pause / resume / abort (abort asks first), CSRF, and 404 for everyone
+but staff. Pools of two tenants run on the simulator; a B200 pool cannot take the target (architecture)."""
+
+import re
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from nodepools.services import reconcile
+from upgrades import rollouts
+from upgrades.models import FleetRollout, UpgradeRun
+
+pytestmark = pytest.mark.django_db
+TARGET = "600.10.01"  # hopper_only_driver: no Blackwell
+
+
+@pytest.fixture
+def fleet(tenant, make_member, make_cluster, make_pool, hopper_only_driver) -> dict:
+    """Acme: L4 pools `a` and `b` and a B200 pool `big`; Globex: L4 pool `c`. All on 580.105.08."""
+    globex = make_member("globex", "owner").memberships.get().tenant
+    prod, west = make_cluster(tenant, "prod"), make_cluster(globex, "west")
+    pools = {
+        "a": make_pool(prod, name="a", nodes=2, gpus_per_node=2),
+        "b": make_pool(prod, name="b", nodes=2, gpus_per_node=2),
+        "big": make_pool(prod, name="big", gpu_model="b200-sxm-180gb", nodes=1, gpus_per_node=8),
+        "c": make_pool(west, name="c", nodes=2, gpus_per_node=2),
+    }
+    for pool in pools.values():
+        reconcile(pool.pk)
+    return pools
+
+
+@pytest.fixture
+def operator(django_user_model):
+    """A platform operator in no tenant: rollouts need none."""
+    return django_user_model.objects.create_user("operator", password="pw-secret-123", is_staff=True)
+
+
+@pytest.fixture
+def staff(operator, ui_for) -> Client:
+    return ui_for(operator)
+
+
+FORM = {
+    "target_release": TARGET,
+    "gpu_model": "",
+    "from_branch": "",
+    "pools_per_wave": 2,
+    "max_unavailable": "1",
+    "canary_nodes": 0,
+    "canary_bake_s": 0,
+    "drain_timeout_s": 600,
+    "failure_budget": 1,
+}
+
+
+def create(operator, **fields) -> FleetRollout:
+    from nodepools.models import DriverRelease
+
+    return rollouts.create_rollout(
+        target_release=DriverRelease.objects.get(version=TARGET), user=operator, **fields
+    )
+
+
+def field_block(page: str, name: str) -> str:
+    """The form field's block of _field.html: its label, input, help and errors."""
+    match = re.search(rf'<div class="field[^"]*" id="field-{name}">(.*?)\n</div>', page, re.S)
+    assert match, f"no field {name}"
+    return match[1]
+
+
+def test_preview_shows_waves_and_skipped_pools_and_writes_nothing(staff, fleet):
+    response = staff.post("/fleet-rollouts/new/", FORM)
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "Preview: 3 pools in 2 waves, 1 skipped" in page
+    assert page.count('<tr data-rollout-pool="') == 3 and "planned" in page
+    assert "Acme" in page and "Globex" in page
+    skipped = re.search(r'<tr data-skipped-pool="(\d+)">(.*?)</tr>', page)
+    assert int(skipped[1]) == fleet["big"].pk
+    assert "<code>architecture</code>" in skipped[2] and "does not support Blackwell" in skipped[2]
+    # The start button posts the previewed input again, with `confirm`.
+    assert (
+        'name="confirm"' in page and f'<input type="hidden" name="target_release" value="{TARGET}">' in page
+    )
+    assert not FleetRollout.objects.exists() and not UpgradeRun.objects.exists()
+
+    # Filters narrow the match: only the B200 pool (which cannot take the target), nothing on branch 535.
+    page = staff.post("/fleet-rollouts/new/", {**FORM, "gpu_model": "b200-sxm-180gb"}).content.decode()
+    assert "Preview: 0 pools in 0 waves, 1 skipped" in page and 'name="confirm"' not in page
+    page = staff.post("/fleet-rollouts/new/", {**FORM, "from_branch": 535}).content.decode()
+    assert "No pool to upgrade." in page and 'name="confirm"' not in page
+
+
+def test_confirm_creates_the_rollout_and_its_pages_show_waves_runs_and_skipped(staff, fleet, operator):
+    response = staff.post("/fleet-rollouts/new/", {**FORM, "confirm": "1"})
+    rollout = FleetRollout.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/fleet-rollouts/{rollout.pk}/"
+    assert rollout.created_by == operator and rollout.strategy["max_unavailable"] == "1"
+    runs = {r.pool.name: (r.wave, r.status) for r in rollout.runs.select_related("pool")}
+    assert runs == {"a": (0, "running"), "b": (0, "running"), "c": (1, "pending")}
+    assert [s["rule"] for s in rollout.skipped] == ["architecture"]
+
+    page = staff.get(response["Location"]).content.decode()
+    assert f'data-rollout-status="{rollout.pk}">running<' in page
+    assert "0 done · 2 running · 0 failed · 1 skipped" in page
+    assert page.count("<caption>Wave ") == 2 and "Globex" in page
+    run_c = rollout.runs.get(pool=fleet["c"])
+    assert f'href="/fleet-rollouts/{rollout.pk}/runs/{run_c.pk}/"' in page
+    assert f'data-run-status="{run_c.pk}">pending<' in page
+    assert "<code>architecture</code>" in page and "prod/big" in page
+    assert (
+        'data-ws-url="/ws/events/?rollouts=1"' in page and f'data-refresh-on="rollout:{rollout.pk}"' in page
+    )
+    assert "Pause</button>" in page and f'href="/fleet-rollouts/{rollout.pk}/abort/"' in page
+
+    # Another tenant's run, read-only, reached through the rollout.
+    page = staff.get(f"/fleet-rollouts/{rollout.pk}/runs/{run_c.pk}/").content.decode()
+    assert page.count('data-upgrade-node="') == 2 and "Globex / west / c" in page
+    assert "Pause</button>" not in page and "/abort/" not in page
+    other = FleetRollout.objects.create(target_release=rollout.target_release)
+    assert staff.get(f"/fleet-rollouts/{other.pk}/runs/{run_c.pk}/").status_code == 404
+
+    listing = staff.get("/fleet-rollouts/").content.decode()
+    assert f'href="/fleet-rollouts/{rollout.pk}/"' in listing and TARGET in listing
+    assert "any GPU, any branch" in listing and "0 done · 2 running · 0 failed · 1 skipped" in listing
+    assert 'aria-current="page">Rollouts</a>' in listing
+
+
+@pytest.mark.parametrize(
+    "fields, field, message",
+    [
+        ({"max_unavailable": "0"}, "max_unavailable", "max_unavailable is a count of at least 1"),
+        ({"max_unavailable": "150%"}, "max_unavailable", "a percent from 1% to 100%"),
+        ({"pools_per_wave": 0}, "pools_per_wave", "greater than or equal to 1"),
+        ({"target_release": "999.1.1"}, "target_release", "Select a valid choice"),
+        ({"failure_budget": ""}, "failure_budget", "This field is required"),
+    ],
+)
+@pytest.mark.parametrize("confirm", [False, True])
+def test_bad_input_is_an_error_under_its_field_and_nothing_is_written(
+    staff, fleet, fields, field, message, confirm
+):
+    body = {**FORM, **fields, **({"confirm": "1"} if confirm else {})}
+    response = staff.post("/fleet-rollouts/new/", body)
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert message in field_block(page, field) and 'aria-invalid="true"' in field_block(page, field)
+    assert "Preview:" not in page
+    assert not FleetRollout.objects.exists() and not UpgradeRun.objects.exists()
+
+
+def test_the_service_refuses_bad_waves_and_strategy_before_writing(operator, fleet):
+    """The API's path: the same checks, a 400 naming the field, not a crash or half a rollout."""
+    api = APIClient()
+    api.force_authenticate(operator)
+    body = {"target_release": TARGET, "pools_per_wave": 0}
+    response = api.post("/api/v1/fleet-rollouts/", body, format="json")
+    assert (response.status_code, response.data["details"]["field"]) == (400, "pools_per_wave")
+    body = {"target_release": TARGET, "gpu_model": "t4", "strategy": {"max_unavailable": "x"}}  # no t4 pool
+    response = api.post("/api/v1/fleet-rollouts/", body, format="json")
+    assert (response.status_code, response.data["details"]["field"]) == (400, "max_unavailable")
+    assert not FleetRollout.objects.exists() and not UpgradeRun.objects.exists()
+
+
+def test_pause_resume_and_abort_after_a_confirmation(staff, fleet, operator):
+    rollout = create(operator, pools_per_wave=2)
+    url = f"/fleet-rollouts/{rollout.pk}/"
+    assert staff.post(f"{url}pause/").status_code == 302
+    rollout.refresh_from_db()
+    assert rollout.status == "paused"
+    assert set(rollout.runs.filter(wave=0).values_list("status", flat=True)) == {"paused"}
+    page = staff.post(f"{url}pause/", follow=True).content.decode()
+    assert "Cannot pause a rollout that is paused." in page and "Resume</button>" in page
+
+    assert staff.post(f"{url}resume/").status_code == 302
+    assert FleetRollout.objects.get(pk=rollout.pk).status == "running"
+
+    confirm = staff.get(f"{url}abort/").content.decode()
+    assert f"Abort the rollout to {TARGET}?" in confirm and "Abort rollout</button>" in confirm
+    assert FleetRollout.objects.get(pk=rollout.pk).status == "running"  # asking changed nothing
+    page = staff.post(f"{url}abort/", follow=True).content.decode()
+    assert "Abort: rollout is aborted." in page
+    assert FleetRollout.objects.get(pk=rollout.pk).status == "aborted"
+    statuses = dict(rollout.runs.values_list("wave", "status"))
+    assert statuses == {0: "aborting", 1: "aborted"}
+    assert "Pause</button>" not in page and "Resume</button>" not in page and f'{url}abort/"' not in page
+    assert staff.post(f"{url}explode/").status_code == 404
+
+
+def test_writes_need_the_sessions_csrf_token(operator, fleet):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    assert client.post("/fleet-rollouts/new/", FORM).status_code == 403
+    token = client.get("/fleet-rollouts/new/").cookies["csrftoken"].value
+    assert client.post("/fleet-rollouts/new/", {**FORM, "csrfmiddlewaretoken": token}).status_code == 200
+    rollout = create(operator)
+    assert client.post(f"/fleet-rollouts/{rollout.pk}/pause/").status_code == 403
+    assert FleetRollout.objects.get(pk=rollout.pk).status == "running"
+
+
+def test_everyone_but_staff_gets_404_and_no_link(fleet, operator, owner, make_member, ui_for, tenant):
+    rollout = create(operator)
+    run = rollout.runs.first()
+    pages = [
+        "/fleet-rollouts/",
+        "/fleet-rollouts/new/",
+        f"/fleet-rollouts/{rollout.pk}/",
+        f"/fleet-rollouts/{rollout.pk}/runs/{run.pk}/",
+        f"/fleet-rollouts/{rollout.pk}/pause/",
+        f"/fleet-rollouts/{rollout.pk}/abort/",
+    ]
+    for user in (owner, make_member("acme", "viewer")):  # a tenant's owner is no operator
+        client = ui_for(user)
+        for url in pages:
+            assert client.get(url).status_code == 404, url
+            assert client.post(url, {**FORM, "confirm": "1"}).status_code == 404, url
+        assert 'href="/fleet-rollouts/"' not in client.get("/").content.decode()
+    assert FleetRollout.objects.get(pk=rollout.pk).status == "running" and FleetRollout.objects.count() == 1
+    for url in pages:
+        response = Client().get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), url
+    staff_in_tenant = make_member("acme", "viewer")
+    staff_in_tenant.is_staff = True
+    staff_in_tenant.save()
+    assert 'href="/fleet-rollouts/">Rollouts</a>' in ui_for(staff_in_tenant).get("/").content.decode()
