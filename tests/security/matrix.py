@@ -21,7 +21,8 @@ Kinds:
 reads for owners and admins only; `params` fixes other path parameters (`(("action", "abort"),)`). UI
 pages (Page) are checked for a login redirect, 404 on another tenant's object and 403 on a viewer's
 POST; websocket routes (Ws) for refusal (close 4403), also with each of `obj_params` naming another
-tenant's object.
+tenant's object, with a session and with another tenant's API token (and bad tokens: refused at the
+handshake).
 """
 
 from dataclasses import dataclass
