@@ -68,9 +68,8 @@ def test_a_token_opens_every_route_of_its_tenant(asgi_server, owner, fleet, scop
         for path, socket in sockets.items():
             _, seen = receive_until(socket, lambda event: event["type"] == "test.ping")
             if path.startswith("/ws/telemetry/"):
-                assert seen[0]["type"] == "telemetry.hello" and seen[0]["view"].startswith(
-                    f"tenant-{tenant.pk}."
-                )
+                hello = seen[0]
+                assert hello["type"] == "telemetry.hello" and hello["view"].startswith(f"tenant-{tenant.pk}.")
     token.refresh_from_db()
     assert token.last_used_at is not None
 
@@ -88,26 +87,11 @@ def test_bad_tokens_are_refused_at_the_handshake(asgi_server, owner, make_member
     # With an allowed Origin, a handshake whose token were ignored would be accepted as anonymous (and
     # closed with 4403): a 403 here comes from the token check.
     origin = {"Origin": asgi_server.url}
+    bearers = ["nvke_unknown", revoked, of_deactivated, issue(owner, expires_at=past)[1], f"{good} extra"]
+    handshakes = [{"additional_headers": {"Authorization": f"Bearer {raw}", **origin}} for raw in bearers]
+    handshakes.append({"additional_headers": origin, "subprotocols": ["nvke", "nvke.bearer.nvke_unknown"]})
     for path in ("/ws/events/", "/ws/telemetry/"):
-        for raw in ("nvke_unknown", issue(owner, expires_at=past)[1], revoked, of_deactivated):
-            assert (
-                refused_status(
-                    asgi_server, path, additional_headers={"Authorization": f"Bearer {raw}", **origin}
-                )
-                == 403
-            )
-        assert (
-            refused_status(
-                asgi_server, path, additional_headers={"Authorization": f"Bearer {good} x", **origin}
-            )
-            == 403
-        )
-        assert (
-            refused_status(
-                asgi_server, path, additional_headers=origin, subprotocols=["nvke", "nvke.bearer.nope"]
-            )
-            == 403
-        )
+        assert [refused_status(asgi_server, path, **handshake) for handshake in handshakes] == [403] * 6
     assert_refused(asgi_server, "/ws/events/")  # no credentials at all: as before, accepted and closed
 
 
