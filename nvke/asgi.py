@@ -10,10 +10,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from nvke.routing import websocket_urlpatterns  # noqa: E402
+from nvke.websocket_auth import TokenAuthMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Handshakes with an API token skip the Origin check and the session; see nvke/websocket_auth.py.
+        "websocket": TokenAuthMiddleware(
+            token_app=URLRouter(websocket_urlpatterns),
+            session_app=AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        ),
     }
 )

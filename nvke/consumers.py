@@ -1,27 +1,42 @@
 """One websocket per page. `ws/events/` streams the tenant's events; `ws/events/?cluster=<id>` only one
 cluster's; `ws/events/?rollouts=1` fleet rollouts' events, to staff users only (rollouts span every
-tenant, so that stream needs no tenant). Access is checked before joining a group. A refused stream
-(signed out, another tenant's cluster, not staff) is accepted and closed at once with code 4403, so a
-client can tell a refusal from an outage and stop retrying."""
+tenant, so that stream needs no tenant). A socket acts in its API token's tenant (nvke.websocket_auth)
+or its session's. Access is checked before joining a group. A refused stream (signed out, another
+tenant's cluster, not staff) is accepted and closed at once with code 4403, so a client can tell a
+refusal from an outage and stop retrying."""
 
+import asyncio
+import datetime
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from django.utils import timezone
 
 from clusters.models import Cluster
-from nvke.realtime import OPERATORS_GROUP, cluster_group, member_group, tenant_group
-from nvke.tenancy.context import find_context
+from nvke.realtime import OPERATORS_GROUP, cluster_group, member_group, tenant_group, token_group
+from nvke.tenancy.context import TenantContext, find_context
 
-FORBIDDEN = 4403
+FORBIDDEN = 4403  # refused, or access ended (membership, token): final, do not retry
+THROTTLED = 4429  # too many handshakes with this token or its user: retry after a while
+SUBPROTOCOL = "nvke"  # answered when offered, e.g. beside `nvke.bearer.<token>`
+
+
+def stream_context(scope: dict) -> TenantContext | None:
+    """The tenant and role a socket acts in: its token's, else its session's (as on the API)."""
+    user = scope.get("user")
+    if user is None:
+        return None
+    return find_context(user, session=scope.get("session"), token=scope.get("token"))
 
 
 @database_sync_to_async
-def _group_for(user, session, query: dict) -> tuple[str, int | None] | None:
+def _group_for(scope: dict, query: dict) -> tuple[str, int | None] | None:
     """The group this connection may join and its tenant (None for the operators' stream), or None."""
     if "rollouts" in query:
-        return (OPERATORS_GROUP, None) if user.is_staff else None
-    context = find_context(user, session=session)
+        user = scope.get("user")
+        return (OPERATORS_GROUP, None) if user is not None and user.is_staff else None
+    context = stream_context(scope)
     if context is None:
         return None
     tenant_id = context.tenant.pk
@@ -33,47 +48,77 @@ def _group_for(user, session, query: dict) -> tuple[str, int | None] | None:
     return cluster_group(tenant_id, int(cluster)), tenant_id
 
 
-class MembershipWatch:
-    """For consumers of a tenant's data: the socket closes (4403) when the user's membership of that
-    tenant ends, instead of streaming on until the user disconnects."""
+class StreamAccess:
+    """For consumers of a tenant's data: how they accept and refuse, and closing the socket (4403) when
+    access ends — the user's membership of the tenant, or the API token it was opened with (revoked,
+    deleted or expired) — instead of streaming on until the client disconnects."""
 
-    member_group: str | None = None
+    access_groups: tuple[str, ...] = ()
+    expiry: asyncio.Task | None = None
 
-    async def watch_membership(self, tenant_id: int) -> None:
-        self.member_group = member_group(tenant_id, self.scope["user"].pk)
-        await self.channel_layer.group_add(self.member_group, self.channel_name)
+    async def accept(self, subprotocol: str | None = None, headers=None) -> None:
+        # A browser drops a connection whose answer names none of the subprotocols it offered.
+        if SUBPROTOCOL in self.scope.get("subprotocols", ()):
+            subprotocol = SUBPROTOCOL
+        await super().accept(subprotocol, headers)
 
-    async def stop_watching_membership(self) -> None:
-        if self.member_group:
-            await self.channel_layer.group_discard(self.member_group, self.channel_name)
+    async def refuse(self, code: int = FORBIDDEN) -> None:
+        """Accept, then close with `code`: a browser sees a close code only on an accepted socket."""
+        await self.accept()
+        await self.close(code=code)
+
+    async def watch_access(self, tenant_id: int | None) -> None:
+        """`tenant_id` None: a stream of no tenant (the operators'), ended only by its token."""
+        if tenant_id is not None:
+            self.access_groups = (member_group(tenant_id, self.scope["user"].pk),)
+        token = self.scope.get("token")
+        if token is not None:
+            self.access_groups += (token_group(token.pk),)
+            if token.expires_at is not None:
+                self.expiry = asyncio.create_task(self._close_at(token.expires_at))
+        for group in self.access_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def stop_watching_access(self) -> None:
+        if self.expiry:
+            self.expiry.cancel()
+        for group in self.access_groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def _close_at(self, moment: datetime.datetime) -> None:
+        await asyncio.sleep((moment - timezone.now()).total_seconds())
+        await self.close(code=FORBIDDEN)
 
     async def nvke_access_revoked(self, message) -> None:
         await self.close(code=FORBIDDEN)
 
 
-class EventsConsumer(MembershipWatch, AsyncJsonWebsocketConsumer):
+class ThrottledConsumer(StreamAccess, AsyncWebsocketConsumer):
+    """Every route's answer to a handshake over its token's or user's rate limit."""
+
+    async def connect(self):
+        await self.refuse(THROTTLED)
+
+
+class EventsConsumer(StreamAccess, AsyncJsonWebsocketConsumer):
     group: str | None = None
 
     async def connect(self):
-        user = self.scope.get("user")
         query = parse_qs(self.scope.get("query_string", b"").decode())
-        authenticated = user is not None and user.is_authenticated
-        resolved = await _group_for(user, self.scope.get("session"), query) if authenticated else None
+        resolved = await _group_for(self.scope, query)
         if resolved is None:
-            await self.accept()
-            await self.close(code=FORBIDDEN)
+            await self.refuse()
             return
         self.group, tenant_id = resolved
         # Join before accepting: once the client is connected, no event of its group can pass it by.
         await self.channel_layer.group_add(self.group, self.channel_name)
-        if tenant_id is not None:
-            await self.watch_membership(tenant_id)
+        await self.watch_access(tenant_id)
         await self.accept()
 
     async def disconnect(self, code):
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
-        await self.stop_watching_membership()
+        await self.stop_watching_access()
 
     async def nvke_events(self, message):
         """Events that were broadcast together arrive as one message: one frame each."""

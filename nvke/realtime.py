@@ -1,7 +1,8 @@
 """The one way sync code reaches websockets: after the transaction commits, to tenant groups.
 
 Groups: `tenant-<id>` (fleet views), `tenant-<id>.cluster-<id>` (a cluster's pages) and `operators`
-(platform operators' pages of fleet rollouts, which span every tenant).
+(platform operators' pages of fleet rollouts, which span every tenant); streams also join
+`tenant-<id>.member-<user id>` and, when opened with an API token, `token-<id>`, which close them.
 
 With a Redis channel layer, events go out from one long-lived event loop in a background thread, so
 a service that broadcasts per claim does not pay for a new event loop and thread every time. Events
@@ -51,12 +52,17 @@ def member_group(tenant_id: int, user_id: int) -> str:
     return f"tenant-{tenant_id}.member-{user_id}"
 
 
-def close_member_streams(tenant_id: int, user_id: int) -> None:
-    """Once the transaction commits, close the user's open streams of the tenant (code 4403)."""
+def token_group(token_id: int) -> str:
+    """Every stream opened with one API token: closed when the token is revoked or deleted."""
+    return f"token-{token_id}"
+
+
+def close_streams(group: str) -> None:
+    """Once the transaction commits, close the group's open streams (code 4403)."""
 
     def send() -> None:
         layer = get_channel_layer()
-        async_to_sync(layer.group_send)(member_group(tenant_id, user_id), {"type": "nvke.access_revoked"})
+        async_to_sync(layer.group_send)(group, {"type": "nvke.access_revoked"})
 
     transaction.on_commit(send)
 

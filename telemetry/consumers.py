@@ -1,7 +1,7 @@
 """`ws/telemetry/?view=fleet`, `?cluster=<id>`, `?pool=<id>`, `?gpu=<id>`: live telemetry of the
 tenant's GPUs, one coalesced frame per interval (telemetry.hub), plus the tenant's (or the cluster's)
-events, which carry the rescaling and health decisions. Refusals as in nvke.consumers: accepted, then
-closed with 4403."""
+events, which carry the rescaling and health decisions. Access (API token or session) and refusals as
+in nvke.consumers: accepted, then closed with 4403."""
 
 import json
 from urllib.parse import parse_qs
@@ -10,9 +10,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodepools.models import Gpu, NodePool
-from nvke.consumers import FORBIDDEN, MembershipWatch
+from nvke.consumers import StreamAccess, stream_context
 from nvke.realtime import cluster_group, tenant_group
-from nvke.tenancy.context import find_context
 
 from .hub import COLUMNS, hub
 
@@ -20,9 +19,9 @@ KINDS = ("cluster", "pool", "gpu")
 
 
 @database_sync_to_async
-def resolve_view(user, session, query: dict) -> tuple[str, dict, str, int] | None:
-    """(view key, GPU filter, events group, tenant) for what the user's tenant may see; None if refused."""
-    context = find_context(user, session=session)
+def resolve_view(scope: dict, query: dict) -> tuple[str, dict, str, int] | None:
+    """(view key, GPU filter, events group, tenant) for what the socket's tenant may see; None if refused."""
+    context = stream_context(scope)
     if context is None:
         return None
     tenant_id = context.tenant.pk
@@ -57,21 +56,18 @@ def resolve_view(user, session, query: dict) -> tuple[str, dict, str, int] | Non
     )
 
 
-class TelemetryConsumer(MembershipWatch, AsyncWebsocketConsumer):
+class TelemetryConsumer(StreamAccess, AsyncWebsocketConsumer):
     async def connect(self):
         self.view_key = self.group = None
-        user = self.scope.get("user")
         query = parse_qs(self.scope.get("query_string", b"").decode())
-        resolved = None
-        if user is not None and user.is_authenticated:
-            resolved = await resolve_view(user, self.scope.get("session"), query)
-        await self.accept()
+        resolved = await resolve_view(self.scope, query)
         if resolved is None:
-            await self.close(code=FORBIDDEN)
+            await self.refuse()
             return
+        await self.accept()
         key, gpu_filter, self.group, tenant_id = resolved
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.watch_membership(tenant_id)
+        await self.watch_access(tenant_id)
         view = await hub.view(key, gpu_filter)
         hello = {
             "type": "telemetry.hello",
@@ -89,7 +85,7 @@ class TelemetryConsumer(MembershipWatch, AsyncWebsocketConsumer):
             hub.leave(self.view_key, id(self))
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
-        await self.stop_watching_membership()
+        await self.stop_watching_access()
 
     async def nvke_events(self, message):
         """Events broadcast together (nvke.realtime) arrive as one message: one frame each."""

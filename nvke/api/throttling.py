@@ -2,6 +2,8 @@
 web process counts together). Over the limit: 429 with Retry-After. Rates come from settings
 (NVKE_RATE_LIMIT_TOKEN, NVKE_RATE_LIMIT_USER) and are read per request, so tests can change them."""
 
+from types import SimpleNamespace
+
 from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -33,3 +35,11 @@ class UserRateThrottle(_SettingsRateThrottle):
         if not request.user or not request.user.is_authenticated:
             return None
         return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+
+def handshake_allowed(token: ApiToken) -> bool:
+    """A websocket handshake with a token counts as one request of the token and of its user, in the
+    same counters as the API. Like DRF, every throttle counts the request even when another refuses."""
+    request = SimpleNamespace(user=token.user, auth=token)
+    throttles = (TokenRateThrottle(), UserRateThrottle())
+    return all([throttle.allow_request(request, None) for throttle in throttles])

@@ -12,4 +12,5 @@ class TenancyConfig(AppConfig):
         from . import (
             login_throttle,  # noqa: F401  (counts failed sign-ins)
             schema,  # noqa: F401  (registers the token scheme with drf-spectacular)
+            signals,  # noqa: F401  (a token that stops working closes its websockets)
         )

@@ -20,16 +20,23 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Malformed Authorization header.")
-        token = (
-            ApiToken.objects.select_related("user", "tenant").filter(key_hash=hash_token(header[1])).first()
-        )
-        if token is None or not token.is_active or not token.user.is_active:
+        token = active_token(header[1])
+        if token is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
-        record_use(token)
         return token.user, token
 
     def authenticate_header(self, request) -> str:
         return self.keyword
+
+
+def active_token(raw: str) -> ApiToken | None:
+    """The token `raw` names if it works now (not revoked or expired, its user active), its use
+    recorded; else None. The one check of the API and the websockets (nvke/websocket_auth.py)."""
+    token = ApiToken.objects.select_related("user", "tenant").filter(key_hash=hash_token(raw)).first()
+    if token is None or not token.is_active or not token.user.is_active:
+        return None
+    record_use(token)
+    return token
 
 
 def record_use(token: ApiToken) -> None:

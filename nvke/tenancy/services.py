@@ -5,7 +5,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from nvke.errors import Conflict, DomainError
-from nvke.realtime import close_member_streams
+from nvke.realtime import close_streams, member_group
 
 from .context import TenantContext
 from .models import ApiToken, Membership
@@ -78,7 +78,7 @@ def remove_member(*, context: TenantContext, membership: Membership) -> None:
         ):
             revoke_token(token)
         membership.delete()
-        close_member_streams(membership.tenant_id, membership.user_id)
+        close_streams(member_group(membership.tenant_id, membership.user_id))
 
 
 def _keep_an_owner(membership: Membership, *, leaving: bool) -> None:

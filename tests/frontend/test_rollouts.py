@@ -53,6 +53,7 @@ FORM = {
     "canary_bake_s": 0,
     "drain_timeout_s": 600,
     "failure_budget": 1,
+    "failed_nodes": "keep-cordoned",
 }
 
 

@@ -1,6 +1,7 @@
 """A real websocket client, connected to a real ASGI server, receives status changes."""
 
 import json
+import time
 
 import pytest
 from django.test import Client
@@ -15,15 +16,35 @@ from nvke.tenancy.context import TenantContext
 pytestmark = pytest.mark.integration
 
 
-def open_socket(server, user, path="/ws/events/"):
+def session_cookie(user) -> str:
     browser = Client()
     browser.force_login(user)
-    origin = f"http://127.0.0.1:{server.port}"
+    return f"sessionid={browser.cookies['sessionid'].value}"
+
+
+def open_socket(server, user, path="/ws/events/"):
     return connect(
         f"ws://127.0.0.1:{server.port}{path}",
-        additional_headers={"Cookie": f"sessionid={browser.cookies['sessionid'].value}", "Origin": origin},
+        additional_headers={"Cookie": session_cookie(user), "Origin": f"http://127.0.0.1:{server.port}"},
         open_timeout=10,
     )
+
+
+def token_socket(server, raw: str, path: str = "/ws/events/", **options):
+    """A client that is not a browser: an API token in the Authorization header, no cookie, no Origin."""
+    headers = {"Authorization": f"Bearer {raw}", **options.pop("additional_headers", {})}
+    return connect(
+        f"ws://127.0.0.1:{server.port}{path}", additional_headers=headers, open_timeout=10, **options
+    )
+
+
+def close_code(socket, timeout_s: float = 10) -> int:
+    """Read until the server closes the socket, which must happen within `timeout_s`; its close code."""
+    deadline = time.monotonic() + timeout_s
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            socket.recv(timeout=max(deadline - time.monotonic(), 0.01))
+    return closed.value.rcvd.code
 
 
 def receive_until(socket, predicate, limit=20):
@@ -62,9 +83,11 @@ def test_client_receives_cluster_status_changes(asgi_server, owner, make_member,
             theirs.recv(timeout=1)
 
 
-def assert_refused(server, path, user=None):
+def assert_refused(server, path, user=None, token=None):
     """A refused stream is accepted and closed at once with 4403, never sending an event."""
-    if user is None:
+    if token is not None:
+        ws = token_socket(server, token, path)
+    elif user is None:
         ws = connect(
             f"ws://127.0.0.1:{server.port}{path}",
             additional_headers={"Origin": f"http://127.0.0.1:{server.port}"},
@@ -121,10 +144,6 @@ def test_removing_a_member_closes_their_open_streams(asgi_server, owner, make_me
     ):
         json.loads(telemetry.recv(timeout=10))  # the telemetry stream's hello: it is open
         remove_member(context=TenantContext(tenant, "owner"), membership=Membership.objects.get(user=leaving))
-        for socket in (events, telemetry):
-            with pytest.raises(ConnectionClosed) as closed:
-                while True:
-                    socket.recv(timeout=10)
-            assert closed.value.rcvd.code == 4403
+        assert [close_code(socket) for socket in (events, telemetry)] == [4403, 4403]
         with pytest.raises(TimeoutError):
             other.recv(timeout=0.5)  # still open, and quiet

@@ -23,7 +23,8 @@ reads for owners and admins only; `params` fixes other path parameters (`(("acti
 checked for a login redirect, 404 on another tenant's object and 403 on a viewer's POST; `staff=True`
 pages (fleet rollouts) for a login redirect, 404 to every tenant user for every method, 200 to staff.
 Websocket routes (Ws) are checked for refusal (close 4403), also with each of `obj_params` naming another
-tenant's object, and each of `staff_params` refused to tenant users and open to staff.
+tenant's object, with a session and with another tenant's API token (and bad tokens: refused at the
+handshake), and each of `staff_params` refused to tenant users and open to staff.
 """
 
 from dataclasses import dataclass

@@ -149,6 +149,7 @@ def world(make_member, make_cluster, make_pool, settings):
     globex_owner = make_member("globex", "owner", username=f"{SECRET}-owner")
     return {
         "owner": acme_owner,
+        "globex_owner": globex_owner,
         "viewer": make_member("acme", "viewer"),
         "member": make_member("acme", "member"),
         "acme": _objects(acme_owner, make_cluster, make_pool, "acme"),
@@ -445,8 +446,10 @@ def test_admin_is_for_operators_only(world, django_user_model):
 # --- websockets ------------------------------------------------------------------------------------
 
 
-def ws_outcome(path: str, user=None) -> str:
-    """'open', or 'closed <code>' for a websocket connection through the full ASGI stack."""
+def ws_outcome(path: str, user=None, token: str | None = None) -> str:
+    """'open', 'closed <code>', or 'refused' (at the handshake) for a websocket connection through the
+    full ASGI stack: with the session cookie of `user` and the browser's Origin, or with an API token
+    and no Origin, as clients that are not browsers connect (a `user` with it adds their cookie)."""
     from nvke.asgi import application
     from telemetry.hub import hub
 
@@ -454,7 +457,11 @@ def ws_outcome(path: str, user=None) -> str:
     # the process's loop) starts afresh in each.
     hub.views.clear()
     hub.task = hub.redis = None
-    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
+    headers = [(b"host", b"localhost")]
+    if token is None:
+        headers.append((b"origin", b"http://localhost"))
+    else:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
     if user is not None:
         client = page_client(user)
         cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
@@ -493,3 +500,38 @@ def test_websockets_refuse_strangers_and_other_tenants(world, django_user_model)
             assert ws_outcome(operators) == "closed 4403", operators
             assert ws_outcome(operators, world["owner"]) == "closed 4403", operators
             assert ws_outcome(operators, operator) == "open", operators
+
+
+@pytest.mark.django_db(transaction=True)
+def test_websockets_take_tokens_of_their_own_tenant_only(world):
+    """Every route with API tokens: a token fixes the tenant (another tenant's objects: 4403, even with a
+    session cookie of that tenant's owner beside it); a read-only token may stream; expired, revoked
+    and unknown tokens are refused at the handshake."""
+    acme = world["owner"].memberships.get().tenant
+    _, theirs = ApiToken.issue(
+        tenant=world["globex_owner"].memberships.get().tenant,
+        user=world["globex_owner"],
+        name="stream",
+        scope=ApiToken.Scope.READ_ONLY,
+    )
+    _, expired = ApiToken.issue(
+        tenant=acme,
+        user=world["owner"],
+        name="old",
+        expires_at=timezone.now() - datetime.timedelta(seconds=1),
+    )
+    revoked_token, revoked = ApiToken.issue(tenant=acme, user=world["owner"], name="gone")
+    ApiToken.objects.filter(pk=revoked_token.pk).update(revoked_at=timezone.now())
+    for route, ws in WEBSOCKETS.items():
+        path = "/" + route
+        assert ws_outcome(path, token=theirs) == "open", path
+        for bad in (expired, revoked, "nvke_unknown"):
+            assert ws_outcome(path, token=bad) == "refused", path
+        for param in ws.obj_params:
+            foreign = f"{path}?{param}={world['acme'][param]}"
+            own = f"{path}?{param}={world['globex'][param]}"
+            assert ws_outcome(foreign, token=theirs) == "closed 4403", foreign
+            assert ws_outcome(foreign, world["owner"], token=theirs) == "closed 4403", foreign
+            assert ws_outcome(own, token=theirs) == "open", own
+        for param in ws.staff_params:  # a tenant user's token: no operators' stream either
+            assert ws_outcome(f"{path}?{param}=1", token=theirs) == "closed 4403", path
