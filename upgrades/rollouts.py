@@ -11,7 +11,7 @@ from nvke.errors import DomainError
 
 from . import events
 from .compatibility import upgrade_refusals
-from .machine import LIVE, Phase
+from .machine import FINISHED, LIVE, Phase
 from .models import FleetRollout, UpgradeRun
 
 
@@ -49,13 +49,14 @@ def plan_rollout(
     # canary_nodes is capped at each pool's size when its run is made; the other fields hold for all.
     validate_strategy({**strategy, "canary_nodes": 0}, 0)
     releases = list(DriverRelease.objects.all())
-    busy = set(UpgradeRun.objects.filter(status__in=list(LIVE)).values_list("pool_id", flat=True))
+    # A pool with an unfinished run (live, or pending in a later wave of another rollout) is busy.
+    busy = set(UpgradeRun.objects.exclude(status__in=list(FINISHED)).values_list("pool_id", flat=True))
     pools, skipped = [], []
     for pool in matching_pools(target_release, gpu_model, from_branch):
         refusals = upgrade_refusals(pool, target_release, releases=releases)
         if refusals or pool.pk in busy:
             rule, message = (
-                (refusals[0].rule, refusals[0].message) if refusals else ("upgrade_in_progress", "Busy.")
+                (refusals[0].rule, refusals[0].message) if refusals else ("upgrade_in_progress", "Another upgrade of this pool is running or waiting.")
             )
             skipped.append({"pool": pool.pk, "name": str(pool), "rule": rule, "message": message})
         else:

@@ -29,7 +29,18 @@ STRATEGY_FIELDS = (
 MAX_UNAVAILABLE = re.compile(r"^(?P<n>[0-9]{1,4})(?P<pct>%?)$")
 
 
+COUNT_FIELDS = ("canary_nodes", "canary_bake_s", "drain_timeout_s", "validation_timeout_s", "failure_budget")
+
+
 def validate_strategy(strategy: dict, nodes: int) -> None:
+    """Refuse a bad strategy value naming its field. Fleet rollouts pass their JSON as it came, so the
+    types are checked here too, not only by the run API's serializer."""
+    for name in COUNT_FIELDS:
+        value = strategy.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DomainError(f"{name} is a whole number of at least 0.", field=name)
+    if not isinstance(strategy.get("canary_approval", False), bool):
+        raise DomainError("canary_approval is true or false.", field="canary_approval")
     match = MAX_UNAVAILABLE.match(str(strategy.get("max_unavailable", "1")))
     if not match or int(match["n"]) < 1 or (match["pct"] and int(match["n"]) > 100):
         raise DomainError(

@@ -202,6 +202,16 @@ def test_fleet_rollouts_are_for_operators_and_go_in_waves(
     assert api.post("/api/v1/fleet-rollouts/", body, format="json").status_code == 403
     staff = get_user_model().objects.create_user("op", password="pw-secret-123", is_staff=True)
     operator = client_for(staff)
+    # The strategy is free-form JSON here: each value is still checked and named (it was a 500).
+    for bad, field in [
+        ({"failure_budget": "x"}, "failure_budget"),
+        ({"canary_bake_s": -1}, "canary_bake_s"),
+        ({"drain_timeout_s": True}, "drain_timeout_s"),
+        ({"canary_approval": "yes"}, "canary_approval"),
+    ]:
+        refused = operator.post("/api/v1/fleet-rollouts/", {**body, "strategy": bad}, format="json")
+        assert refused.status_code == 400 and refused.data["details"]["field"] == field, refused.data
+    assert not UpgradeRun.objects.exists()
     created = operator.post(
         "/api/v1/fleet-rollouts/", {**body, "strategy": {"max_unavailable": "1"}}, format="json"
     )
@@ -237,3 +247,21 @@ def test_driver_options_refuse_a_branch_without_the_pools_architecture(api, owne
     assert (refused.status_code, refused.data["code"]) == (400, "architecture")
     assert [r["rule"] for r in refused.data["details"]["rules"]][0] == "architecture"
     assert refused.data["details"]["field"] == "target_release"
+
+
+def test_a_pool_waiting_in_one_rollout_is_skipped_by_the_next(owner, make_upgrade_pool):
+    from nodepools.models import DriverRelease
+    from upgrades.rollouts import create_rollout, plan_rollout
+
+    first = make_upgrade_pool(nodes=1, name="a")
+    second = make_upgrade_pool(nodes=1, name="b", cluster=first.cluster)
+    target = DriverRelease.objects.get(version=TARGET)
+    create_rollout(target_release=target, pools_per_wave=1)
+    assert UpgradeRun.objects.get(pool=second).status == "pending"  # its wave has not come yet
+    plan = plan_rollout(target)
+    assert plan.waves == []
+    assert {(s["pool"], s["rule"]) for s in plan.skipped} == {
+        (first.pk, "upgrade_in_progress"),
+        (second.pk, "upgrade_in_progress"),
+    }
+
