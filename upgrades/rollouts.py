@@ -26,6 +26,9 @@ def matching_pools(target: DriverRelease, gpu_model: GpuModel | None, from_branc
     return pools.exclude(driver_release=target).order_by("cluster__tenant_id", "cluster__name", "name")
 
 
+BUSY = ("upgrade_in_progress", "Another upgrade of this pool is running or waiting.")
+
+
 @dataclass(frozen=True)
 class RolloutPlan:
     waves: list[list[NodePool]]  # the pools that get a run, wave by wave
@@ -55,9 +58,7 @@ def plan_rollout(
     for pool in matching_pools(target_release, gpu_model, from_branch):
         refusals = upgrade_refusals(pool, target_release, releases=releases)
         if refusals or pool.pk in busy:
-            rule, message = (
-                (refusals[0].rule, refusals[0].message) if refusals else ("upgrade_in_progress", "Another upgrade of this pool is running or waiting.")
-            )
+            rule, message = (refusals[0].rule, refusals[0].message) if refusals else BUSY
             skipped.append({"pool": pool.pk, "name": str(pool), "rule": rule, "message": message})
         else:
             pools.append(pool)
