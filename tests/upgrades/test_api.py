@@ -264,4 +264,3 @@ def test_a_pool_waiting_in_one_rollout_is_skipped_by_the_next(owner, make_upgrad
         (first.pk, "upgrade_in_progress"),
         (second.pk, "upgrade_in_progress"),
     }
-
