@@ -14,7 +14,15 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 from django.utils import timezone
 
 from clusters.models import Cluster
-from nvke.realtime import OPERATORS_GROUP, cluster_group, member_group, tenant_group, token_group
+from nvke.realtime import (
+    OPERATORS_GROUP,
+    cluster_group,
+    member_group,
+    staff_group,
+    tenant_group,
+    token_group,
+    user_group,
+)
 from nvke.tenancy.context import TenantContext, find_context
 
 FORBIDDEN = 4403  # refused, or access ended (membership, token): final, do not retry
@@ -50,8 +58,9 @@ def _group_for(scope: dict, query: dict) -> tuple[str, int | None] | None:
 
 class StreamAccess:
     """For consumers of a tenant's data: how they accept and refuse, and closing the socket (4403) when
-    access ends — the user's membership of the tenant, or the API token it was opened with (revoked,
-    deleted or expired) — instead of streaming on until the client disconnects."""
+    access ends — the user's membership of the tenant (or staff flag, for the operators' stream), the
+    account (deactivated or deleted), or the API token it was opened with (revoked, deleted or expired)
+    — instead of streaming on until the client disconnects."""
 
     access_groups: tuple[str, ...] = ()
     expiry: asyncio.Task | None = None
@@ -68,9 +77,10 @@ class StreamAccess:
         await self.close(code=code)
 
     async def watch_access(self, tenant_id: int | None) -> None:
-        """`tenant_id` None: a stream of no tenant (the operators'), ended only by its token."""
-        if tenant_id is not None:
-            self.access_groups = (member_group(tenant_id, self.scope["user"].pk),)
+        """`tenant_id` None: the operators' stream, which ends with the user's staff flag instead."""
+        user_id = self.scope["user"].pk
+        scoped = member_group(tenant_id, user_id) if tenant_id is not None else staff_group(user_id)
+        self.access_groups = (user_group(user_id), scoped)
         token = self.scope.get("token")
         if token is not None:
             self.access_groups += (token_group(token.pk),)

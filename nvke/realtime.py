@@ -52,6 +52,16 @@ def member_group(tenant_id: int, user_id: int) -> str:
     return f"tenant-{tenant_id}.member-{user_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every stream a user has open: closed when the account is deactivated or deleted."""
+    return f"user-{user_id}"
+
+
+def staff_group(user_id: int) -> str:
+    """A staff user's operators' streams: closed when the user is no longer staff."""
+    return f"staff-{user_id}"
+
+
 def token_group(token_id: int) -> str:
     """Every stream opened with one API token: closed when the token is revoked or deleted."""
     return f"token-{token_id}"

@@ -5,6 +5,7 @@ import time
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -147,3 +148,41 @@ def test_removing_a_member_closes_their_open_streams(asgi_server, owner, make_me
         assert [close_code(socket) for socket in (events, telemetry)] == [4403, 4403]
         with pytest.raises(TimeoutError):
             other.recv(timeout=0.5)  # still open, and quiet
+
+
+def test_deactivating_a_user_or_taking_staff_away_closes_their_streams(asgi_server, owner, make_member):
+    """Deactivated (as the admin does: the user row saved): every stream of the user, session and token,
+    closes with 4403; no longer staff: only the operators' stream; deleted: every stream."""
+    from django.contrib.auth import get_user_model
+
+    from nvke.tenancy.models import ApiToken
+
+    leaving = make_member("acme", "member", username="leaving")
+    _, raw = ApiToken.issue(tenant=owner.memberships.get().tenant, user=leaving, name="script")
+    operator = make_member("acme", "member", username="operator")
+    get_user_model().objects.filter(pk=operator.pk).update(is_staff=True)
+    operator.refresh_from_db()
+    with (
+        open_socket(asgi_server, leaving) as events,
+        token_socket(asgi_server, raw, "/ws/telemetry/") as telemetry,
+        open_socket(asgi_server, operator, "/ws/events/?rollouts=1") as operators,
+        open_socket(asgi_server, operator) as operators_tenant,
+        open_socket(asgi_server, owner) as other,
+    ):
+        json.loads(telemetry.recv(timeout=10))  # the telemetry stream's hello: it is open
+        leaving.last_login = timezone.now()
+        leaving.save(update_fields=["last_login"])  # a sign-in: nothing closes
+        with pytest.raises(TimeoutError):
+            events.recv(timeout=0.5)
+        leaving.is_active = False
+        leaving.save()
+        assert [close_code(events), close_code(telemetry)] == [4403, 4403]
+        operator.is_staff = False
+        operator.save()
+        assert close_code(operators) == 4403
+        with pytest.raises(TimeoutError):
+            operators_tenant.recv(timeout=0.5)  # their tenant's stream stays: they are still a member
+        operator.delete()
+        assert close_code(operators_tenant) == 4403
+        with pytest.raises(TimeoutError):
+            other.recv(timeout=0.5)  # someone else's stays open
