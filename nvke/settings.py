@@ -7,6 +7,7 @@ NVKE_SECRET_KEY, NVKE_ALLOWED_HOSTS and NVKE_SECURE=1. docs/operations.md lists 
 
 import os
 import secrets
+import socket
 from pathlib import Path
 
 import dj_database_url
@@ -186,15 +187,29 @@ NVKE_AUDIT_RETENTION_DAYS = int(os.environ.get("NVKE_AUDIT_RETENTION_DAYS", "365
 # Driver upgrades: seconds between a run's ticks (each tick re-queues the next with this countdown).
 NVKE_UPGRADE_TICK_S = float(os.environ.get("NVKE_UPGRADE_TICK_S", "2"))
 
+# Asyncio Redis clients (channel layer, telemetry hub) run without a socket timeout: with one, redis-py
+# wraps every write in asyncio.wait_for, which on Python 3.11 swallows a cancellation arriving as the
+# write completes (fixed in 3.12). A closing websocket cancels its channel-layer receive; with the
+# cancellation lost, that receive polled BZPOPMIN forever and the consumer never ended. Reads still end:
+# BZPOPMIN returns every 5 s, and TCP keepalive finds a vanished Redis within about a minute.
+ASYNC_REDIS_OPTIONS = {
+    "socket_timeout": None,
+    "socket_connect_timeout": 5,
+    "socket_keepalive": True,
+    # Linux names; elsewhere the system's keepalive defaults apply.
+    "socket_keepalive_options": {
+        getattr(socket, name): value
+        for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+        if hasattr(socket, name)
+    },
+}
 CHANNEL_LAYERS = {
     "default": (
-        # redis-py 8 reads with a 5 s socket timeout by default, the same as channels_redis's blocking
-        # BZPOPMIN: an idle consumer's receive then fails with "Timeout reading" (1011). Read longer.
-        # Its pools also stop at 100 connections: hundreds of sockets closing at once (group_discard)
-        # raised "Too many connections".
+        # redis-py's pools stop at 100 connections by default: hundreds of sockets closing at once
+        # (group_discard) raised "Too many connections".
         {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 1000}]},
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 1000, **ASYNC_REDIS_OPTIONS}]},
         }
         if REDIS_URL
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}

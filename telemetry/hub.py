@@ -102,7 +102,7 @@ class Hub:
     async def run(self) -> None:
         interval = settings.TELEMETRY_FRAME_INTERVAL_S
         if self.redis is None:
-            self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
+            self.redis = aioredis.Redis.from_url(settings.REDIS_URL, **settings.ASYNC_REDIS_OPTIONS)
         newest = await self.redis.xrevrange(FRESH, count=1)
         self.last_id = newest[0][0] if newest else b"0-0"
         while self.views:
@@ -152,7 +152,7 @@ class Hub:
         if not store.available():
             return []
         if self.redis is None:
-            self.redis = aioredis.Redis.from_url(settings.REDIS_URL)
+            self.redis = aioredis.Redis.from_url(settings.REDIS_URL, **settings.ASYNC_REDIS_OPTIONS)
         rows = []
         ids = [g["id"] for g in view.gpus]
         for i in range(0, len(ids), MGET_CHUNK):
