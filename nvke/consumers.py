@@ -1,9 +1,10 @@
 """One websocket per page. `ws/events/` streams the tenant's events; `ws/events/?cluster=<id>` only one
 cluster's; `ws/events/?rollouts=1` fleet rollouts' events, to staff users only (rollouts span every
 tenant, so that stream needs no tenant). A socket acts in its API token's tenant (nvke.websocket_auth)
-or its session's. Access is checked before joining a group. A refused stream (signed out, another
-tenant's cluster, not staff) is accepted and closed at once with code 4403, so a client can tell a
-refusal from an outage and stop retrying."""
+or its session's. Access is checked before joining a group, and again once the stream has joined the
+groups that close it when access ends (so a revocation in between cannot slip past). A refused stream
+(signed out, another tenant's cluster, not staff) is accepted and closed at once with code 4403, so a
+client can tell a refusal from an outage and stop retrying."""
 
 import asyncio
 import datetime
@@ -11,6 +12,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from clusters.models import Cluster
@@ -24,6 +26,7 @@ from nvke.realtime import (
     user_group,
 )
 from nvke.tenancy.context import TenantContext, find_context
+from nvke.tenancy.models import ApiToken
 
 FORBIDDEN = 4403  # refused, or access ended (membership, token): final, do not retry
 THROTTLED = 4429  # too many handshakes with this token or its user: retry after a while
@@ -56,6 +59,21 @@ def _group_for(scope: dict, query: dict) -> tuple[str, int | None] | None:
     return cluster_group(tenant_id, int(cluster)), tenant_id
 
 
+@database_sync_to_async
+def _access_holds(user_id: int, tenant_id: int | None, token_id: int | None) -> bool:
+    """Whether the account, its membership of the tenant (its staff flag, for the operators' stream) and
+    the stream's token still hold."""
+    users = get_user_model().objects.filter(pk=user_id, is_active=True)
+    if tenant_id is None:
+        return users.filter(is_staff=True).exists()
+    if not users.filter(memberships__tenant_id=tenant_id).exists():
+        return False
+    if token_id is None:
+        return True
+    token = ApiToken.objects.filter(pk=token_id).first()
+    return token is not None and token.is_active
+
+
 class StreamAccess:
     """For consumers of a tenant's data: how they accept and refuse, and closing the socket (4403) when
     access ends — the user's membership of the tenant (or staff flag, for the operators' stream), the
@@ -76,8 +94,9 @@ class StreamAccess:
         await self.accept()
         await self.close(code=code)
 
-    async def watch_access(self, tenant_id: int | None) -> None:
-        """`tenant_id` None: the operators' stream, which ends with the user's staff flag instead."""
+    async def watch_access(self, tenant_id: int | None) -> bool:
+        """Join the groups that close this stream when access ends; False if it already has.
+        `tenant_id` None: the operators' stream, which ends with the user's staff flag instead."""
         user_id = self.scope["user"].pk
         scoped = member_group(tenant_id, user_id) if tenant_id is not None else staff_group(user_id)
         self.access_groups = (user_group(user_id), scoped)
@@ -88,6 +107,8 @@ class StreamAccess:
                 self.expiry = asyncio.create_task(self._close_at(token.expires_at))
         for group in self.access_groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        # Access that ended after the handshake's check but before these joins sent its close to no one.
+        return await _access_holds(user_id, tenant_id, token.pk if token is not None else None)
 
     async def stop_watching_access(self) -> None:
         if self.expiry:
@@ -122,7 +143,9 @@ class EventsConsumer(StreamAccess, AsyncJsonWebsocketConsumer):
         self.group, tenant_id = resolved
         # Join before accepting: once the client is connected, no event of its group can pass it by.
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.watch_access(tenant_id)
+        if not await self.watch_access(tenant_id):
+            await self.refuse()
+            return
         await self.accept()
 
     async def disconnect(self, code):

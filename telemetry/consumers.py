@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodepools.models import Gpu, NodePool
-from nvke.consumers import StreamAccess, stream_context
+from nvke.consumers import FORBIDDEN, StreamAccess, stream_context
 from nvke.realtime import cluster_group, tenant_group
 
 from .hub import COLUMNS, hub
@@ -67,7 +67,9 @@ class TelemetryConsumer(StreamAccess, AsyncWebsocketConsumer):
         await self.accept()
         key, gpu_filter, self.group, tenant_id = resolved
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.watch_access(tenant_id)
+        if not await self.watch_access(tenant_id):
+            await self.close(code=FORBIDDEN)
+            return
         view = await hub.view(key, gpu_filter)
         hello = {
             "type": "telemetry.hello",
