@@ -46,7 +46,8 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens are issued through the API or UI (the secret is shown once); here they can be revoked."""
+    """Tokens are issued through the API or UI (the secret is shown once); here they can be revoked.
+    Their user and tenant are fixed: moving a token would hand its secret another account's access."""
 
     list_display = [
         "name",
@@ -61,7 +62,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     ]
     list_filter = ["tenant", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["name", "key_prefix", "user__username", "tenant__name"]
-    readonly_fields = ["key_prefix", "key_hash", "created_at", "last_used_at"]
+    readonly_fields = ["user", "tenant", "key_prefix", "key_hash", "created_at", "last_used_at"]
     fields = [
         "name",
         "user",

@@ -66,3 +66,16 @@ def test_tenant_users_cannot_reach_the_admin(client, make_member):
     client.force_login(make_member("acme", "owner"))
     response = client.get("/admin/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_a_tokens_user_and_tenant_cannot_be_changed_in_the_admin(operator, make_member):
+    from nvke.tenancy.models import ApiToken
+
+    owner, stranger = make_member("acme", "owner"), make_member("globex", "owner")
+    token, _ = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="ci")
+    globex = stranger.memberships.get().tenant
+    page = reverse("admin:tenancy_apitoken_change", args=[token.pk])
+    form = {"name": "renamed", "scope": token.scope, "user": stranger.pk, "tenant": globex.pk}
+    assert operator.post(page, form).status_code == 302
+    token.refresh_from_db()
+    assert (token.name, token.user, token.tenant) == ("renamed", owner, owner.memberships.get().tenant)
