@@ -267,7 +267,7 @@ def _pool_page(
             "mig": pool.sharing_mode == SharingMode.MIG,
             "live": live(
                 f"cluster={pool.cluster_id}",
-                refresh_on=f"pool:{pool.pk} claims:{pool.cluster_id}",  # claims move the GPU snapshot
+                refresh_on=f"pool:{pool.pk}",  # its claims (events name their pool) move the GPU snapshot
                 gone_on=f"pool:{pool.pk}",
                 gone_url=reverse("cluster-detail", args=[pool.cluster_id]),
             ),
@@ -342,7 +342,7 @@ def node_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
             "claim_count": held["claims"],
             "live": live(
                 f"cluster={pool.cluster_id}",
-                refresh_on=f"pool:{pool.pk} claims:{pool.cluster_id}",  # node sync and claims move it
+                refresh_on=f"pool:{pool.pk}",  # node sync and its claims move it
                 gone_on=f"pool:{pool.pk}",
                 gone_url=reverse("cluster-detail", args=[pool.cluster_id]),
             ),

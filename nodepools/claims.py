@@ -307,9 +307,8 @@ class Snapshot:
         self.inventory = load_inventory(cluster_id, placements=True)
         cache = core.PlacementCache()
         self.fleets = {pk: core.Fleet(nodes, cache) for pk, nodes in self.inventory.pool_nodes.items()}
-        self.fleet_of = {
-            node.id: self.fleets[pk] for pk, nodes in self.inventory.pool_nodes.items() for node in nodes
-        }
+        self.pool_of = {node.id: pk for pk, nodes in self.inventory.pool_nodes.items() for node in nodes}
+        self.fleet_of = {node_id: self.fleets[pk] for node_id, pk in self.pool_of.items()}
         last = (
             AllocationEvent.objects.filter(cluster_id=cluster_id).order_by("-id").values_list("id", flat=True)
         )
@@ -342,6 +341,11 @@ class Snapshot:
         """In memory only: the caller writes the allocation and logs it (`_write_pass`)."""
         self.fleet_of[placement.node_id].apply(placement)
         self.inventory.placements[claim_id] = placement
+
+    def pool_holding(self, claim_id: int) -> int | None:
+        """The pool the claim is placed in, if it is."""
+        placement = self.inventory.placements.get(claim_id)
+        return self.pool_of[placement.node_id] if placement is not None else None
 
     def _release(self, claim_id: int) -> None:
         placement = self.inventory.placements.pop(claim_id, None)
@@ -475,19 +479,23 @@ def _place_all(claims: list[Claim], snap: "Snapshot") -> int:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
     _write_pass(snap, placed, [Outcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
     for claim in claims:
-        _publish(claim)
+        _publish(claim, pool=snap.pool_holding(claim.pk) or claim.pool_id)
     return len(placed)
 
 
-def _publish(claim: Claim, type_: str = "claim.status") -> None:
+def _publish(claim: Claim, type_: str = "claim.status", *, pool: int | None, **extra) -> None:
+    """`pool`: where the claim is placed (or, pending, the pool it asks for), so a pool's pages follow
+    only their own claims."""
     event = {
         "type": type_,
         "claim": claim.pk,
         "cluster": claim.cluster_id,
+        "pool": pool,
         "namespace": claim.namespace,
         "name": claim.name,
         "status": claim.status,
         "reason": claim.pending_reason,
+        **extra,
     }
     broadcast(claim.tenant_id, event, cluster_id=claim.cluster_id)
 
@@ -576,7 +584,7 @@ def release_claim(claim: Claim) -> None:
 
     with allocation_lock(claim.cluster_id):
         snap = snapshot(claim.cluster_id)
-        _publish(claim, "claim.released")
+        _publish(claim, "claim.released", pool=snap.pool_holding(claim.pk) or claim.pool_id)
         Claim.objects.filter(pk=claim.pk).delete()
         snap.remove(claim.pk)
         request_placement(claim.cluster_id)
@@ -680,9 +688,10 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
         claims = Claim.objects.in_bulk([m.claim_id for m in moves])
         for move in moves:
             claim = claims[move.claim_id]
+            from_pool = snap.pool_holding(claim.pk)
             Allocation.objects.filter(claim=claim).delete()
             snap.remove(claim.pk)
             snap.apply(claim.pk, move.target)
             _write_pass(snap, [(claim, move.target)], [])
-            _publish(claim, "claim.moved")
+            _publish(claim, "claim.moved", pool=snap.pool_holding(claim.pk), from_pool=from_pool)
         return _planned(moves), _idle_gpus(snap.inventory) - before

@@ -253,7 +253,10 @@ def test_a_node_page_draws_a_new_claim_without_reload(owner_page, tenant, frac_p
         gpu_memory_mib=11517, compute_percent=50,
     )  # fmt: skip
     assert claim.status == "allocated"
-    event = {"type": "claim.status", "claim": claim.pk, "cluster": claim.cluster_id, "status": "allocated"}
+    event = {
+        "type": "claim.status", "claim": claim.pk, "cluster": claim.cluster_id, "pool": frac_pool.pk,
+        "status": "allocated",
+    }  # fmt: skip
     until(
         page,
         f"document.querySelector('[data-claim-segment=\"{claim.pk}\"]') !== null",

@@ -238,7 +238,7 @@ def test_pool_snapshot_draws_each_claim_to_scale(ui, cluster, frac_pool):
     assert 'title="default/a: 4Gi, 50% compute"' in page
     assert 'aria-label="GPU 0: 12Gi / 22.5Gi, 75% held. default/a: 4Gi, 50% compute; ' in page
     assert f'href="/claims/{a.pk}/">default/a</a>' in page
-    assert f"claims:{cluster.pk}" in page.split("data-refresh-on=")[1].split(">")[0]
+    assert f'data-refresh-on="pool:{frac_pool.pk}"' in page  # its claims' events name the pool
 
 
 def test_an_idle_gpu_shows_an_empty_bar(ui, cluster, frac_pool):

@@ -186,3 +186,39 @@ def test_deactivating_a_user_or_taking_staff_away_closes_their_streams(asgi_serv
         assert close_code(operators_tenant) == 4403
         with pytest.raises(TimeoutError):
             other.recv(timeout=0.5)  # someone else's stays open
+
+
+def test_claim_events_name_the_pool_they_concern(asgi_server, owner, api, make_cluster, make_pool):
+    """So a pool's pages follow only their own claims: placed and released in a pool, moved within it
+    (from_pool), pending without one."""
+    from nodepools.services import reconcile
+
+    cluster = make_cluster(owner.memberships.get().tenant, "prod")
+    pool = make_pool(cluster, name="frac", nodes=1, gpus_per_node=4, sharing_mode="fractional")
+    pool.placement_policy = "spread"
+    pool.save()
+    reconcile(pool.pk)
+
+    def claim(name, percent):
+        body = {"cluster": cluster.pk, "name": name, "kind": "fraction", "compute_percent": percent}
+        return api.post("/api/v1/claims/", body, format="json").data
+
+    def event(socket, type_, claim_id=None):
+        flush()
+        wanted = lambda e: e["type"] == type_ and claim_id in (None, e["claim"])  # noqa: E731
+        return receive_until(socket, wanted, limit=50)[0]
+
+    with open_socket(asgi_server, owner, f"/ws/events/?cluster={cluster.pk}") as socket:
+        spread = [claim(f"s{i}", 25) for i in range(4)]  # one per GPU
+        assert event(socket, "claim.status", spread[0]["id"])["pool"] == pool.pk
+        assert api.post(f"/api/v1/clusters/{cluster.pk}/defrag/", {"max_moves": 1}).status_code == 200
+        moved = event(socket, "claim.moved")
+        assert moved["claim"] in {c["id"] for c in spread}
+        assert (moved["pool"], moved["from_pool"]) == (pool.pk, pool.pk)
+        full = claim("full", 100)  # the GPU the move emptied
+        assert full["status"] == "allocated"
+        waiting = claim("waiting", 100)
+        assert waiting["status"] == "pending"
+        assert event(socket, "claim.status", waiting["id"])["pool"] is None
+        assert api.delete(f"/api/v1/claims/{full['id']}/").status_code == 204
+        assert event(socket, "claim.released", full["id"])["pool"] == pool.pk

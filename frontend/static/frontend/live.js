@@ -89,12 +89,13 @@
     return event.type.indexOf("pool.") === 0 ? "pool:" + event.pool : "cluster:" + event.cluster;
   }
 
-  // A pool's or a claim's events also concern its cluster's pages; a claim's, the pages of claims; a
-  // rollout's run, the rollout's pages.
+  // A pool's or a claim's events also concern its cluster's pages (a claim's, its pool's too); a claim's,
+  // the pages of claims; a rollout's run, the rollout's pages.
   function keys(event) {
     if (event.type.indexOf("rollout.") === 0) return ["rollout:" + event.rollout];
     var result = ["cluster:" + event.cluster];
-    if (event.pool !== undefined) result.push("pool:" + event.pool);
+    if (event.pool != null) result.push("pool:" + event.pool);
+    if (event.from_pool != null) result.push("pool:" + event.from_pool); // a claim moved out of it
     if (isClaimEvent(event)) result.push("claims:" + event.cluster, "claim:" + event.claim);
     return result;
   }
