@@ -4,6 +4,7 @@ tenant-restricted querysets, then render or redirect. Another tenant's object is
 from collections.abc import Callable
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -25,6 +26,7 @@ from nvke.errors import DomainError
 from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant
 from nvke.tenancy.models import Membership
 from nvke.tenancy.roles import Action
+from telemetry.models import ClaimScaling, TelemetryEvent
 
 from .forms import (
     ClaimCreateForm,
@@ -445,16 +447,29 @@ ISOLATION_EXPLAINED = {
 }
 
 
+RECENT_DECISIONS = 10  # rescaling decisions shown on a claim's page (telemetry/rescale.py)
+
+
 @tenant_view
 def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
     claim = _get_claim(context, pk)
     allocation = _allocation_of(claim)
     shares = list(allocation.shares.all()) if allocation else []
+    scaling = ClaimScaling.objects.filter(claim=claim).first()
     return render(
         request,
         "frontend/claim_detail.html",
         {
             "claim": claim,
+            # Rescaling changes what it holds, never what it asked for.
+            "scaling": scaling,
+            "requested_compute": scaling.requested_compute_percent if scaling else claim.compute_percent,
+            "decisions": TelemetryEvent.objects.filter(claim=claim)[:RECENT_DECISIONS],
+            "pressure": {
+                "percent": settings.TELEMETRY_PRESSURE_PERCENT,
+                "seconds": settings.TELEMETRY_PRESSURE_S,
+                "idle_s": settings.TELEMETRY_IDLE_S,
+            },
             "allocation": allocation,
             "isolation": ISOLATION_EXPLAINED.get(allocation.isolation, "") if allocation else "",
             "shares": shares,

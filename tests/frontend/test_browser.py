@@ -22,10 +22,12 @@ pytestmark = BROWSER_TEST
 
 
 def listening(page) -> None:
-    """Wait for the page's websocket to open, then tag the document: `still_same_page` then proves an
+    """Wait for the page's websocket to open and its catch-up re-fetch to land (so what changes next
+    reaches the page only through an event), then tag the document: `still_same_page` then proves an
     update came without a reload."""
     expect(page.locator("body")).to_have_attribute("data-live-state", "open")
     expect(page.locator("[data-live-indicator]")).to_have_text("Live")
+    expect(page.locator("body")).to_have_attribute("data-live-refreshes", re.compile(r"^[1-9]"))
     page.evaluate("window.__notReloaded = true")
 
 
@@ -269,6 +271,35 @@ def test_a_node_page_draws_a_new_claim_without_reload(owner_page, tenant, frac_p
         "style", "left: 0%; width: 50%"
     )
     expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("11.2Gi / 22.5Gi, 50%")
+    assert still_same_page(page)
+
+
+def test_a_claim_page_follows_a_rescaling_decision(owner_page, tenant, frac_pool):
+    import time
+
+    from telemetry import rescale
+    from tests.telemetry.test_rescale import report
+
+    claim = create_claim(
+        context=TenantContext(tenant, "owner"), cluster=frac_pool.cluster, name="infer", kind="fraction",
+        gpu_memory_mib=2048, compute_percent=40,
+    )  # fmt: skip
+    page = owner_page
+    page.goto(f"/claims/{claim.pk}/")
+    rescaling = page.locator(f'[data-claim-rescaling="{claim.pk}"]')
+    expect(rescaling).to_contain_text("It holds what it asked for")
+    listening(page)
+
+    report(claim, [95] * 31, time.time() - 40)  # 30 s above the pressure threshold
+    assert rescale.rescale() == [(claim.pk, "claim.grown")]
+    event = {"type": "telemetry.event", "kind": "claim.grown", "cluster": claim.cluster_id, "claim": claim.pk}
+    until(
+        page,
+        f"document.querySelector('[data-claim-rescaling=\"{claim.pk}\"]').textContent.includes('Grown')",
+        lambda: broadcast(tenant.pk, event, cluster_id=claim.cluster_id),
+    )
+    expect(rescaling).to_contain_text("it holds 60% compute and asked for 40%")
+    expect(page.locator("#claim-rescaling .event-log li").first).to_contain_text("grew from 40% to 60%")
     assert still_same_page(page)
 
 

@@ -4,7 +4,7 @@ a 10 s spike changes nothing; a claim idle for long shrinks back to its request.
 import time
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from nodepools.models import Claim, GpuShare
 from telemetry import rescale
@@ -121,3 +121,33 @@ def test_profile_is_set_through_the_api_for_own_fractional_claims(
     stranger = client_for(make_member("globex", "owner"))
     assert stranger.post("/api/v1/telemetry/claim-scaling/", {"claim": claim.pk}).status_code == 400
     assert stranger.get(f"/api/v1/telemetry/claim-scaling/{response.data['id']}/").status_code == 404
+
+
+def claim_page(owner, claim) -> str:
+    browser = Client()
+    browser.force_login(owner)
+    response = browser.get(f"/claims/{claim.pk}/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_a_claims_page_says_it_grew_and_keeps_showing_its_request(add_pool, claim_in, owner):
+    add_pool("only")
+    claim = claim_in("infer", 40)
+    assert "It holds what it asked for" in claim_page(owner, claim)
+    report(claim, [95] * 31, time.time() - 40)
+    assert rescale.rescale() == [(claim.pk, "claim.grown")]
+
+    page = claim_page(owner, claim)
+    assert "it holds 60% compute and asked for 40%" in page
+    assert "<dt>Compute</dt><dd>40%</dd>" in page  # what it asks for is the request, not the grown share
+    assert "claim.grown</strong> Claim default/infer grew from 40% to 60% compute" in page
+
+
+def test_a_claims_page_says_why_it_is_throttled(add_pool, claim_in, owner):
+    add_pool("only")
+    claim, _ = claim_in("infer", 40), claim_in("neighbour", 60)
+    report(claim, [95] * 31, time.time() - 40)
+    assert rescale.rescale() == [(claim.pk, "claim.throttled")]
+    page = claim_page(owner, claim)
+    assert "<strong>Throttled:</strong>" in page and "needs 60% compute" in page

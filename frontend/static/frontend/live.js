@@ -97,6 +97,7 @@
     if (event.pool != null) result.push("pool:" + event.pool);
     if (event.from_pool != null) result.push("pool:" + event.from_pool); // a claim moved out of it
     if (isClaimEvent(event)) result.push("claims:" + event.cluster, "claim:" + event.claim);
+    if (event.type === "telemetry.event" && event.claim != null) result.push("claim:" + event.claim);
     return result;
   }
 
@@ -130,6 +131,8 @@
             }
           });
         });
+        // How many re-fetches have landed: lets a test tell the catch-up on open from a later event's.
+        body.dataset.liveRefreshes = String(Number(body.dataset.liveRefreshes || 0) + 1);
       })
       .catch(function () {
         /* the next event or reconnect tries again */
@@ -169,6 +172,8 @@
       case "claim.released":
         removeRows("data-claim-row", event.claim);
         break;
+      case "telemetry.event":
+        break; // a rescaling or health decision: its claim's page and its cluster's pages re-fetch
       case "upgrade.run":
       case "upgrade.node":
         break; // a driver upgrade's page re-fetches its node grid and history (data-refresh-on pool:<id>)
