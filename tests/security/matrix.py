@@ -101,6 +101,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/upgrades/<pk>/retry/": Api(TENANT, "upgrade_run"),
     "api/v1/upgrades/<pk>/approve/": Api(TENANT, "upgrade_run"),
     "api/v1/upgrades/<pk>/rollback/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/nodes/<node>/uncordon/": Api(TENANT, "upgrade_run", params=(("node", "n"),)),
     "api/v1/node-pools/<pk>/driver-options/": Api(TENANT, "pool"),
     # Fleet rollouts span every tenant: operators only.
     "api/v1/fleet-rollouts/": Api(STAFF),

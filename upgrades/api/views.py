@@ -110,6 +110,15 @@ class UpgradeRunViewSet(
         run = services.control(self.get_object(), "rollback", context=self.tenant_context, user=request.user)
         return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data, status=201)
 
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(detail=True, methods=["post"], url_path=r"nodes/(?P<node>[^/]+)/uncordon")
+    def uncordon(self, request, pk=None, node=None):
+        """Return one node the run keeps cordoned to service, its driver as it is (not validated): 404
+        `unknown_node` for a name not in the run; 409 `node_in_flight`, `not_kept_cordoned`,
+        `cordoned_before_run`, `node_gone` or `taken_over` (`details.node`, `details.state`)."""
+        run = services.return_to_service(self.get_object(), node, user=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data)
+
     @extend_schema(responses=UpgradeConditionSerializer(many=True))
     @action(detail=True)
     def history(self, request, pk=None):
