@@ -109,6 +109,9 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/fleet-rollouts/<pk>/pause/": Api(STAFF, "fleet_rollout"),
     "api/v1/fleet-rollouts/<pk>/resume/": Api(STAFF, "fleet_rollout"),
     "api/v1/fleet-rollouts/<pk>/abort/": Api(STAFF, "fleet_rollout"),
+    "api/v1/fleet-rollouts/<pk>/runs/<run_pk>/<control>/": Api(
+        STAFF, "fleet_rollout", params=(("run_pk", "0"), ("control", "retry"))
+    ),
     "api/v1/telemetry/ingest/": Api(MACHINE),
     # Node tokens: everyone lists them (prefixes only), owners and admins create them.
     "api/v1/telemetry/node-tokens/": Api(TENANT),

@@ -202,3 +202,16 @@ class FleetRolloutViewSet(
     @action(detail=True, methods=["post"])
     def abort(self, request, pk=None):
         return self._control("abort")
+
+    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path=r"runs/(?P<run_pk>[0-9]+)/(?P<control>" + "|".join(rollouts.RUN_CONTROLS) + ")",
+    )
+    def run_control(self, request, pk=None, run_pk=None, control=None):
+        """One run of the rollout, whichever tenant's: `retry` (its failed nodes) or `approve` (its
+        canary), as the tenant's own controls do; 409 `cannot_<control>` when its state does not allow it."""
+        run = get_object_or_404(UpgradeRun.objects.all(), pk=run_pk, rollout=self.get_object())
+        run = services.control(run, control, user=request.user)
+        return Response(UpgradeRunSerializer(run, context=self.get_serializer_context()).data)
