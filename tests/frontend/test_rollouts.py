@@ -9,6 +9,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from nodepools.services import reconcile
+from tests.frontend.helpers import STRATEGY_FORM
 from upgrades import rollouts
 from upgrades.models import FleetRollout, UpgradeRun
 
@@ -43,18 +44,7 @@ def staff(operator, ui_for) -> Client:
     return ui_for(operator)
 
 
-FORM = {
-    "target_release": TARGET,
-    "gpu_model": "",
-    "from_branch": "",
-    "pools_per_wave": 2,
-    "max_unavailable": "1",
-    "canary_nodes": 0,
-    "canary_bake_s": 0,
-    "drain_timeout_s": 600,
-    "failure_budget": 1,
-    "failed_nodes": "keep-cordoned",
-}
+FORM = {"target_release": TARGET, "gpu_model": "", "from_branch": "", "pools_per_wave": 2, **STRATEGY_FORM}
 
 
 def create(operator, **fields) -> FleetRollout:

@@ -6,6 +6,7 @@ from django.test import Client
 
 from nodepools.models import Node
 from nvke.providers.simulator.models import SimFault
+from tests.frontend.helpers import STRATEGY_FORM
 from upgrades.models import UpgradeRun
 
 from .conftest import drive
@@ -27,17 +28,7 @@ def pool(make_upgrade_pool):
 
 
 def start(browser, pool, **fields):
-    body = {
-        "target_release": TARGET,
-        "max_unavailable": "1",
-        "canary_nodes": 0,
-        "canary_bake_s": 0,
-        "drain_timeout_s": 600,
-        "failure_budget": 1,
-        "failed_nodes": "keep-cordoned",
-        **fields,
-    }
-    return browser.post(f"/pools/{pool.pk}/upgrade/", body)
+    return browser.post(f"/pools/{pool.pk}/upgrade/", {"target_release": TARGET, **STRATEGY_FORM, **fields})
 
 
 def test_pool_page_links_to_the_upgrade_page_with_options_and_refusals(browser, pool):
