@@ -157,6 +157,7 @@ PAGES: dict[str, Page] = {
     "pools/<pk>/upgrade/": Page("pool", post=True),
     "upgrades/<pk>/": Page("upgrade_run"),
     "upgrades/<pk>/<action>/": Page("upgrade_run", post=True, params=(("action", "abort"),)),
+    "upgrades/<pk>/nodes/<node>/uncordon/": Page("upgrade_run", post=True, params=(("node", "n"),)),
     "telemetry/": Page(),
     "telemetry/clusters/<pk>/": Page("cluster"),
     "telemetry/pools/<pk>/": Page("pool"),
