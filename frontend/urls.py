@@ -45,5 +45,10 @@ urlpatterns = [
     path("fleet-rollouts/new/", views_rollouts.rollout_create, name="rollout-create"),
     path("fleet-rollouts/<int:pk>/", views_rollouts.rollout_detail, name="rollout-detail"),
     path("fleet-rollouts/<int:pk>/runs/<int:run_pk>/", views_rollouts.rollout_run, name="rollout-run"),
+    path(
+        "fleet-rollouts/<int:pk>/runs/<int:run_pk>/<str:action>/",
+        views_rollouts.rollout_run_control,
+        name="rollout-run-control",
+    ),
     path("fleet-rollouts/<int:pk>/<str:action>/", views_rollouts.rollout_control, name="rollout-control"),
 ]

@@ -168,6 +168,13 @@ PAGES: dict[str, Page] = {
     "fleet-rollouts/<pk>/runs/<run_pk>/": Page(
         "fleet_rollout", staff=True, obj_path_params=(("run_pk", "upgrade_run"),)
     ),
+    "fleet-rollouts/<pk>/runs/<run_pk>/<action>/": Page(
+        "fleet_rollout",
+        post=True,
+        staff=True,
+        params=(("action", "retry"),),
+        obj_path_params=(("run_pk", "upgrade_run"),),
+    ),
     "fleet-rollouts/<pk>/<action>/": Page(
         "fleet_rollout", post=True, staff=True, params=(("action", "abort"),)
     ),
