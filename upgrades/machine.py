@@ -350,22 +350,30 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
 
     if not any(n.state in ACTIVE for n in after.values()) and not any(s.to in ACTIVE for s in result.steps):
         waiting = any(n.state == State.UPGRADE_REQUIRED for n in after.values())
-        still = (
-            f"; {_nodes(len(kept))} kept cordoned (driver not validated): retry or roll back."
-            if kept
-            else "."
-        )
+        counts = (len(failed), len(nodes), len(kept), sum(n.returned for n in failed))
         if run.phase == Phase.ABORTING:
             result.phase, result.reason = Phase.ABORTED, "Aborted"
-            result.message = "The run was aborted" + still
+            result.message = ended_message("Aborted", *counts)
         elif not waiting:  # running, or paused with nothing left to do
             if failed:
                 result.phase, result.reason = Phase.FAILED, "NodesFailed"
-                result.message = f"{len(failed)} of {len(nodes)} nodes failed" + still
+                result.message = ended_message("NodesFailed", *counts)
             else:
                 result.phase, result.reason = Phase.COMPLETED, "AllNodesUpgraded"
                 result.message = f"All {len(nodes)} nodes run driver {run.target_version}."
     return result
+
+
+ENDED_REASONS = ("Aborted", "NodesFailed")  # their message counts the nodes left behind (ended_message)
+
+
+def ended_message(reason: str, failed: int, total: int, kept: int, returned: int = 0) -> str:
+    """The message of a run that ended `Aborted` or `NodesFailed`, from its node counts. The plan writes
+    it when the run ends; returning a kept node to service writes it again."""
+    head = "The run was aborted" if reason == "Aborted" else f"{failed} of {total} nodes failed"
+    kept_note = f"; {_nodes(kept)} kept cordoned (driver not validated): retry or roll back" if kept else ""
+    returned_note = f"; {_nodes(returned)} returned to service unvalidated" if returned else ""
+    return head + kept_note + returned_note + "."
 
 
 def _abort(node: NodeView, strategy: Strategy) -> Step | None:

@@ -21,12 +21,14 @@ from . import events
 from .compatibility import upgrade_refusals
 from .machine import (
     BEFORE_INSTALL,
+    ENDED_REASONS,
     FINISHED,
     LIVE,
     FailedNodes,
     NodeView,
     Phase,
     State,
+    ended_message,
     return_refusal,
     returned_to_service,
 )
@@ -425,6 +427,18 @@ def return_to_service(run: UpgradeRun, node_name: str, *, user=None) -> UpgradeR
         )
         record(row, changes, tenant_id=run.tenant_id)
         events.publish_node(run, row)
+        if run.status in FINISHED and run.reason in ENDED_REASONS:  # its counts changed
+            rows = list(run.nodes.all())
+            failed = [r for r in rows if r.state == State.FAILED]
+            run.message = ended_message(
+                run.reason,
+                len(failed),
+                len(rows),
+                sum(r.kept_cordoned for r in failed),
+                sum(r.returned_at is not None for r in failed),
+            )
+            run.save(update_fields=["message"])
+            events.publish_run(run)
         if run.status in LIVE:  # the budget it held is free: the next tick may start a node
             seq = run.tick_seq
             transaction.on_commit(lambda: schedule_tick(run.pk, seq, 0))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from .machine import (
     ACTIVE,
+    LIVE,
     Effect,
     NodeView,
     Phase,
@@ -82,8 +83,8 @@ def run_simulation(
 ) -> Outcome:
     """Upgrade `nodes` nodes from 1.0 to 2.0 with a tick every `tick_s` virtual seconds. With `resume`,
     an operator resumes every pause at once (accepting the failures so far) instead of ending there.
-    With `return_rate`, after each tick a person returns each node the run keeps cordoned to service
-    with that probability (as the service does: only when `return_refusal` allows it)."""
+    With `return_rate`, after each tick of a live run a person returns each node the run keeps cordoned
+    to service with that probability (as the service does: only when `return_refusal` allows it)."""
     rng = random.Random(seed)
     claims = claims or {}
     fleet = {
@@ -149,7 +150,7 @@ def run_simulation(
         if result.reason == "Blocked":
             blocked = True
             break
-        for node in fleet.values() if return_rate else ():
+        for node in fleet.values() if return_rate and run.phase in LIVE else ():  # while it runs
             if rng.random() < return_rate and return_refusal(node.view, run.phase, strategy) is None:
                 node.view = returned_to_service(node.view)
                 returned += 1

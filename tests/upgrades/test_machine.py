@@ -293,7 +293,7 @@ def test_the_finished_run_counts_a_returned_node_failed_but_not_kept():
     assert (result.phase, result.reason, result.message) == (
         Phase.FAILED,
         "NodesFailed",
-        "1 of 2 nodes failed.",
+        "1 of 2 nodes failed; 1 node returned to service unvalidated.",
     )
 
 

@@ -34,8 +34,12 @@ def kept(context, make_upgrade_pool):
     pool = make_upgrade_pool(nodes=3)
     victim = Node.objects.filter(pool=pool).order_by("name")[1]
     SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
-    run = drive(start(context, pool, max_unavailable="1", failure_budget=5))
-    assert (run.status, run.nodes.get(name=victim.name).kept_cordoned) == ("failed", True)
+    run = drive(start(context, pool, max_unavailable="2", failure_budget=5))
+    assert (run.status, run.reason, run.nodes.get(name=victim.name).kept_cordoned) == (
+        "failed",
+        "NodesFailed",
+        True,
+    )
     assert Node.objects.get(pk=victim.pk).cordoned
     return run, victim
 
@@ -68,7 +72,9 @@ def test_return_to_service_uncordons_the_node_and_the_allocator_places_claims_on
         f"Returned to service by {owner.username}, not validated: it runs driver "
         f"580.105.08 as it is (target {TARGET})."
     )
-    assert response.data["status"] == "failed"  # it counts as failed in the run's totals
+    # it counts as failed in the run's totals, and the run's message says what became of it
+    assert response.data["status"] == "failed"
+    assert response.data["message"] == "1 of 3 nodes failed; 1 node returned to service unvalidated."
     assert not Node.objects.get(pk=victim.pk).cordoned
     assert not SimNode.objects.get(name=victim.name).unschedulable  # the provider uncordoned it
     # schedulable for the allocator (its inventory was reset) and a placement pass was asked for
@@ -218,7 +224,11 @@ def test_a_paused_run_whose_kept_node_is_returned_goes_on_and_never_touches_it(
     assert (run.status, run.reason) == ("paused", "FailureBudgetExhausted")
     assert uncordon(api, run.pk, victim.name).status_code == 200  # a paused run: allowed
     run = drive(services.control(run, "resume"))
-    assert (run.status, run.reason, run.message) == ("failed", "NodesFailed", "1 of 3 nodes failed.")
+    assert (run.status, run.reason, run.message) == (
+        "failed",
+        "NodesFailed",
+        "1 of 3 nodes failed; 1 node returned to service unvalidated.",
+    )
     assert sorted(run.nodes.values_list("name", "state")) == [
         (victim.name, "upgrade-failed"),
         *((n.name, "upgrade-done") for n in Node.objects.filter(pool=pool).exclude(pk=victim.pk)),
