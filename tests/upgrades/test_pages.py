@@ -172,6 +172,7 @@ def test_a_kept_node_is_returned_to_service_after_a_confirmation(browser, pool):
     assert "returned to service, driver not validated" in cell(page, victim.name)
     assert "Return to service</a>" not in page and "data-returned-count>1 failed node back in service" in page
     assert "Done / failed / total</dt><dd>2 / 1 / 3</dd>" in page  # still counted failed
+    assert "NodesFailed: 1 of 3 nodes failed; 1 node returned to service unvalidated." in page
     assert "ReturnedToService" in page  # in the history
 
     again = browser.post(url, follow=True).content.decode()  # the service has the last word
