@@ -292,6 +292,11 @@ def test_operators_retry_and_approve_one_run_of_a_rollout_as_themselves(
     other = FleetRollout.objects.create(target_release=rollout.target_release)  # without this run
     assert operator.post(f"/api/v1/fleet-rollouts/{other.pk}/runs/{run.pk}/retry/").status_code == 404
     assert operator.post(f"{url}/pause/").status_code == 404  # the rollout's own controls do that
+    for bad in ("-1", "x"):  # a JSON 404 like any other unknown id, not the site's page
+        assert (
+            operator.post(f"/api/v1/fleet-rollouts/{rollout.pk}/runs/{bad}/retry/").data["code"]
+            == "not_found"
+        )
 
     SimFault.objects.all().delete()
     response = operator.post(f"{url}/retry/")

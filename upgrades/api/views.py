@@ -110,7 +110,11 @@ class UpgradeRunViewSet(
         run = services.control(self.get_object(), "rollback", context=self.tenant_context, user=request.user)
         return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data, status=201)
 
-    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @extend_schema(
+        request=None,
+        responses=UpgradeRunSerializer,
+        parameters=[OpenApiParameter("node", str, OpenApiParameter.PATH, description="The node's name")],
+    )
     @action(detail=True, methods=["post"], url_path=r"nodes/(?P<node>[^/]+)/uncordon")
     def uncordon(self, request, pk=None, node=None):
         """Return one node the run keeps cordoned to service, its driver as it is (not validated): 404
@@ -203,11 +207,18 @@ class FleetRolloutViewSet(
     def abort(self, request, pk=None):
         return self._control("abort")
 
-    @extend_schema(request=None, responses=UpgradeRunSerializer)
+    @extend_schema(
+        request=None,
+        responses=UpgradeRunSerializer,
+        parameters=[
+            OpenApiParameter("run_pk", int, OpenApiParameter.PATH, description="A run of this rollout"),
+            OpenApiParameter("control", str, OpenApiParameter.PATH, enum=list(rollouts.RUN_CONTROLS)),
+        ],
+    )
     @action(
         detail=True,
         methods=["post"],
-        url_path=r"runs/(?P<run_pk>[0-9]+)/(?P<control>" + "|".join(rollouts.RUN_CONTROLS) + ")",
+        url_path=r"runs/(?P<run_pk>[^/.]+)/(?P<control>" + "|".join(rollouts.RUN_CONTROLS) + ")",
     )
     def run_control(self, request, pk=None, run_pk=None, control=None):
         """One run of the rollout, whichever tenant's: `retry` (its failed nodes) or `approve` (its
