@@ -263,3 +263,20 @@ def test_the_pools_next_run_reinstalls_a_returned_node_whatever_it_reports(api, 
     assert (row.state, row.driver_touched, row.pre_cordoned) == ("upgrade-required", False, False)
     back = drive(back)
     assert back.status == "completed" and back.history.filter(node=victim.name, reason="Validated").exists()
+
+
+def test_a_cordon_from_outside_on_a_returned_node_is_left_alone(api, context, make_upgrade_pool):
+    """Returned, the node is no longer the run's: if someone cordons it again (kubectl), the run must not
+    take that cordon away as it does for the nodes it gave back itself."""
+    pool = make_upgrade_pool(nodes=3)
+    victim = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    run = drive(start(context, pool, max_unavailable="2", failure_budget=1))
+    assert run.status == "paused" and run.history.filter(reason="FailureBudgetExhausted").exists()
+    assert uncordon(api, run.pk, victim.name).status_code == 200
+    SimNode.objects.filter(name=victim.name).update(unschedulable=True)
+    Node.objects.filter(pk=victim.pk).update(cordoned=True)
+    run = drive(services.control(run, "resume"))
+    assert (run.status, run.reason) == ("failed", "NodesFailed")
+    assert Node.objects.get(pk=victim.pk).cordoned and SimNode.objects.get(name=victim.name).unschedulable
+    assert list(Node.objects.filter(pool=pool, cordoned=True)) == [victim]
