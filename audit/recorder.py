@@ -4,7 +4,8 @@
 save the row's stored values are read, after it the changed fields are written as [before, after];
 a save that changes no tracked field writes nothing. Secret fields are recorded as changed, never with
 their values (EncryptedTextField fields are secret by themselves). Bulk `QuerySet.update()` bypasses
-signals: services that must be audited save rows."""
+signals: services that must be audited save rows, or call `record` for a change the signals cannot
+see (a model not registered because its control loop rewrites it in bulk)."""
 
 import json
 from collections.abc import Callable, Iterable
@@ -99,24 +100,30 @@ def _after_save(sender, instance, created, raw=False, **kwargs):
         action = AuditEntry.Action.UPDATE
         if not changes:
             return
-    _write(tracked, instance, action, changes)
+    _write(tracked.tenant_of(instance), instance, action, changes)
+
+
+def record(instance: models.Model, changes: dict, *, tenant_id: int | None) -> None:
+    """An update entry for a change made by a person that the signals do not see. `changes`:
+    {field: [before, after]}, JSON-able after Django's encoder."""
+    _write(tenant_id, instance, AuditEntry.Action.UPDATE, _jsonable(changes))
 
 
 def _after_delete(sender, instance, **kwargs):
     tracked = _registry[sender]
     before = tracked.values(instance)
     _write(
-        tracked,
+        tracked.tenant_of(instance),
         instance,
         AuditEntry.Action.DELETE,
         {n: [tracked.shown(n, v), None] for n, v in before.items()},
     )
 
 
-def _write(tracked: Tracked, instance: models.Model, action: str, changes: dict) -> None:
+def _write(tenant_id: int | None, instance: models.Model, action: str, changes: dict) -> None:
     actor = current_actor()
     AuditEntry.objects.create(
-        tenant_id=tracked.tenant_of(instance),
+        tenant_id=tenant_id,
         actor_user_id=actor.user_id,
         actor_token_id=actor.token_id,
         actor=actor.label[:200],

@@ -35,10 +35,20 @@ urlpatterns = [
     path("account/audit/", views_account.audit_log, name="account-audit"),
     path("pools/<int:pk>/upgrade/", views_upgrades.pool_upgrade, name="pool-upgrade"),
     path("upgrades/<int:pk>/", views_upgrades.upgrade_detail, name="upgrade-detail"),
+    path(
+        "upgrades/<int:pk>/nodes/<str:node>/uncordon/",
+        views_upgrades.upgrade_node_uncordon,
+        name="upgrade-node-uncordon",
+    ),
     path("upgrades/<int:pk>/<str:action>/", views_upgrades.upgrade_control, name="upgrade-control"),
     path("fleet-rollouts/", views_rollouts.rollout_list, name="rollout-list"),
     path("fleet-rollouts/new/", views_rollouts.rollout_create, name="rollout-create"),
     path("fleet-rollouts/<int:pk>/", views_rollouts.rollout_detail, name="rollout-detail"),
     path("fleet-rollouts/<int:pk>/runs/<int:run_pk>/", views_rollouts.rollout_run, name="rollout-run"),
+    path(
+        "fleet-rollouts/<int:pk>/runs/<int:run_pk>/<str:action>/",
+        views_rollouts.rollout_run_control,
+        name="rollout-run-control",
+    ),
     path("fleet-rollouts/<int:pk>/<str:action>/", views_rollouts.rollout_control, name="rollout-control"),
 ]

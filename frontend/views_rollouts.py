@@ -1,6 +1,8 @@
 """Fleet rollout pages, for platform operators (staff) only: the list, the new-rollout form with its
 preview (which pools match, their waves, which are skipped and why), a rollout's page (waves, each pool's
-run, skipped pools; pause, resume, abort with a confirmation) and a read-only page of each of its runs.
+run with its own retry / approve, skipped pools; pause, resume, abort with a confirmation) and a page of
+each of its runs (read-only but for retry / approve; each asks first and goes through the same
+upgrades.services.control as the tenant's pages and API, audited as the operator).
 Rollouts span every tenant, so they need no tenant context, and to anyone else they do not exist (404).
 Pages follow the operators' websocket stream (`ws/events/?rollouts=1`) through live.js."""
 
@@ -17,13 +19,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from nodepools.models import DriverRelease, GpuModel, NodePool
 from nvke.errors import DomainError
-from upgrades import rollouts
-from upgrades.machine import Phase
+from upgrades import rollouts, services
+from upgrades.machine import Phase, State
 from upgrades.models import FleetRollout, UpgradeRun
 
 from .forms import add_domain_error, driver_label
 from .views import live
-from .views_upgrades import StrategyForm, run_page
+from .views_upgrades import StrategyForm, offered_controls, run_page
 
 CONTROLS = ("pause", "resume", "abort")
 LIVE_STREAM = "rollouts=1"  # nvke/consumers.py: the operators' stream
@@ -143,15 +145,20 @@ def rollout_create(request: HttpRequest) -> HttpResponse:
 @staff_view
 def rollout_detail(request: HttpRequest, pk: int) -> HttpResponse:
     rollout = get_object_or_404(_progress(ROLLOUTS), pk=pk)
-    runs = rollout.runs.select_related(
-        "pool__cluster__tenant", "pool__gpu_model", "previous_release"
-    ).order_by("wave", "pool__cluster__name", "pk")
+    runs = (
+        rollout.runs.select_related("pool__cluster__tenant", "pool__gpu_model", "previous_release")
+        .annotate(failed_nodes_count=Count("nodes", filter=Q(nodes__state=State.FAILED)))
+        .order_by("wave", "pool__cluster__name", "pk")
+    )
     return render(
         request,
         "frontend/rollouts/detail.html",
         {
             "rollout": rollout,
-            "waves": [[{"pool": r.pool, "run": r} for r in wave] for _, wave in groupby(runs, by_wave)],
+            "waves": [
+                [{"pool": r.pool, "run": r, "actions": run_actions(r, r.failed_nodes_count)} for r in wave]
+                for _, wave in groupby(runs, by_wave)
+            ],
             "skipped": _with_tenants(rollout.skipped),
             "controls": [c for c in CONTROLS if _offered(rollout, c)],
             "live": live(LIVE_STREAM, refresh_on=f"rollout:{rollout.pk}"),
@@ -161,6 +168,12 @@ def rollout_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def by_wave(run: UpgradeRun) -> int:
     return run.wave
+
+
+def run_actions(run: UpgradeRun, failed: int) -> list[str]:
+    """The run's own controls an operator gets on the rollout's pages: those the tenant's run page would
+    offer now, among rollouts.RUN_CONTROLS."""
+    return [c for c in offered_controls(run, failed) if c in rollouts.RUN_CONTROLS]
 
 
 def _offered(rollout: FleetRollout, control: str) -> bool:
@@ -196,13 +209,45 @@ def rollout_run(request: HttpRequest, pk: int, run_pk: int) -> HttpResponse:
         "pool__cluster__tenant", "target_release", "previous_release", "rollout__target_release"
     )
     run = get_object_or_404(runs, pk=run_pk, rollout_id=pk)
+    page = run_page(run)
     return render(
         request,
         "frontend/upgrades/run_detail.html",
         {
-            **run_page(run),
+            **page,
             "rollout": run.rollout,  # breadcrumbs through the rollout instead of the tenant's pages
-            "can_change": False,
+            "can_change": False,  # the tenant's controls; an operator gets `operator_actions`
+            "operator_actions": run_actions(run, page["failed"]),
             "live": live(LIVE_STREAM, refresh_on=f"rollout:{pk}"),
         },
     )
+
+
+@staff_view
+def rollout_run_control(request: HttpRequest, pk: int, run_pk: int, action: str) -> HttpResponse:
+    """An operator's retry or approve of one run of the rollout: GET asks first, POST does it through
+    upgrades.services.control (the tenant's own control), then back to the rollout's page or, with
+    `back=run`, the run's."""
+    if action not in rollouts.RUN_CONTROLS:
+        raise Http404("No such control.")
+    runs = UpgradeRun.objects.select_related("pool__cluster__tenant", "target_release", "rollout")
+    run = get_object_or_404(runs, pk=run_pk, rollout_id=pk)
+    if request.method != "POST":
+        failed = run.nodes.filter(state=State.FAILED).count()
+        return render(
+            request,
+            "frontend/rollouts/confirm_run.html",
+            {"run": run, "action": action, "failed": failed, "back": request.GET.get("back", "")},
+        )
+    try:
+        result = services.control(run, action, user=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        note = ""
+        if run.rollout.status == Phase.PAUSED:
+            note = " The rollout stays paused: resume it to go on with its waves."
+        messages.success(request, f"{action.title()}: run #{run.pk} is {result.status}.{note}")
+    if request.POST.get("back") == "run":
+        return redirect("rollout-run", pk=pk, run_pk=run.pk)
+    return redirect("rollout-detail", pk=pk)

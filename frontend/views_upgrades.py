@@ -1,6 +1,7 @@
 """Driver upgrade pages: a pool's driver options with the start form, and a run's page (node grid and
 history, refreshed live from the websocket by live.js; controls, with a confirmation for abort and
-rollback). Thin, like frontend/views.py: the services in upgrades/ do the work."""
+rollback; returning a node the run keeps cordoned to service, with a confirmation). Thin, like
+frontend/views.py: the services in upgrades/ do the work."""
 
 from django import forms
 from django.contrib import messages
@@ -125,6 +126,8 @@ def run_page(run: UpgradeRun) -> dict:
         "done": sum(n.state == State.DONE for n in nodes),
         "failed": failed,
         "kept": kept,
+        "returnable": services.returnable_nodes(run, nodes),
+        "returned": sum(n.returned_at is not None for n in nodes),
         "controls": offered_controls(run, failed),
         "history": run.history.order_by("-id")[:200],
     }
@@ -178,3 +181,20 @@ def upgrade_control(request: HttpRequest, context: TenantContext, pk: int, actio
         return redirect("upgrade-detail", pk=run.pk)
     messages.success(request, f"{action.title()}: run is {result.status}.")
     return redirect("upgrade-detail", pk=result.pk)
+
+
+@tenant_view
+def upgrade_node_uncordon(request: HttpRequest, context: TenantContext, pk: int, node: str) -> HttpResponse:
+    """Return one node the run keeps cordoned to service: GET asks first (what it means), POST does it."""
+    run = _run(context, pk)
+    require_change(context)
+    row = get_object_or_404(run.nodes.select_related("node"), name=node)
+    if request.method != "POST":
+        return render(request, "frontend/upgrades/confirm_uncordon.html", {"run": run, "row": row})
+    try:
+        services.return_to_service(run, row.name, user=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Node {row.name} is back in service; its driver was not validated.")
+    return redirect("upgrade-detail", pk=run.pk)

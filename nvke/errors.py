@@ -21,3 +21,15 @@ class Conflict(DomainError):
 
 class Incompatible(DomainError):
     code = "incompatible"
+
+
+class NotFound(DomainError):
+    status = 404
+    code = "not_found"
+
+
+class ProviderFailed(DomainError):
+    """The provider (the simulator, a Kubernetes API) refused or failed an operation asked of it now."""
+
+    status = 502
+    code = "provider_error"

@@ -16,6 +16,7 @@ class UpgradeNodeInline(admin.TabularInline):
         "canary",
         "pre_cordoned",
         "driver_touched",
+        "returned_at",
         "from_version",
         "reason",
         "message",

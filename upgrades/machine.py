@@ -17,6 +17,8 @@ Invariants the plan keeps (tests/upgrades check them at every tick):
 - a node that fails after its driver was touched (an install started and not validated since) stays
   cordoned in upgrade-failed under `failed_nodes=keep-cordoned` (the default): no claim is placed on an
   unvalidated driver. Retry takes it through the machine again; a rollback reinstalls the old driver;
+  a person may return it to service as it is (`return_refusal`, `returned_to_service`): from then on
+  the run leaves it alone (never cordons or uncordons it again) and it no longer holds the budget;
 - a run never waits forever on its own failed nodes: when those kept cordoned hold the whole budget and
   nodes still wait, it ends failed and says so."""
 
@@ -102,6 +104,7 @@ class NodeView:
     gpus_healthy: bool = True
     install_failure: str = ""  # the provider's reason when the driver install failed
     driver_touched: bool = False  # the run started a driver install here that has not validated since
+    returned: bool = False  # failed, then returned to service by a person, its driver as it is
 
     @property
     def unavailable(self) -> bool:
@@ -166,7 +169,41 @@ def _nodes(count: int) -> str:
 
 def _kept(node: NodeView, strategy: Strategy) -> bool:
     """A failed node the run keeps out of service."""
-    return node.state == State.FAILED and keeps_cordoned(strategy.failed_nodes, node.touched)
+    return (
+        node.state == State.FAILED
+        and not node.returned
+        and keeps_cordoned(strategy.failed_nodes, node.touched)
+    )
+
+
+def return_refusal(node: NodeView, phase: Phase, strategy: Strategy) -> tuple[str, str] | None:
+    """Why a person may not return `node` to service now, as (code, message); None when they may.
+    Only a failed node the run keeps cordoned (its driver touched, under keep-cordoned) goes back, and
+    never one the run is still moving or whose cordon is not the run's."""
+    name = node.name
+    if node.state in ACTIVE or (node.state == State.UPGRADE_REQUIRED and phase in LIVE | {Phase.PENDING}):
+        what = "upgrading it" if node.state in ACTIVE else "yet to upgrade it"
+        return "node_in_flight", f"Node {name} is {node.state}: the run is {what}."
+    if node.pre_cordoned and node.state == State.FAILED:
+        return (
+            "cordoned_before_run",
+            f"Node {name} was cordoned before the run; the run does not hold its cordon.",
+        )
+    if not _kept(node, strategy):
+        if node.returned:
+            why = "it was returned to service already"
+        elif node.state == State.FAILED:
+            why = "it failed before its driver was touched, or under failed_nodes=uncordon: it is in service"
+        else:
+            why = f"it is {node.state}"
+        return "not_kept_cordoned", f"Node {name} is not kept cordoned by this run: {why}."
+    return None
+
+
+def returned_to_service(node: NodeView) -> NodeView:
+    """The node once a person returned it to service: uncordoned, its driver accepted as it is (no longer
+    `driver_touched`, though the run never validated it), and left alone by the run from then on."""
+    return replace(node, cordoned=False, driver_touched=False, returned=True)
 
 
 def _fail(node: NodeView, strategy: Strategy, reason: str, message: str) -> Step:
@@ -230,7 +267,9 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
         case State.UNCORDON_REQUIRED:
             effect = Effect.NONE if node.pre_cordoned else Effect.UNCORDON
             return Step(node.name, State.DONE, effect, "Upgraded")
-        case State.FAILED if node.cordoned and not node.pre_cordoned and not _kept(node, strategy):
+        case State.FAILED if (
+            node.cordoned and not node.pre_cordoned and not node.returned and not _kept(node, strategy)
+        ):  # a returned node was uncordoned by the person: a cordon since is someone else's
             return Step(node.name, State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")
     return None
 
@@ -311,22 +350,30 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
 
     if not any(n.state in ACTIVE for n in after.values()) and not any(s.to in ACTIVE for s in result.steps):
         waiting = any(n.state == State.UPGRADE_REQUIRED for n in after.values())
-        still = (
-            f"; {_nodes(len(kept))} kept cordoned (driver not validated): retry or roll back."
-            if kept
-            else "."
-        )
+        counts = (len(failed), len(nodes), len(kept), sum(n.returned for n in failed))
         if run.phase == Phase.ABORTING:
             result.phase, result.reason = Phase.ABORTED, "Aborted"
-            result.message = "The run was aborted" + still
+            result.message = ended_message("Aborted", *counts)
         elif not waiting:  # running, or paused with nothing left to do
             if failed:
                 result.phase, result.reason = Phase.FAILED, "NodesFailed"
-                result.message = f"{len(failed)} of {len(nodes)} nodes failed" + still
+                result.message = ended_message("NodesFailed", *counts)
             else:
                 result.phase, result.reason = Phase.COMPLETED, "AllNodesUpgraded"
                 result.message = f"All {len(nodes)} nodes run driver {run.target_version}."
     return result
+
+
+ENDED_REASONS = ("Aborted", "NodesFailed")  # their message counts the nodes left behind (ended_message)
+
+
+def ended_message(reason: str, failed: int, total: int, kept: int, returned: int = 0) -> str:
+    """The message of a run that ended `Aborted` or `NodesFailed`, from its node counts. The plan writes
+    it when the run ends; returning a kept node to service writes it again."""
+    head = "The run was aborted" if reason == "Aborted" else f"{failed} of {total} nodes failed"
+    kept_note = f"; {_nodes(kept)} kept cordoned (driver not validated): retry or roll back" if kept else ""
+    returned_note = f"; {_nodes(returned)} returned to service unvalidated" if returned else ""
+    return head + kept_note + returned_note + "."
 
 
 def _abort(node: NodeView, strategy: Strategy) -> Step | None:

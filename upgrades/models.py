@@ -124,6 +124,11 @@ class UpgradeNode(models.Model):
     driver_touched = models.BooleanField(
         default=False, help_text="A driver install was started on it and has not validated since"
     )
+    returned_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A person returned this failed node to service as it was, its driver not validated",
+    )
     reason = models.CharField(max_length=64, blank=True)
     message = models.TextField(blank=True)
 
@@ -132,13 +137,16 @@ class UpgradeNode(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="uniq_upgrade_node")]
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.state}"
+        return f"{self.name} in run #{self.run_id}: {self.state}"
 
     @property
     def kept_cordoned(self) -> bool:
-        """Failed with its driver touched, so the run keeps it out of service (run.failed_nodes)."""
-        return self.state == State.FAILED and keeps_cordoned(
-            FailedNodes(self.run.failed_nodes), self.driver_touched
+        """Failed with its driver touched, so the run keeps it out of service (run.failed_nodes), until
+        someone returns it to service."""
+        return (
+            self.state == State.FAILED
+            and self.returned_at is None
+            and keeps_cordoned(FailedNodes(self.run.failed_nodes), self.driver_touched)
         )
 
 

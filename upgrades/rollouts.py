@@ -27,6 +27,9 @@ def matching_pools(target: DriverRelease, gpu_model: GpuModel | None, from_branc
 
 
 BUSY = ("upgrade_in_progress", "Another upgrade of this pool is running or waiting.")
+# The controls of one run an operator uses from the rollout (services.control, as the tenant's pages and
+# API do): pause, resume and abort act on the whole rollout instead, so that its waves stay consistent.
+RUN_CONTROLS = ("retry", "approve")
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,37 @@ over it. Each runs in one transaction under the run's row lock; the next tick st
 import re
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from audit.recorder import record
+from clusters.services import cluster_key
+from nodepools import claims as allocator
 from nodepools.models import DriverRelease, Node, NodePool
-from nvke.errors import Conflict, DomainError, Incompatible
+from nodepools.tasks import request_placement
+from nvke.errors import Conflict, DomainError, Incompatible, NotFound, ProviderFailed
+from nvke.providers import get_provider
+from nvke.providers.base import ProviderError
 from nvke.tenancy.context import TenantContext
 
 from . import events
 from .compatibility import upgrade_refusals
-from .machine import BEFORE_INSTALL, FINISHED, LIVE, FailedNodes, Phase, State
+from .machine import (
+    BEFORE_INSTALL,
+    ENDED_REASONS,
+    FINISHED,
+    LIVE,
+    FailedNodes,
+    NodeView,
+    Phase,
+    State,
+    ended_message,
+    return_refusal,
+    returned_to_service,
+)
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
 from .scheduling import schedule_tick
+from .ticks import strategy_of
 
 STRATEGY_FIELDS = (
     "max_unavailable",
@@ -76,13 +96,14 @@ def _history(run: UpgradeRun, reason: str, message: str) -> None:
 
 
 def _left_touched(pool: NodePool) -> dict[int, UpgradeNode]:
-    """The pool's last run's rows of nodes whose driver it touched and never validated (by node id):
-    a new run must reinstall them whatever version they report, and takes over the cordon of those
-    the last run kept cordoned."""
+    """The pool's last run's rows of nodes whose driver it touched and never validated (by node id),
+    those returned to service as they were included: a new run must reinstall them whatever version
+    they report, and takes over the cordon of those the last run kept cordoned."""
     last = UpgradeRun.objects.filter(pool=pool).order_by("-created_at", "-pk").first()
     if last is None:
         return {}
-    return {row.node_id: row for row in last.nodes.filter(driver_touched=True, node__isnull=False)}
+    unvalidated = Q(driver_touched=True) | Q(returned_at__isnull=False)
+    return {row.node_id: row for row in last.nodes.filter(unvalidated, node__isnull=False)}
 
 
 def create_run(
@@ -274,12 +295,13 @@ def _retry(run: UpgradeRun) -> None:
         and UpgradeRun.objects.filter(pool=run.pool, status__in=list(LIVE)).exists()
     ):
         raise Conflict("The pool has another upgrade in progress.", code="upgrade_in_progress")
-    if UpgradeRun.objects.filter(pool=run.pool, created_at__gt=run.created_at).exists():
-        # a later run took over these nodes (and any cordon this run kept on them)
+    if taken_over(run):  # a later run took over these nodes (and any cordon this run kept on them)
         raise _refused(run, "retry", "a later run of the pool took its nodes over")
     if failed.filter(canary=True).exists():
         run.canary_done_at = None  # the canary goes again, and so does its bake
-    count = failed.update(state=State.UPGRADE_REQUIRED, reason="Retry", message="", entered_at=timezone.now())
+    count = failed.update(
+        state=State.UPGRADE_REQUIRED, reason="Retry", message="", entered_at=timezone.now(), returned_at=None
+    )
     run.failed_accepted, run.finished_at = 0, None
     _transition(run, Phase.RUNNING, "Retry", f"Retrying {count} failed nodes.")
 
@@ -317,3 +339,107 @@ def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> Up
         rollback_of=run,
         **strategy,
     )
+
+
+def taken_over(run: UpgradeRun) -> bool:
+    """Has a later run of the pool taken this run's nodes over (and any cordon this run kept)?"""
+    return UpgradeRun.objects.filter(pool_id=run.pool_id, created_at__gt=run.created_at).exists()
+
+
+# --- returning a kept node to service ----------------------------------------------------------------
+
+
+def _view(row: UpgradeNode) -> NodeView:
+    node = row.node
+    return NodeView(
+        name=row.name,
+        state=State(row.state),
+        entered_at=row.entered_at.timestamp(),
+        pre_cordoned=row.pre_cordoned,
+        cordoned=node is not None and node.cordoned,
+        driver_touched=row.driver_touched,
+        returned=row.returned_at is not None,
+    )
+
+
+def _return_conflict(run: UpgradeRun, row: UpgradeNode, nodes: int, later_run: bool) -> Conflict | None:
+    """Why `row`'s node cannot be returned to service now (a 409 naming the node), or None."""
+    details = {"field": "node", "node": row.name, "state": row.state}
+    if refusal := return_refusal(_view(row), Phase(run.status), strategy_of(run, nodes)):
+        return Conflict(refusal[1], code=refusal[0], **details)
+    if row.node is None:
+        message = f"Node {row.name} left the pool: there is nothing to return to service."
+        return Conflict(message, code="node_gone", **details)
+    if later_run:
+        message = f"A later run of pool {run.pool.name} took node {row.name} over: act on that run."
+        return Conflict(message, code="taken_over", **details)
+    return None
+
+
+def returnable_nodes(run: UpgradeRun, rows: list[UpgradeNode]) -> set[str]:
+    """The names of the nodes `return_to_service` would take now (rows with their `node` loaded)."""
+    later_run = taken_over(run)
+    return {row.name for row in rows if _return_conflict(run, row, len(rows), later_run) is None}
+
+
+def return_to_service(run: UpgradeRun, node_name: str, *, user=None) -> UpgradeRun:
+    """Uncordon one failed node the run keeps cordoned, its driver as it is (someone repaired the node by
+    hand, or accepts the driver it runs). The row stays `upgrade-failed` (the run did not upgrade it;
+    its totals count it failed) with `returned_at` set and `driver_touched` cleared, so the run leaves
+    it alone and it no longer holds the unavailability budget; a retry takes it through the machine
+    again and the pool's next run reinstalls it. Under the run's row lock, like a tick; 404 for a name
+    not in the run, 409 with a code when the node is not the run's to give back, 502 when the provider
+    cannot uncordon it (nothing changes)."""
+    with transaction.atomic():
+        run = (
+            UpgradeRun.objects.select_for_update(of=("self",))
+            .select_related("pool__cluster", "target_release")
+            .get(pk=run.pk)
+        )
+        row = run.nodes.select_for_update(of=("self",)).select_related("node").filter(name=node_name).first()
+        if row is None:
+            raise NotFound(f"Run #{run.pk} has no node {node_name!r}.", field="node", code="unknown_node")
+        if conflict := _return_conflict(run, row, run.nodes.count(), taken_over(run)):
+            raise conflict
+        node, view = row.node, _view(row)
+        try:
+            get_provider().uncordon(cluster_key(run.pool.cluster), node.name)
+        except ProviderError as error:
+            raise ProviderFailed(
+                f"Could not uncordon node {row.name}: {error.message}", field="node", reason=error.reason
+            ) from None
+        Node.objects.filter(pk=node.pk).update(cordoned=False)
+        allocator.topology_changed(run.pool.cluster_id)  # schedulable again for every process
+        request_placement(run.pool.cluster_id)  # pending claims may fit on it now
+        after = returned_to_service(view)
+        changes = {"cordoned": [view.cordoned, after.cordoned], "driver_touched": [row.driver_touched, False]}
+        row.driver_touched, row.returned_at = after.driver_touched, timezone.now()
+        changes["returned_at"] = [None, row.returned_at]
+        who = user.get_username() if user is not None else "an operator"
+        row.reason = "ReturnedToService"
+        row.message = (
+            f"Returned to service by {who}, not validated: it runs driver {node.driver_version or 'unknown'} "
+            f"as it is (target {run.target_release.version})."
+        )
+        row.save(update_fields=["driver_touched", "returned_at", "reason", "message"])
+        UpgradeCondition.objects.create(
+            run=run, node=row.name, type="NodeState", reason=row.reason, message=row.message
+        )
+        record(row, changes, tenant_id=run.tenant_id)
+        events.publish_node(run, row)
+        if run.status in FINISHED and run.reason in ENDED_REASONS:  # its counts changed
+            rows = list(run.nodes.all())
+            failed = [r for r in rows if r.state == State.FAILED]
+            run.message = ended_message(
+                run.reason,
+                len(failed),
+                len(rows),
+                sum(r.kept_cordoned for r in failed),
+                sum(r.returned_at is not None for r in failed),
+            )
+            run.save(update_fields=["message"])
+            events.publish_run(run)
+        if run.status in LIVE:  # the budget it held is free: the next tick may start a node
+            seq = run.tick_seq
+            transaction.on_commit(lambda: schedule_tick(run.pk, seq, 0))
+    return run

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from .machine import (
     ACTIVE,
+    LIVE,
     Effect,
     NodeView,
     Phase,
@@ -16,6 +17,8 @@ from .machine import (
     Strategy,
     keeps_cordoned,
     plan,
+    return_refusal,
+    returned_to_service,
     unavailable_count,
 )
 
@@ -61,6 +64,7 @@ class Outcome:
     reason: str = ""  # of the last phase change
     failed: int = 0
     kept_cordoned: int = 0  # failed nodes left cordoned because their driver was touched
+    returned: int = 0  # kept nodes a person returned to service during the run
 
 
 def run_simulation(
@@ -75,9 +79,12 @@ def run_simulation(
     max_ticks: int = 1_000_000,
     drain_failure_rate: float = 0.0,
     resume: bool = False,
+    return_rate: float = 0.0,
 ) -> Outcome:
     """Upgrade `nodes` nodes from 1.0 to 2.0 with a tick every `tick_s` virtual seconds. With `resume`,
-    an operator resumes every pause at once (accepting the failures so far) instead of ending there."""
+    an operator resumes every pause at once (accepting the failures so far) instead of ending there.
+    With `return_rate`, after each tick of a live run a person returns each node the run keeps cordoned
+    to service with that probability (as the service does: only when `return_refusal` allows it)."""
     rng = random.Random(seed)
     claims = claims or {}
     fleet = {
@@ -104,6 +111,7 @@ def run_simulation(
     blocked = False
     reason = ""
     plan_cpu = 0.0
+    returned = 0
     while run.phase not in (Phase.COMPLETED, Phase.FAILED, Phase.ABORTED, Phase.PAUSED) and ticks < max_ticks:
         views = [replace(n.view, busy=n.busy_until > now) for n in fleet.values()]
         started = time.process_time()
@@ -112,6 +120,8 @@ def run_simulation(
         for step in result.steps:
             node = fleet[step.node]
             view = node.view
+            if view.returned:
+                violations.append(f"t={now}: {step.node} was returned to service, yet the run moved it")
             if step.effect == Effect.INSTALL and view.claims:
                 violations.append(f"{step.node}: driver installed with {view.claims} claims on it")
             if step.effect != Effect.NONE:
@@ -140,6 +150,10 @@ def run_simulation(
         if result.reason == "Blocked":
             blocked = True
             break
+        for node in fleet.values() if return_rate and run.phase in LIVE else ():  # while it runs
+            if rng.random() < return_rate and return_refusal(node.view, run.phase, strategy) is None:
+                node.view = returned_to_service(node.view)
+                returned += 1
         views = [n.view for n in fleet.values()]
         unavailable = unavailable_count(views)
         high = max(high, unavailable)
@@ -158,6 +172,8 @@ def run_simulation(
         view = node.view
         kept = view.state == State.FAILED and keeps_cordoned(strategy.failed_nodes, view.driver_touched)
         kept_count += kept
+        if view.returned and (view.cordoned or view.state != State.FAILED):
+            violations.append(f"{view.name}: returned to service, then cordoned={view.cordoned} {view.state}")
         if view.cordoned != (view.pre_cordoned or kept) and run.phase != Phase.PAUSED and not blocked:
             violations.append(
                 f"{view.name}: cordoned={view.cordoned} at the end, before={view.pre_cordoned}, kept={kept}"
@@ -166,7 +182,18 @@ def run_simulation(
             violations.append(f"{view.name}: on {view.driver_version} after a completed run")
     failed = sum(n.view.state == State.FAILED for n in fleet.values())
     return Outcome(
-        now, ticks, steps, run.phase, high, blocked, plan_cpu, violations, reason, failed, kept_count
+        now,
+        ticks,
+        steps,
+        run.phase,
+        high,
+        blocked,
+        plan_cpu,
+        violations,
+        reason,
+        failed,
+        kept_count,
+        returned,
     )
 
 

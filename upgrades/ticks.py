@@ -93,6 +93,7 @@ def _observe(
         driver_version=node.driver_version if node else "",
         gpus_healthy=node is not None and node.name not in unhealthy,
         driver_touched=row.driver_touched,
+        returned=row.returned_at is not None,
     )
     if node is None or view.state not in ACTIVE:
         return view  # only nodes in flight cost a provider call

@@ -1,7 +1,19 @@
-"""Reading rendered pages in tests without a browser."""
+"""Reading rendered pages in tests without a browser, and form fields pages post."""
 
 import html
 import re
+
+# The upgrade strategy as StrategyForm (frontend/views_upgrades.py) takes it: a pool's upgrade form
+# and the fleet rollout form both post these fields. One node at a time, no canary, pause at the first
+# failure, failed nodes kept cordoned.
+STRATEGY_FORM = {
+    "max_unavailable": "1",
+    "canary_nodes": 0,
+    "canary_bake_s": 0,
+    "drain_timeout_s": 600,
+    "failure_budget": 1,
+    "failed_nodes": "keep-cordoned",
+}
 
 
 def text(response) -> str:

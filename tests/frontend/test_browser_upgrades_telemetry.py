@@ -210,6 +210,22 @@ def test_a_node_whose_install_failed_is_marked_kept_cordoned_live(owner_page, up
     assert page.evaluate(NOT_RELOADED)
     screenshot(page, "upgrade-run-node-kept-cordoned")
 
+    # Repaired by hand: returned to service through its cell's link, after a confirmation.
+    expect(page.get_by_role("link", name="Return to service")).to_have_count(1)
+    cell.get_by_role("link", name="Return to service").click()
+    expect(page.get_by_role("heading", name=f"Return {victim.name} to service?")).to_be_visible()
+    screenshot(page, "upgrade-run-return-to-service-confirmation")
+    assert Node.objects.get(pk=victim.pk).cordoned  # asking changed nothing
+    page.get_by_role("button", name=f"Return {victim.name} to service").click()
+    expect(page.locator(".messages")).to_contain_text(f"Node {victim.name} is back in service")
+    expect(cell.locator("[data-returned-to-service]")).to_have_text(
+        "returned to service, driver not validated"
+    )
+    expect(page.locator("[data-kept-cordoned]")).to_have_count(0)
+    expect(page.get_by_role("link", name="Return to service")).to_have_count(0)
+    assert not Node.objects.get(pk=victim.pk).cordoned
+    screenshot(page, "upgrade-run-node-returned-to-service")
+
 
 # --- live telemetry ----------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from nodepools.services import reconcile
+from tests.frontend.helpers import STRATEGY_FORM
 from upgrades import rollouts
 from upgrades.models import FleetRollout, UpgradeRun
 
@@ -43,18 +44,7 @@ def staff(operator, ui_for) -> Client:
     return ui_for(operator)
 
 
-FORM = {
-    "target_release": TARGET,
-    "gpu_model": "",
-    "from_branch": "",
-    "pools_per_wave": 2,
-    "max_unavailable": "1",
-    "canary_nodes": 0,
-    "canary_bake_s": 0,
-    "drain_timeout_s": 600,
-    "failure_budget": 1,
-    "failed_nodes": "keep-cordoned",
-}
+FORM = {"target_release": TARGET, "gpu_model": "", "from_branch": "", "pools_per_wave": 2, **STRATEGY_FORM}
 
 
 def create(operator, **fields) -> FleetRollout:
@@ -212,6 +202,8 @@ def test_everyone_but_staff_gets_404_and_no_link(fleet, operator, owner, make_me
         f"/fleet-rollouts/{rollout.pk}/runs/{run.pk}/",
         f"/fleet-rollouts/{rollout.pk}/pause/",
         f"/fleet-rollouts/{rollout.pk}/abort/",
+        f"/fleet-rollouts/{rollout.pk}/runs/{run.pk}/retry/",
+        f"/fleet-rollouts/{rollout.pk}/runs/{run.pk}/approve/",
     ]
     for user in (owner, make_member("acme", "viewer")):  # a tenant's owner is no operator
         client = ui_for(user)
@@ -227,3 +219,91 @@ def test_everyone_but_staff_gets_404_and_no_link(fleet, operator, owner, make_me
     staff_in_tenant.is_staff = True
     staff_in_tenant.save()
     assert 'href="/fleet-rollouts/">Rollouts</a>' in ui_for(staff_in_tenant).get("/").content.decode()
+
+
+@pytest.fixture
+def instant_upgrades(monkeypatch):
+    """Simulated upgrade steps take no time and installs fail only where a test injects a fault."""
+    monkeypatch.setenv("NVKE_SIM_UPGRADE_STEP_S", "")
+    monkeypatch.setenv("NVKE_SIM_DRIVER_FAILURE_RATE", "0")
+
+
+def test_an_operator_retries_a_failed_run_of_the_rollout_after_a_confirmation(
+    staff, fleet, operator, instant_upgrades
+):
+    from audit.models import AuditEntry
+    from nvke.providers.simulator.models import SimFault
+    from tests.upgrades.conftest import drive
+
+    victim = fleet["a"].nodes.order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    rollout = create(operator, pools_per_wave=2)
+    run_a, run_b = rollout.runs.get(pool=fleet["a"]), rollout.runs.get(pool=fleet["b"])
+    assert (drive(run_a).status, drive(run_b).status) == ("paused", "completed")  # failure budget 1
+    rollouts.advance(rollout.pk)
+    assert FleetRollout.objects.get(pk=rollout.pk).status == "paused"
+
+    url = f"/fleet-rollouts/{rollout.pk}/runs/{run_a.pk}/retry/"
+    page = staff.get(f"/fleet-rollouts/{rollout.pk}/").content.decode()
+    row = re.search(rf'<tr data-rollout-pool="{fleet["a"].pk}">(.*?)</tr>', page, re.S)[1]
+    assert f'data-run-action="retry" href="{url}"' in row
+    assert page.count("data-run-action=") == 1  # b completed, c not started: nothing to offer
+    confirm = staff.get(url).content.decode()
+    assert (
+        f"Retry the failed nodes of run #{run_a.pk}?" in confirm and "1 failed node goes through" in confirm
+    )
+    assert "The rollout stays paused" in confirm and f'action="{url}"' in confirm
+    assert UpgradeRun.objects.get(pk=run_a.pk).status == "paused"  # asking changed nothing
+
+    SimFault.objects.all().delete()
+    response = staff.post(url, follow=True)
+    assert response.redirect_chain == [(f"/fleet-rollouts/{rollout.pk}/", 302)]
+    assert (
+        f"Retry: run #{run_a.pk} is running. The rollout stays paused: resume it to go on with its waves."
+        in response.content.decode()
+    )
+    assert UpgradeRun.objects.get(pk=run_a.pk).status == "running"
+    entry = AuditEntry.objects.filter(object_type="upgrades.upgraderun", object_id=str(run_a.pk)).first()
+    assert (entry.tenant_id, entry.actor_user_id, entry.actor) == (run_a.tenant_id, operator.pk, "operator")
+    assert entry.changes["status"] == ["paused", "running"]
+
+    # the service has the last word: nothing failed any more
+    refused = staff.post(url, follow=True).content.decode()
+    assert "Cannot retry a run that is running: it has no failed nodes to retry<" in refused
+    assert staff.post(f"/fleet-rollouts/{rollout.pk}/runs/{run_a.pk}/pause/").status_code == 404
+    other = FleetRollout.objects.create(target_release=rollout.target_release)
+    assert staff.get(f"/fleet-rollouts/{other.pk}/runs/{run_a.pk}/retry/").status_code == 404
+    assert drive(UpgradeRun.objects.get(pk=run_a.pk)).status == "completed"
+
+
+def test_an_operator_approves_a_canary_from_the_runs_page(staff, fleet, operator, instant_upgrades):
+    from audit.models import AuditEntry
+    from upgrades.ticks import tick
+
+    rollout = create(operator, pools_per_wave=1, canary_nodes=1, canary_approval=True)
+    run = rollout.runs.get(pool=fleet["a"])
+    run_page = f"/fleet-rollouts/{rollout.pk}/runs/{run.pk}/"
+    url = f"{run_page}approve/"
+    for _ in range(15):
+        run.refresh_from_db()
+        tick(run.pk, run.tick_seq)
+    assert "waiting for approval" in UpgradeRun.objects.get(pk=run.pk).message
+    assert f'data-run-action="approve" href="{url}?back=run"' in staff.get(run_page).content.decode()
+    assert (
+        f'data-run-action="approve" href="{url}"'
+        in staff.get(f"/fleet-rollouts/{rollout.pk}/").content.decode()
+    )
+    confirm = staff.get(f"{url}?back=run").content.decode()
+    assert (
+        f"Approve the canary of run #{run.pk}?" in confirm
+        and '<input type="hidden" name="back" value="run">' in confirm
+    )
+
+    response = staff.post(url, {"back": "run"}, follow=True)
+    assert response.redirect_chain == [(run_page, 302)]
+    page = response.content.decode()
+    assert f"Approve: run #{run.pk} is running." in page and "data-run-action" not in page
+    run.refresh_from_db()
+    assert run.approved_at is not None
+    entry = AuditEntry.objects.filter(object_type="upgrades.upgraderun", object_id=str(run.pk)).first()
+    assert entry.actor_user_id == operator.pk and entry.changes["approved_at"][0] is None

@@ -101,6 +101,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/upgrades/<pk>/retry/": Api(TENANT, "upgrade_run"),
     "api/v1/upgrades/<pk>/approve/": Api(TENANT, "upgrade_run"),
     "api/v1/upgrades/<pk>/rollback/": Api(TENANT, "upgrade_run"),
+    "api/v1/upgrades/<pk>/nodes/<node>/uncordon/": Api(TENANT, "upgrade_run", params=(("node", "n"),)),
     "api/v1/node-pools/<pk>/driver-options/": Api(TENANT, "pool"),
     # Fleet rollouts span every tenant: operators only.
     "api/v1/fleet-rollouts/": Api(STAFF),
@@ -108,6 +109,9 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/fleet-rollouts/<pk>/pause/": Api(STAFF, "fleet_rollout"),
     "api/v1/fleet-rollouts/<pk>/resume/": Api(STAFF, "fleet_rollout"),
     "api/v1/fleet-rollouts/<pk>/abort/": Api(STAFF, "fleet_rollout"),
+    "api/v1/fleet-rollouts/<pk>/runs/<run_pk>/<control>/": Api(
+        STAFF, "fleet_rollout", params=(("run_pk", "0"), ("control", "retry"))
+    ),
     "api/v1/telemetry/ingest/": Api(MACHINE),
     # Node tokens: everyone lists them (prefixes only), owners and admins create them.
     "api/v1/telemetry/node-tokens/": Api(TENANT),
@@ -153,6 +157,7 @@ PAGES: dict[str, Page] = {
     "pools/<pk>/upgrade/": Page("pool", post=True),
     "upgrades/<pk>/": Page("upgrade_run"),
     "upgrades/<pk>/<action>/": Page("upgrade_run", post=True, params=(("action", "abort"),)),
+    "upgrades/<pk>/nodes/<node>/uncordon/": Page("upgrade_run", post=True, params=(("node", "n"),)),
     "telemetry/": Page(),
     "telemetry/clusters/<pk>/": Page("cluster"),
     "telemetry/pools/<pk>/": Page("pool"),
@@ -162,6 +167,13 @@ PAGES: dict[str, Page] = {
     "fleet-rollouts/<pk>/": Page("fleet_rollout", staff=True),
     "fleet-rollouts/<pk>/runs/<run_pk>/": Page(
         "fleet_rollout", staff=True, obj_path_params=(("run_pk", "upgrade_run"),)
+    ),
+    "fleet-rollouts/<pk>/runs/<run_pk>/<action>/": Page(
+        "fleet_rollout",
+        post=True,
+        staff=True,
+        params=(("action", "retry"),),
+        obj_path_params=(("run_pk", "upgrade_run"),),
     ),
     "fleet-rollouts/<pk>/<action>/": Page(
         "fleet_rollout", post=True, staff=True, params=(("action", "abort"),)

@@ -264,3 +264,47 @@ def test_a_pool_waiting_in_one_rollout_is_skipped_by_the_next(owner, make_upgrad
         (first.pk, "upgrade_in_progress"),
         (second.pk, "upgrade_in_progress"),
     }
+
+
+def test_operators_retry_and_approve_one_run_of_a_rollout_as_themselves(
+    api, owner, make_upgrade_pool, client_for
+):
+    from audit.models import AuditEntry
+    from nodepools.models import DriverRelease
+    from upgrades.models import FleetRollout
+    from upgrades.rollouts import create_rollout
+
+    pool = make_upgrade_pool(nodes=2)
+    victim = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    staff = get_user_model().objects.create_user("op", password="pw-secret-123", is_staff=True)
+    operator = client_for(staff)
+    rollout = create_rollout(
+        target_release=DriverRelease.objects.get(version=TARGET), user=staff, failure_budget=5
+    )
+    run = drive(rollout.runs.get())
+    assert (run.status, run.nodes.get(name=victim.name).state) == ("failed", "upgrade-failed")
+    url = f"/api/v1/fleet-rollouts/{rollout.pk}/runs/{run.pk}"
+
+    assert api.post(f"{url}/retry/").status_code == 403  # the tenant's owner is no operator
+    refused = operator.post(f"{url}/approve/")  # no approval canary
+    assert (refused.status_code, refused.data["code"]) == (409, "cannot_approve")
+    other = FleetRollout.objects.create(target_release=rollout.target_release)  # without this run
+    assert operator.post(f"/api/v1/fleet-rollouts/{other.pk}/runs/{run.pk}/retry/").status_code == 404
+    assert operator.post(f"{url}/pause/").status_code == 404  # the rollout's own controls do that
+    for bad in ("-1", "x"):  # a JSON 404 like any other unknown id, not the site's page
+        assert (
+            operator.post(f"/api/v1/fleet-rollouts/{rollout.pk}/runs/{bad}/retry/").data["code"]
+            == "not_found"
+        )
+
+    SimFault.objects.all().delete()
+    response = operator.post(f"{url}/retry/")
+    assert (response.status_code, response.data["id"], response.data["status"]) == (200, run.pk, "running")
+    entry = AuditEntry.objects.filter(object_type="upgrades.upgraderun", object_id=str(run.pk)).first()
+    assert (entry.tenant_id, entry.actor_user_id, entry.changes["status"]) == (
+        run.tenant_id,
+        staff.pk,
+        ["failed", "running"],
+    )
+    assert drive(UpgradeRun.objects.get(pk=run.pk)).status == "completed"

@@ -16,6 +16,8 @@ from upgrades.machine import (
     State,
     Strategy,
     plan,
+    return_refusal,
+    returned_to_service,
 )
 from upgrades.simulate import Durations, run_simulation
 
@@ -219,6 +221,82 @@ def test_an_outside_cordon_that_shares_the_budget_blocks_and_says_why():
     assert "2 nodes are unavailable (maxUnavailable 2; 1 of them failed and kept cordoned)" in result.message
 
 
+KEPT = node(State.FAILED, name="n0", cordoned=True, driver_touched=True)
+
+
+@pytest.mark.parametrize(
+    "view, phase, policy, code",
+    [
+        (KEPT, Phase.RUNNING, KEEP, None),
+        (KEPT, Phase.FAILED, KEEP, None),
+        (KEPT, Phase.ABORTING, KEEP, None),
+        (node(State.DRAIN_REQUIRED, cordoned=True), Phase.RUNNING, KEEP, "node_in_flight"),
+        (node(State.VALIDATION_REQUIRED, cordoned=True), Phase.PAUSED, KEEP, "node_in_flight"),
+        # a retry queued it, still cordoned: the run is about to move it
+        (
+            node(State.UPGRADE_REQUIRED, cordoned=True, driver_touched=True),
+            Phase.RUNNING,
+            KEEP,
+            "node_in_flight",
+        ),
+        (node(State.UPGRADE_REQUIRED), Phase.PENDING, KEEP, "node_in_flight"),
+        (node(State.UPGRADE_REQUIRED), Phase.FAILED, KEEP, "not_kept_cordoned"),
+        (node(State.DONE), Phase.COMPLETED, KEEP, "not_kept_cordoned"),
+        (node(State.FAILED), Phase.FAILED, KEEP, "not_kept_cordoned"),  # failed before its install
+        (replace(KEPT, cordoned=False), Phase.FAILED, UNCORDON, "not_kept_cordoned"),
+        (replace(KEPT, pre_cordoned=True), Phase.FAILED, KEEP, "cordoned_before_run"),
+        (returned_to_service(KEPT), Phase.FAILED, KEEP, "not_kept_cordoned"),  # twice
+    ],
+)
+def test_only_a_failed_node_the_run_keeps_cordoned_may_be_returned_to_service(view, phase, policy, code):
+    refusal = return_refusal(view, phase, replace(STRATEGY, failed_nodes=policy))
+    assert (refusal[0] if refusal else None) == code
+    if refusal:
+        assert f"Node {view.name} " in refusal[1]
+
+
+def test_a_returned_node_no_longer_holds_the_budget_and_the_run_goes_on():
+    nodes = [KEPT, node(State.UPGRADE_REQUIRED, name="n1"), node(State.UPGRADE_REQUIRED, name="n2")]
+    resumed = replace(RUN, failed_accepted=1)
+    assert plan(resumed, nodes, STRATEGY, 0).reason == "FailedNodesHoldBudget"
+    back = returned_to_service(KEPT)
+    assert (back.cordoned, back.driver_touched, back.returned, back.unavailable) == (
+        False,
+        False,
+        True,
+        False,
+    )
+    result = plan(resumed, [back, *nodes[1:]], STRATEGY, 0)
+    assert (result.phase, [(s.node, s.to) for s in result.steps]) == (
+        Phase.RUNNING,
+        [("n1", State.CORDON_REQUIRED)],
+    )
+
+
+def test_the_run_never_touches_a_returned_node_again():
+    """Cordoned again from outside, a returned node stays as it is; a failed node the run gave back
+    itself is uncordoned until that works (the uncordon may have failed)."""
+    recordoned = replace(returned_to_service(KEPT), cordoned=True)
+    others = [node(State.DONE, name="z")]
+    for phase in (Phase.RUNNING, Phase.ABORTING):
+        assert (
+            plan(replace(RUN, phase=phase, failed_accepted=1), [recordoned, *others], STRATEGY, 0).steps == []
+        )
+    given_back = node(State.FAILED, name="n0", cordoned=True)  # failed before its install
+    step = plan(replace(RUN, failed_accepted=1), [given_back, *others], STRATEGY, 0).for_node("n0")
+    assert (step.effect, step.reason) == (Effect.UNCORDON, "UncordonedAfterFailure")
+
+
+def test_the_finished_run_counts_a_returned_node_failed_but_not_kept():
+    nodes = [node(State.DONE, name="n0"), returned_to_service(replace(KEPT, name="n1"))]
+    result = plan(replace(RUN, failed_accepted=1), nodes, STRATEGY, 0)
+    assert (result.phase, result.reason, result.message) == (
+        Phase.FAILED,
+        "NodesFailed",
+        "1 of 2 nodes failed; 1 node returned to service unvalidated.",
+    )
+
+
 @pytest.mark.parametrize("policy, kept", [(KEEP, 1), (UNCORDON, 0)])
 def test_the_finished_run_counts_the_nodes_kept_cordoned(policy, kept):
     nodes = [node(State.DONE, name="n0"), node(State.FAILED, name="n1", driver_touched=True)]
@@ -384,6 +462,7 @@ def test_settled_runs_do_nothing(phase):
     failure_budget=st.integers(1, 4),
     failed_nodes=st.sampled_from(FailedNodes),
     resume=st.booleans(),
+    return_rate=st.sampled_from([0.0, 0.3]),
     pre_cordoned=st.frozensets(st.integers(0, 39), max_size=4),
     claims=st.dictionaries(st.integers(0, 39), st.integers(1, 3), max_size=10),
     seed=st.integers(0, 1000),
@@ -397,6 +476,7 @@ def test_simulated_runs_keep_the_invariants_at_every_tick(
     failure_budget,
     failed_nodes,
     resume,
+    return_rate,
     pre_cordoned,
     claims,
     seed,
@@ -419,11 +499,15 @@ def test_simulated_runs_keep_the_invariants_at_every_tick(
         claims=claims,
         seed=seed,
         resume=resume,
+        return_rate=return_rate,  # a person returns kept nodes to service between ticks
         max_ticks=5_000,  # a run that waits forever would hit this
     )
     # every tick: within max_unavailable; no install under claims; a failed node cordoned exactly
-    # when its driver was touched (keep-cordoned) or it was cordoned before the run
+    # when its driver was touched (keep-cordoned) or it was cordoned before the run; a node returned
+    # to service never moved, cordoned or uncordoned by the run again
     assert outcome.violations == []
+    if not return_rate:
+        assert outcome.returned == 0
     assert outcome.ticks < 5_000
     out_before = len([i for i in pre_cordoned if i < nodes])
     if failed_nodes == FailedNodes.UNCORDON:

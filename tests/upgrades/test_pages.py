@@ -6,6 +6,7 @@ from django.test import Client
 
 from nodepools.models import Node
 from nvke.providers.simulator.models import SimFault
+from tests.frontend.helpers import STRATEGY_FORM
 from upgrades.models import UpgradeRun
 
 from .conftest import drive
@@ -27,17 +28,7 @@ def pool(make_upgrade_pool):
 
 
 def start(browser, pool, **fields):
-    body = {
-        "target_release": TARGET,
-        "max_unavailable": "1",
-        "canary_nodes": 0,
-        "canary_bake_s": 0,
-        "drain_timeout_s": 600,
-        "failure_budget": 1,
-        "failed_nodes": "keep-cordoned",
-        **fields,
-    }
-    return browser.post(f"/pools/{pool.pk}/upgrade/", body)
+    return browser.post(f"/pools/{pool.pk}/upgrade/", {"target_release": TARGET, **STRATEGY_FORM, **fields})
 
 
 def test_pool_page_links_to_the_upgrade_page_with_options_and_refusals(browser, pool):
@@ -144,3 +135,69 @@ def test_other_tenants_pages_are_404(pool, make_member, browser):
     assert stranger.get(f"/upgrades/{run.pk}/").status_code == 404
     assert stranger.post(f"/upgrades/{run.pk}/abort/").status_code == 404
     assert stranger.get(f"/pools/{pool.pk}/upgrade/").status_code == 404
+
+
+def kept_run(browser, pool) -> tuple[UpgradeRun, Node]:
+    """A finished run whose first node failed its install and is kept cordoned."""
+    victim = Node.objects.filter(pool=pool).order_by("name").first()
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    assert start(browser, pool, failure_budget=5, max_unavailable="2").status_code == 302
+    run = drive(UpgradeRun.objects.get())
+    assert run.nodes.get(name=victim.name).kept_cordoned
+    return run, victim
+
+
+def cell(page: str, name: str) -> str:
+    return page[page.index(f'data-upgrade-node="{name}"') :].split("</li>")[0]
+
+
+def test_a_kept_node_is_returned_to_service_after_a_confirmation(browser, pool):
+    run, victim = kept_run(browser, pool)
+    url = f"/upgrades/{run.pk}/nodes/{victim.name}/uncordon/"
+    page = browser.get(f"/upgrades/{run.pk}/").content.decode()
+    assert f'href="{url}"' in cell(page, victim.name) and page.count("Return to service</a>") == 1
+    assert "or return a repaired node to service" in page
+
+    confirm = browser.get(url).content.decode()  # asks first, changes nothing
+    assert f"Return {victim.name} to service?" in confirm and "does not validate its driver" in confirm
+    assert "it reports driver 580.105.08" in confirm and f'action="{url}"' in confirm
+    assert Node.objects.get(pk=victim.pk).cordoned
+
+    response = browser.post(url, follow=True)
+    page = response.content.decode()
+    assert response.redirect_chain == [(f"/upgrades/{run.pk}/", 302)]
+    assert f"Node {victim.name} is back in service; its driver was not validated." in page
+    assert not Node.objects.get(pk=victim.pk).cordoned
+    assert "data-returned-to-service" in cell(page, victim.name) and "data-kept-cordoned" not in page
+    assert "returned to service, driver not validated" in cell(page, victim.name)
+    assert "Return to service</a>" not in page and "data-returned-count>1 failed node back in service" in page
+    assert "Done / failed / total</dt><dd>2 / 1 / 3</dd>" in page  # still counted failed
+    assert "NodesFailed: 1 of 3 nodes failed; 1 node returned to service unvalidated." in page
+    assert "ReturnedToService" in page  # in the history
+
+    again = browser.post(url, follow=True).content.decode()  # the service has the last word
+    assert (
+        f"Node {victim.name} is not kept cordoned by this run: it was returned to service already." in again
+    )
+    assert browser.get(f"/upgrades/{run.pk}/nodes/nope/uncordon/").status_code == 404
+
+
+def test_only_members_and_up_get_the_button_and_a_later_run_takes_it_away(browser, pool, make_member):
+    run, victim = kept_run(browser, pool)
+    url = f"/upgrades/{run.pk}/nodes/{victim.name}/uncordon/"
+    viewer, member = Client(), Client()
+    viewer.force_login(make_member("acme", "viewer"))
+    member.force_login(make_member("acme", "member"))
+    assert "Return to service</a>" not in viewer.get(f"/upgrades/{run.pk}/").content.decode()
+    assert viewer.get(url).status_code == 403 and viewer.post(url).status_code == 403
+    assert "Return to service</a>" in member.get(f"/upgrades/{run.pk}/").content.decode()
+    stranger = Client()
+    stranger.force_login(make_member("globex", "owner"))
+    assert stranger.get(url).status_code == 404 and stranger.post(url).status_code == 404
+    assert Node.objects.get(pk=victim.pk).cordoned
+
+    browser.post(f"/upgrades/{run.pk}/rollback/")  # the rollback run holds its cordon now
+    page = browser.get(f"/upgrades/{run.pk}/").content.decode()
+    assert "data-kept-cordoned" in page and "Return to service</a>" not in page
+    refused = browser.post(url, follow=True).content.decode()
+    assert "took node" in refused and Node.objects.get(pk=victim.pk).cordoned

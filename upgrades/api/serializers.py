@@ -34,6 +34,7 @@ class UpgradeNodeSerializer(serializers.ModelSerializer):
             "pre_cordoned",
             "driver_touched",
             "kept_cordoned",
+            "returned_at",
             "from_version",
             "reason",
             "message",

@@ -110,6 +110,19 @@ class UpgradeRunViewSet(
         run = services.control(self.get_object(), "rollback", context=self.tenant_context, user=request.user)
         return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data, status=201)
 
+    @extend_schema(
+        request=None,
+        responses=UpgradeRunSerializer,
+        parameters=[OpenApiParameter("node", str, OpenApiParameter.PATH, description="The node's name")],
+    )
+    @action(detail=True, methods=["post"], url_path=r"nodes/(?P<node>[^/]+)/uncordon")
+    def uncordon(self, request, pk=None, node=None):
+        """Return one node the run keeps cordoned to service, its driver as it is (not validated): 404
+        `unknown_node` for a name not in the run; 409 `node_in_flight`, `not_kept_cordoned`,
+        `cordoned_before_run`, `node_gone` or `taken_over` (`details.node`, `details.state`)."""
+        run = services.return_to_service(self.get_object(), node, user=request.user)
+        return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data)
+
     @extend_schema(responses=UpgradeConditionSerializer(many=True))
     @action(detail=True)
     def history(self, request, pk=None):
@@ -193,3 +206,23 @@ class FleetRolloutViewSet(
     @action(detail=True, methods=["post"])
     def abort(self, request, pk=None):
         return self._control("abort")
+
+    @extend_schema(
+        request=None,
+        responses=UpgradeRunSerializer,
+        parameters=[
+            OpenApiParameter("run_pk", int, OpenApiParameter.PATH, description="A run of this rollout"),
+            OpenApiParameter("control", str, OpenApiParameter.PATH, enum=list(rollouts.RUN_CONTROLS)),
+        ],
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path=r"runs/(?P<run_pk>[^/.]+)/(?P<control>" + "|".join(rollouts.RUN_CONTROLS) + ")",
+    )
+    def run_control(self, request, pk=None, run_pk=None, control=None):
+        """One run of the rollout, whichever tenant's: `retry` (its failed nodes) or `approve` (its
+        canary), as the tenant's own controls do; 409 `cannot_<control>` when its state does not allow it."""
+        run = get_object_or_404(UpgradeRun.objects.all(), pk=run_pk, rollout=self.get_object())
+        run = services.control(run, control, user=request.user)
+        return Response(UpgradeRunSerializer(run, context=self.get_serializer_context()).data)
