@@ -170,7 +170,10 @@ def tick(run_id: int, seq: int) -> int | None:
             run.canary_done_at = datetime.datetime.fromtimestamp(result.canary_done_at, tz=datetime.UTC)
         if result.phase != run.status and carried_out:  # else the next tick decides from what happened
             _set_status(run, result.phase, result.reason, result.message, now)
-        elif result.message != run.message and result.reason in ("", "Blocked"):
+        elif (
+            run.status == Phase.RUNNING and result.reason in ("", "Blocked") and result.message != run.message
+        ):
+            # A running run's progress; a paused run keeps saying why it paused while its last nodes finish.
             run.reason, run.message = result.reason, result.message
         observed = [nodes.get(r.name) for r in rows]
         run.max_unavailable_seen = max(

@@ -287,3 +287,14 @@ def test_nodes_added_by_a_scale_up_mid_run_join_it(context, make_upgrade_pool):
     assert run.status == "completed" and run.nodes.count() == 3
     assert run.nodes.filter(reason="Upgraded").count() == 3
     assert set(Node.objects.filter(pool=pool).values_list("driver_version", flat=True)) == {TARGET}
+
+
+def test_a_paused_run_keeps_saying_why_while_its_last_nodes_finish(context, make_upgrade_pool):
+    """The failure budget pauses the run while another node is still upgrading; the ticks that finish
+    that node must not wipe the pause's reason from the run."""
+    pool = make_upgrade_pool(nodes=4, claims=2)
+    victim = Node.objects.filter(pool=pool).order_by("name")[0]
+    SimFault.objects.create(operation="install_driver", target=victim.name, reason="DkmsBuildFailed")
+    run = drive(start(context, pool, max_unavailable="2", failure_budget=1))
+    assert run.nodes.filter(state="upgrade-done").exists()  # the other node in flight finished
+    assert (run.status, run.reason) == ("paused", "FailureBudgetExhausted"), run.message
