@@ -1,0 +1,251 @@
+"""Per-pool rescaling policy: bounds, ingestion with each pool's thresholds (through the per-process
+cache), decisions with each pool's seconds and maximum growth, disabled pools, the API and the page."""
+
+import time
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from nodepools.models import NodePool
+from nvke.errors import DomainError
+from telemetry import policy, rescale, store
+from telemetry.models import ClaimScaling, PoolRescaling, TelemetryEvent
+from telemetry.rescale import Decision
+
+from .conftest import gpu_of
+from .test_rescale import compute_of, report
+
+pytestmark = pytest.mark.django_db
+
+DEFAULTS = {
+    "enabled": True,
+    "pressure_percent": 90,
+    "pressure_s": 30,
+    "idle_percent": 10,
+    "idle_s": 600,
+    "max_growth_percent": 200,
+}
+
+
+def set_policy(pool: NodePool, **changes) -> policy.Policy:
+    return policy.set_pool_policy(pool, changes)
+
+
+def states_of(*claims) -> dict[int, dict[str, float]]:
+    return store.claim_states([c.pk for c in claims])
+
+
+# --- the policy and its bounds ---------------------------------------------------------------------
+
+
+def test_a_pool_without_a_policy_follows_the_platform_defaults(add_pool):
+    pool = add_pool("plain")
+    assert policy.for_pools([pool.pk])[pool.pk] == policy.Policy(**DEFAULTS)
+    with override_settings(TELEMETRY_PRESSURE_PERCENT=80, TELEMETRY_IDLE_S=120):
+        assert policy.for_pools([pool.pk])[pool.pk] == policy.Policy(
+            **{**DEFAULTS, "pressure_percent": 80, "idle_s": 120}
+        )
+
+
+@pytest.mark.parametrize(
+    "changes, field, code",
+    [
+        ({"pressure_percent": 0}, "pressure_percent", "out_of_bounds"),
+        ({"pressure_percent": 101}, "pressure_percent", "out_of_bounds"),
+        ({"idle_percent": 0}, "idle_percent", "out_of_bounds"),
+        ({"idle_percent": 90}, "idle_percent", "out_of_bounds"),  # not below pressure_percent (90)
+        ({"pressure_percent": 50, "idle_percent": 60}, "idle_percent", "out_of_bounds"),
+        ({"pressure_s": 0}, "pressure_s", "out_of_bounds"),
+        ({"pressure_s": 3601}, "pressure_s", "out_of_bounds"),
+        ({"idle_s": 0}, "idle_s", "out_of_bounds"),
+        ({"idle_s": 86_401}, "idle_s", "out_of_bounds"),
+        ({"max_growth_percent": 99}, "max_growth_percent", "out_of_bounds"),
+        ({"max_growth_percent": 401}, "max_growth_percent", "out_of_bounds"),
+        ({"pressure_s": 2.5}, "pressure_s", "invalid"),
+        ({"enabled": "no"}, "enabled", "invalid"),
+        ({"pressure_pct": 70}, "pressure_pct", "invalid"),
+    ],
+)
+def test_a_policy_out_of_bounds_is_refused_naming_the_field(add_pool, changes, field, code):
+    pool = add_pool("frac2")
+    with pytest.raises(DomainError) as refused:
+        set_policy(pool, **changes)
+    assert (refused.value.field, refused.value.code) == (field, code)
+    assert refused.value.message.startswith(f"{field}: ")
+    assert not PoolRescaling.objects.exists()
+
+
+def test_the_bounds_are_inclusive(add_pool):
+    pool = add_pool("edges")
+    low = set_policy(pool, pressure_percent=2, idle_percent=1, pressure_s=1, idle_s=1, max_growth_percent=100)
+    high = set_policy(pool, pressure_percent=100, idle_percent=99, pressure_s=3600, idle_s=86_400)
+    assert (low.pressure_s, low.max_growth_percent, high.idle_s) == (1, 100, 86_400)
+    row = PoolRescaling.objects.get(pool=pool)
+    assert (row.pressure_percent, row.idle_percent, row.max_growth_percent) == (100, 99, 100)
+
+
+def test_the_database_refuses_a_row_out_of_bounds_too(add_pool):
+    pool = add_pool("raw")
+    values = {**DEFAULTS, "idle_percent": 95}
+    with pytest.raises(IntegrityError), transaction.atomic():
+        PoolRescaling.objects.create(tenant=pool.tenant, pool=pool, **values)
+
+
+def test_patch_keeps_the_other_values_and_reset_takes_the_defaults(add_pool):
+    pool = add_pool("frac2")
+    set_policy(pool, pressure_percent=70, idle_s=120)
+    assert set_policy(pool, enabled=False) == policy.Policy(
+        **{**DEFAULTS, "enabled": False, "pressure_percent": 70, "idle_s": 120}
+    )
+    assert policy.set_pool_policy(pool, {"pressure_s": 10}, reset=True) == policy.Policy(
+        **{**DEFAULTS, "pressure_s": 10}
+    )
+
+
+# --- ingestion ---------------------------------------------------------------------------------------
+
+
+def test_each_claims_stretch_starts_at_its_own_pools_pressure_threshold(add_pool, claim_in):
+    eager, plain = add_pool("eager"), add_pool("plain")
+    set_policy(eager, pressure_percent=70, idle_percent=20)
+    hot, cold = claim_in("hot", 40, pool=eager), claim_in("cold", 40, pool=plain)
+    start = time.time() - 10
+    report(hot, [75] * 3, start)
+    report(cold, [75] * 3, start)
+    states = states_of(hot, cold)
+    assert states[hot.pk]["over_since"] == pytest.approx(start)
+    assert "over_since" not in states[cold.pk] and "idle_since" not in states[cold.pk]
+    # Idle is per pool too: 15 % is idle for the eager pool (≤ 20), not for the default one (≤ 10).
+    report(hot, [15] * 2, start + 5)
+    report(cold, [15] * 2, start + 5)
+    states = states_of(hot, cold)
+    assert "over_since" not in states[hot.pk] and states[hot.pk]["idle_since"] == pytest.approx(start + 5)
+    assert "idle_since" not in states[cold.pk]
+
+
+def test_ingestion_reads_policies_from_a_cache_renewed_every_few_seconds(add_pool, claim_in, monkeypatch):
+    """No query per batch: one when the cache is renewed; a change made elsewhere (another process:
+    here a bare UPDATE that this process's cache does not hear of) applies once CACHE_TTL_S passed."""
+    pool = add_pool("eager")
+    set_policy(pool, pressure_percent=70, idle_percent=20)
+    claim = claim_in("hot", 40, pool=pool)
+    node_id, gpu_id = gpu_of(claim).node_id, gpu_of(claim).pk
+    clock = [1000.0]
+    monkeypatch.setattr(policy.time, "monotonic", lambda: clock[0])
+    policy.forget()
+
+    def write(usage: float, ts: float) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            store.write(node_id, [store.Sample(gpu_id, ts, {"util": 50}, {claim.pk: usage})], ts)
+        return len(queries)
+
+    now = time.time()
+    assert write(75, now - 20) == 1  # the first batch loads the node's policy
+    assert write(75, now - 19) == 0
+    assert states_of(claim)[claim.pk]["over_since"] == pytest.approx(now - 20)
+    PoolRescaling.objects.filter(pool=pool).update(pressure_percent=80)
+    clock[0] += policy.CACHE_TTL_S - 0.1
+    assert write(75, now - 18) == 0  # still the cached 70 %: the stretch goes on
+    assert states_of(claim)[claim.pk]["over_since"] == pytest.approx(now - 20)
+    clock[0] += 0.2
+    assert write(75, now - 17) == 1  # renewed: 75 % is below the new 80 %, the stretch ends
+    assert "over_since" not in states_of(claim)[claim.pk]
+
+
+def test_a_policy_saved_in_this_process_applies_to_the_next_batch(add_pool, claim_in):
+    pool = add_pool("eager")
+    claim = claim_in("hot", 40, pool=pool)
+    start = time.time() - 10
+    report(claim, [75], start)
+    assert "over_since" not in states_of(claim)[claim.pk]
+    set_policy(pool, pressure_percent=70, idle_percent=20)
+    report(claim, [75], start + 1)
+    assert states_of(claim)[claim.pk]["over_since"] == pytest.approx(start + 1)
+
+
+def test_the_policy_cache_gives_unknown_nodes_the_defaults():
+    assert policy.for_nodes([987_654_321]) == {987_654_321: policy.Policy(**DEFAULTS)}
+
+
+# --- decisions ---------------------------------------------------------------------------------------
+
+
+def test_decide_uses_each_claims_pool_seconds():
+    fast = policy.Policy(**{**DEFAULTS, "pressure_s": 10, "idle_s": 60})
+    now = 10_000.0
+    states = {
+        1: {"ts": now, "over_since": now - 15},  # 15 s of pressure: enough for fast, not the default 30
+        2: {"ts": now, "over_since": now - 15},
+        3: {"ts": now, "idle_since": now - 90},  # 90 s idle: enough for fast, not the default 600
+        4: {"ts": now, "idle_since": now - 90},
+    }
+    assert rescale.decide(states, grown={3, 4}, policies={1: fast, 3: fast}) == [
+        Decision(1, "grow"),
+        Decision(3, "shrink"),
+    ]
+    assert rescale.decide(states, grown={3, 4}) == []
+
+
+def test_decide_never_grows_a_disabled_pools_claims_but_shrinks_them():
+    off = policy.Policy(**{**DEFAULTS, "enabled": False})
+    now = 10_000.0
+    states = {1: {"ts": now, "over_since": now - 3600}, 2: {"ts": now, "idle_since": now - 3600}}
+    assert rescale.decide(states, grown={2}, policies={1: off, 2: off}) == [Decision(2, "shrink")]
+
+
+def test_a_pools_pressure_seconds_decide_when_its_claims_grow(add_pool, claim_in):
+    fast, plain = add_pool("fast"), add_pool("plain")
+    set_policy(fast, pressure_s=10)
+    quick, slow = claim_in("quick", 40, pool=fast), claim_in("slow", 40, pool=plain)
+    report(quick, [95] * 12, time.time() - 20)  # 11 s above the threshold
+    report(slow, [95] * 12, time.time() - 20)
+    assert rescale.rescale() == [(quick.pk, "claim.grown")]
+    quick.refresh_from_db(), slow.refresh_from_db()
+    assert (quick.compute_percent, slow.compute_percent) == (60, 40)
+
+
+def test_a_pools_max_growth_caps_its_claims(add_pool, claim_in):
+    pool = add_pool("capped")
+    set_policy(pool, max_growth_percent=150)
+    claim = claim_in("infer", 40)
+    report(claim, [95] * 31, time.time() - 80)
+    assert rescale.rescale() == [(claim.pk, "claim.grown")]
+    assert compute_of(claim) == 60  # 150 % of 40
+    report(claim, [95] * 31, time.time() - 40)
+    assert rescale.rescale() == [(claim.pk, "claim.throttled")]  # the default 200 % would grow to 80
+    assert compute_of(claim) == 60
+    assert "at its limit of 60% compute" in ClaimScaling.objects.get(claim=claim).reason
+
+
+def test_a_disabled_pools_claims_never_grow_nor_are_throttled(add_pool, claim_in):
+    pool = add_pool("frozen")
+    set_policy(pool, enabled=False)
+    claim, neighbour = claim_in("infer", 40), claim_in("neighbour", 60)  # the GPU is full as well
+    report(claim, [99] * 120, time.time() - 130)
+    assert rescale.rescale() == []
+    claim.refresh_from_db()
+    assert (claim.compute_percent, compute_of(claim), compute_of(neighbour)) == (40, 40, 60)
+    assert not TelemetryEvent.objects.exists()
+    assert not ClaimScaling.objects.filter(state="throttled").exists()
+    assert "over_since" in states_of(claim)[claim.pk]  # the pressure is seen, only not acted on
+
+
+@override_settings(TELEMETRY_IDLE_S=60)
+def test_disabling_a_pool_lets_its_grown_claim_shrink_back_and_ends_throttling(add_pool, claim_in):
+    pool = add_pool("only")
+    grown, throttled = claim_in("grown", 40), claim_in("throttled", 40)
+    start = time.time() - 300
+    report(grown, [95] * 31, start)
+    assert rescale.rescale() == [(grown.pk, "claim.grown")]  # 60 %: the GPU now holds 100 %
+    report(throttled, [95] * 31, start + 40)
+    assert rescale.rescale() == [(throttled.pk, "claim.throttled")]
+
+    set_policy(pool, enabled=False)
+    report(throttled, [95] * 3, start + 80)  # still under pressure, but its pool no longer grows claims
+    assert rescale.rescale() == []
+    assert ClaimScaling.objects.get(claim=throttled).state == "normal"
+    report(grown, [5] * 61, start + 90)
+    assert rescale.rescale() == [(grown.pk, "claim.shrunk")]
+    assert compute_of(grown) == 40
