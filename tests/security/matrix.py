@@ -118,6 +118,8 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/telemetry/events/<pk>/": Api(TENANT, "telemetry_event"),
     "api/v1/telemetry/claim-scaling/": Api(TENANT),
     "api/v1/telemetry/claim-scaling/<pk>/": Api(TENANT, "claim_scaling"),
+    "api/v1/telemetry/pool-rescaling/": Api(TENANT),
+    "api/v1/telemetry/pool-rescaling/<pk>/": Api(TENANT, "pool"),
     "metrics": Api(MACHINE),
     "api/schema/": Api(PUBLIC),
     "api/docs/": Api(PUBLIC),

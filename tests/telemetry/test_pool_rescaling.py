@@ -7,9 +7,12 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
 
+from audit.models import AuditEntry
 from nodepools.models import NodePool
 from nvke.errors import DomainError
+from nvke.tenancy.models import ApiToken
 from telemetry import policy, rescale, store
 from telemetry.models import ClaimScaling, PoolRescaling, TelemetryEvent
 from telemetry.rescale import Decision
@@ -249,3 +252,124 @@ def test_disabling_a_pool_lets_its_grown_claim_shrink_back_and_ends_throttling(a
     report(grown, [5] * 61, start + 90)
     assert rescale.rescale() == [(grown.pk, "claim.shrunk")]
     assert compute_of(grown) == 40
+
+
+# --- API ---------------------------------------------------------------------------------------------
+
+URL = "/api/v1/telemetry/pool-rescaling/"
+
+
+def test_the_list_shows_each_of_the_tenants_pools_with_defaults_where_it_has_no_policy(
+    api, add_pool, make_member, make_cluster, make_pool
+):
+    frac, other = add_pool("frac2"), add_pool("frac3")
+    set_policy(other, pressure_percent=70)
+    stranger = make_member("globex", "owner")
+    make_pool(make_cluster(stranger.memberships.get().tenant, "theirs"), name="theirs")
+
+    response = api.get(URL)
+    assert response.status_code == 200
+    rows = {row["pool"]: row for row in response.data["results"]}
+    assert set(rows) == {frac.pk, other.pk}
+    assert rows[frac.pk] == {
+        "pool": frac.pk,
+        "cluster": frac.cluster_id,
+        "pool_name": "frac2",
+        "custom": False,
+        **DEFAULTS,
+        "updated_at": None,
+    }
+    assert rows[other.pk]["custom"] is True and rows[other.pk]["pressure_percent"] == 70
+    assert rows[other.pk]["updated_at"] is not None
+
+
+def test_put_sets_the_policy_patch_changes_fields_and_both_are_audited(api, owner, add_pool):
+    pool = add_pool("frac2")
+    response = api.put(f"{URL}{pool.pk}/", {"enabled": False, "pressure_percent": 70}, format="json")
+    assert response.status_code == 200, response.data
+    assert response.data == {
+        **response.data,
+        **DEFAULTS,
+        "enabled": False,
+        "pressure_percent": 70,
+        "custom": True,
+    }
+    patched = api.patch(f"{URL}{pool.pk}/", {"pressure_s": 10}, format="json")
+    assert patched.status_code == 200, patched.data
+    assert (patched.data["enabled"], patched.data["pressure_percent"], patched.data["pressure_s"]) == (
+        False,
+        70,
+        10,
+    )
+    assert api.get(f"{URL}{pool.pk}/").data == patched.data
+    row = PoolRescaling.objects.get(pool=pool)
+    entries = AuditEntry.objects.filter(object_type="telemetry.poolrescaling", object_id=str(row.pk))
+    assert [(e.action, e.actor_user_id) for e in entries.order_by("pk")] == [
+        ("create", owner.pk),
+        ("update", owner.pk),
+    ]
+    assert entries.order_by("pk").last().changes == {"pressure_s": [30, 10]}
+
+
+@pytest.mark.parametrize(
+    "body, field, code",
+    [
+        ({"pressure_percent": 0}, "pressure_percent", "out_of_bounds"),
+        ({"pressure_percent": 101}, "pressure_percent", "out_of_bounds"),
+        ({"idle_percent": 95}, "idle_percent", "out_of_bounds"),
+        ({"pressure_s": 0}, "pressure_s", "out_of_bounds"),
+        ({"idle_s": 1_000_000}, "idle_s", "out_of_bounds"),
+        ({"max_growth_percent": 50}, "max_growth_percent", "out_of_bounds"),
+        ({"pressure_s": "soon"}, "pressure_s", "invalid"),
+        ({"enabled": "maybe"}, "enabled", "invalid"),
+        ({"pressure_pct": 70}, "pressure_pct", "invalid"),
+    ],
+)
+@pytest.mark.parametrize("method", ["put", "patch"])
+def test_bad_values_are_400_naming_the_field_and_write_nothing(api, add_pool, method, body, field, code):
+    pool = add_pool("frac2")
+    response = getattr(api, method)(f"{URL}{pool.pk}/", body, format="json")
+    assert response.status_code == 400, response.data
+    assert response.data["code"] == code
+    assert response.data["message"].startswith(f"{field}: ")
+    if code == "out_of_bounds":
+        assert response.data["details"]["field"] == field
+    else:
+        assert field in response.data["details"]["fields"]
+    assert not PoolRescaling.objects.exists()
+    assert not AuditEntry.objects.filter(object_type="telemetry.poolrescaling").exists()
+
+
+def test_members_change_viewers_and_read_only_tokens_read_other_tenants_get_404(
+    add_pool, tenant, make_member, client_for
+):
+    pool = add_pool("frac2")
+    url = f"{URL}{pool.pk}/"
+    member = client_for(make_member("acme", "member"))
+    assert member.patch(url, {"pressure_percent": 80}, format="json").status_code == 200
+
+    viewer = client_for(make_member("acme", "viewer"))
+    assert viewer.get(url).data["pressure_percent"] == 80
+    assert viewer.patch(url, {"pressure_percent": 70}, format="json").status_code == 403
+    assert viewer.put(url, {}, format="json").status_code == 403
+
+    _, raw = ApiToken.issue(tenant=tenant, user=make_member("acme", "owner"), name="ro", scope="read-only")
+    read_only = APIClient()
+    read_only.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert read_only.get(url).status_code == 200
+    refused = read_only.patch(url, {"pressure_percent": 70}, format="json")
+    assert (refused.status_code, refused.data["code"]) == (403, "permission_denied")
+
+    stranger = client_for(make_member("globex", "owner"))
+    assert stranger.get(url).status_code == 404
+    assert stranger.patch(url, {"pressure_percent": 70}, format="json").status_code == 404
+    assert stranger.get(URL).data["results"] == []
+    assert PoolRescaling.objects.get(pool=pool).pressure_percent == 80
+
+
+def test_a_deleting_pools_policy_is_409(api, add_pool):
+    pool = add_pool("frac2")
+    NodePool.objects.filter(pk=pool.pk).update(status=NodePool.Status.DELETING)
+    response = api.patch(f"{URL}{pool.pk}/", {"enabled": False}, format="json")
+    assert (response.status_code, response.data["code"]) == (409, "deleting")
+    assert not PoolRescaling.objects.exists()
