@@ -5,7 +5,7 @@ import time
 
 import pytest
 from django.db import IntegrityError, connection, transaction
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
@@ -17,6 +17,7 @@ from telemetry import policy, rescale, store
 from telemetry.models import ClaimScaling, PoolRescaling, TelemetryEvent
 from telemetry.rescale import Decision
 
+from ..frontend.helpers import field_errors
 from .conftest import gpu_of
 from .test_rescale import compute_of, report
 
@@ -372,4 +373,76 @@ def test_a_deleting_pools_policy_is_409(api, add_pool):
     NodePool.objects.filter(pk=pool.pk).update(status=NodePool.Status.DELETING)
     response = api.patch(f"{URL}{pool.pk}/", {"enabled": False}, format="json")
     assert (response.status_code, response.data["code"]) == (409, "deleting")
+    assert not PoolRescaling.objects.exists()
+
+
+# --- the pool page -----------------------------------------------------------------------------------
+
+
+def browser(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def policy_block(response) -> str:
+    page = response.content.decode()
+    return page[
+        page.index('<section id="rescaling"') : page.index("</section>", page.index('id="rescaling"'))
+    ]
+
+
+FORM = {
+    "enabled": "on",
+    "pressure_percent": "70",
+    "pressure_s": "15",
+    "max_growth_percent": "150",
+    "idle_percent": "5",
+    "idle_s": "300",
+}
+
+
+def test_the_pool_page_shows_the_policy_and_members_change_it(owner, add_pool):
+    pool = add_pool("frac2")
+    ui = browser(owner)
+    section = policy_block(ui.get(f"/pools/{pool.pk}/"))
+    assert "Dynamic rescaling" in section
+    assert "usage ≥ 90% of its share for 30 s" in section and "the platform defaults" in section
+    assert f'action="/pools/{pool.pk}/rescaling/"' in section
+    assert 'name="pressure_percent" value="90"' in section
+
+    response = ui.post(f"/pools/{pool.pk}/rescaling/", {**FORM, "enabled": ""})  # unchecked: off
+    assert response.status_code == 302 and response.url == f"/pools/{pool.pk}/#rescaling"
+    assert policy.for_pools([pool.pk])[pool.pk] == policy.Policy(
+        enabled=False, pressure_percent=70, pressure_s=15, idle_percent=5, idle_s=300, max_growth_percent=150
+    )
+    section = policy_block(ui.get(f"/pools/{pool.pk}/"))
+    assert "Off: claims never grow" in section and "this pool's own" in section
+    assert "usage ≥ 70% of its share for 15 s" in section and "150% of its request" in section
+    assert "usage ≤ 5% for 300 s" in section
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        ({"idle_percent": "80"}, "idle_percent", "idle_percent: 80% must be below pressure_percent (70%)."),
+        ({"max_growth_percent": "500"}, "max_growth_percent", "max_growth_percent: 500 is out of bounds"),
+        ({"pressure_s": ""}, "pressure_s", "This field is required."),
+    ],
+)
+def test_the_form_shows_errors_under_their_fields_and_saves_nothing(owner, add_pool, change, field, message):
+    pool = add_pool("frac2")
+    response = browser(owner).post(f"/pools/{pool.pk}/rescaling/", {**FORM, **change})
+    assert response.status_code == 400
+    (error,) = field_errors(response, field)
+    assert error.startswith(message)
+    assert not PoolRescaling.objects.exists()
+
+
+def test_viewers_see_the_policy_without_the_form(add_pool, make_member):
+    pool = add_pool("frac2")
+    viewer = browser(make_member("acme", "viewer"))
+    section = policy_block(viewer.get(f"/pools/{pool.pk}/"))
+    assert "usage ≥ 90% of its share for 30 s" in section and "<form" not in section
+    assert viewer.post(f"/pools/{pool.pk}/rescaling/", FORM).status_code == 403
     assert not PoolRescaling.objects.exists()
