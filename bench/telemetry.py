@@ -12,7 +12,9 @@ The sender writes each node's batch the way the simulator does (telemetry.store.
 of one slice in one Redis round trip), spread evenly over every second in 20 slices. With `--http` it
 posts each node's batch to the ingestion endpoint with the node's token instead (the nvke-agent
 path), from `--http-concurrency` connections. `--claim-usage` (store path only) adds one fractional
-claim's usage to every sample, so each write also tracks claim stretches for rescaling; the claim ids
+claim's usage to every sample, so each write also tracks claim stretches for rescaling by the
+thresholds of the node's pool (telemetry.policy; half the pools have a policy of their own, with the
+default values, so either kind is looked up and the Redis commands stay the same); the claim ids
 are not real claims (write_many does not check them; ingestion does, so the HTTP path cannot carry
 them here). `--write-cpu ROUNDS` measures only `write_many`'s CPU per sample in this process (no
 server, no clients): far less noisy than the sender's share of a busy machine."""
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +64,8 @@ def build_fleet(gpus: int, tenants: int) -> list[dict]:
     from nodepools.catalog import seed_catalog
     from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
     from nvke.tenancy.models import Membership, Tenant
+    from telemetry import policy
+    from telemetry.models import PoolRescaling
 
     call_command("flush", interactive=False, verbosity=0)
     seed_catalog()
@@ -92,6 +97,10 @@ def build_fleet(gpus: int, tenants: int) -> list[dict]:
             driver_release=driver,
             status="ready",
         )
+        if t % 2:
+            # Half the pools have a rescaling policy of their own, with the default values: the samples
+            # take the same Redis commands either way, and ingestion looks both kinds up.
+            PoolRescaling.objects.create(tenant=tenant, pool=pool, **asdict(policy.default()))
         nodes = Node.objects.bulk_create(
             Node(
                 tenant=tenant,
