@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from clusters.models import Cluster
 from nodepools.models import Claim, NodePool
 from nvke.tenancy.models import ApiToken, GpuQuota, Membership, Quota, Tenant
-from telemetry.models import ClaimScaling, NodeToken
+from telemetry.models import ClaimScaling, NodeToken, PoolRescaling
 from upgrades.models import FleetRollout, UpgradeRun
 
 from .recorder import register
@@ -34,3 +34,4 @@ register(UpgradeRun, ignore=(*RUN_TICK_FIELDS, "failed_accepted", "finished_at")
 register(FleetRollout, tenant_of=lambda rollout: None, ignore=("wave",))
 register(NodeToken, secret=("key_hash",))
 register(ClaimScaling, ignore=("state", "reason"))  # the rescaler's state
+register(PoolRescaling)

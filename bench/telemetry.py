@@ -11,7 +11,13 @@ evenly over the tenants, each watching its tenant's fleet view) from this proces
 The sender writes each node's batch the way the simulator does (telemetry.store.write_many: the nodes
 of one slice in one Redis round trip), spread evenly over every second in 20 slices. With `--http` it
 posts each node's batch to the ingestion endpoint with the node's token instead (the nvke-agent
-path), from `--http-concurrency` connections."""
+path), from `--http-concurrency` connections. `--claim-usage` (store path only) adds one fractional
+claim's usage to every sample, so each write also tracks claim stretches for rescaling by the
+thresholds of the node's pool (telemetry.policy; half the pools have a policy of their own, with the
+default values, so either kind is looked up and the Redis commands stay the same); the claim ids
+are not real claims (write_many does not check them; ingestion does, so the HTTP path cannot carry
+them here). `--write-cpu ROUNDS` measures only `write_many`'s CPU per sample in this process (no
+server, no clients): far less noisy than the sender's share of a busy machine."""
 
 import argparse
 import asyncio
@@ -22,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +64,8 @@ def build_fleet(gpus: int, tenants: int) -> list[dict]:
     from nodepools.catalog import seed_catalog
     from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
     from nvke.tenancy.models import Membership, Tenant
+    from telemetry import policy
+    from telemetry.models import PoolRescaling
 
     call_command("flush", interactive=False, verbosity=0)
     seed_catalog()
@@ -88,6 +97,10 @@ def build_fleet(gpus: int, tenants: int) -> list[dict]:
             driver_release=driver,
             status="ready",
         )
+        if t % 2:
+            # Half the pools have a rescaling policy of their own, with the default values: the samples
+            # take the same Redis commands either way, and ingestion looks both kinds up.
+            PoolRescaling.objects.create(tenant=tenant, pool=pool, **asdict(policy.default()))
         nodes = Node.objects.bulk_create(
             Node(
                 tenant=tenant,
@@ -113,21 +126,76 @@ def build_fleet(gpus: int, tenants: int) -> list[dict]:
     return sessions
 
 
-# --- sender process ----------------------------------------------------------------------------------
+def values(now: float, i: int) -> dict:
+    util = 50 + (i * 7 + int(now)) % 50
+    return {"util": util, "mem": 20000 + util * 100, "temp": 60, "power": 400, "sm": 1700, "xid": 0}
 
 
-def send(seconds: float, http: str | None, concurrency: int) -> None:
-    """Every second, one batch per node, spread over the second in 20 slices. Prints a JSON summary."""
-    import django
-
-    django.setup()
-    from nodepools.models import Gpu
+def store_batches(by_node: dict, part: list[int], now: float, claim_usage: bool) -> list:
+    """The samples of these nodes, as the simulator builds them (with a claim's usage on request)."""
     from telemetry import store
-    from telemetry.models import NodeToken
+
+    return [
+        (
+            node_id,
+            [
+                store.Sample(pk, now, v := values(now, pk), {pk: v["util"]} if claim_usage else {})
+                for pk, _ in by_node[node_id]
+            ],
+        )
+        for node_id in part
+    ]
+
+
+def gpus_by_node() -> dict[int, list[tuple[int, str]]]:
+    from nodepools.models import Gpu
 
     by_node: dict[int, list[tuple[int, str]]] = {}
     for pk, node_id, uuid in Gpu.objects.values_list("pk", "node_id", "uuid").order_by("node_id", "index"):
         by_node.setdefault(node_id, []).append((pk, str(uuid)))
+    return by_node
+
+
+def write_cpu(rounds: int, claim_usage: bool) -> dict:
+    """This process's CPU for `write_many` alone: each round writes every GPU once, in 20 slices of
+    nodes as the sender does (no server, no clients). Median over the rounds, per sample."""
+    from telemetry import store
+
+    by_node = gpus_by_node()
+    nodes = list(by_node)
+    random.Random(7).shuffle(nodes)
+    chunk = -(-len(nodes) // 20)
+    samples = sum(len(g) for g in by_node.values())
+    per_round = []
+    for _ in range(rounds + 1):  # the first round warms caches and connections up
+        now = time.time()
+        slices = [
+            store_batches(by_node, nodes[i : i + chunk], now, claim_usage)
+            for i in range(0, len(nodes), chunk)
+        ]
+        started = time.process_time()
+        for batches in slices:
+            store.write_many(batches, now)
+        per_round.append(time.process_time() - started)
+    per_round = per_round[1:]
+    return {
+        "write_cpu_us_per_sample": round(statistics.median(per_round) / samples * 1e6, 2),
+        "write_cpu_us_per_sample_rounds": [round(r / samples * 1e6, 2) for r in per_round],
+    }
+
+
+# --- sender process ----------------------------------------------------------------------------------
+
+
+def send(seconds: float, http: str | None, concurrency: int, claim_usage: bool = False) -> None:
+    """Every second, one batch per node, spread over the second in 20 slices. Prints a JSON summary."""
+    import django
+
+    django.setup()
+    from telemetry import store
+    from telemetry.models import NodeToken
+
+    by_node = gpus_by_node()
     nodes = list(by_node)
     random.Random(7).shuffle(nodes)  # every tenant's nodes report all through the second, as in a fleet
     tokens = {}
@@ -150,10 +218,6 @@ def send(seconds: float, http: str | None, concurrency: int) -> None:
         session = requests.Session()
         adapter = requests.adapters.HTTPAdapter(pool_connections=concurrency, pool_maxsize=concurrency)
         session.mount("http://", adapter)
-
-    def values(now: float, i: int) -> dict:
-        util = 50 + (i * 7 + int(now)) % 50
-        return {"util": util, "mem": 20000 + util * 100, "temp": 60, "power": 400, "sm": 1700, "xid": 0}
 
     def post(node_id: int, now: float) -> int:
         body = {
@@ -191,10 +255,7 @@ def send(seconds: float, http: str | None, concurrency: int) -> None:
         if http:
             sent += sum(pool.map(post, part, [now] * len(part)))
         else:
-            batches = [
-                (node_id, [store.Sample(pk, now, values(now, pk), {}) for pk, _ in by_node[node_id]])
-                for node_id in part
-            ]
+            batches = store_batches(by_node, part, now, claim_usage)
             store.write_many(batches, now)  # as the simulator does: a slice of the fleet per round trip
             sent += sum(len(samples) for _, samples in batches)
         tick += 1
@@ -250,12 +311,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5)
     parser.add_argument("--http", action="store_true", help="post through the ingestion endpoint")
     parser.add_argument("--http-concurrency", type=int, default=16)
+    parser.add_argument(
+        "--claim-usage", action="store_true", help="store path: every sample carries a claim's usage"
+    )
+    parser.add_argument(
+        "--write-cpu",
+        type=int,
+        metavar="ROUNDS",
+        help="only time write_many in this process (CPU per sample, median of ROUNDS); no server",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--server-log", help="write daphne's output to this file")
-    parser.add_argument("--_send", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--_send", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._send:
-        send(float(args._send[0]), args._send[1] if args._send[1] != "-" else None, int(args._send[2]))
+        http = args._send[1] if args._send[1] != "-" else None
+        send(float(args._send[0]), http, int(args._send[2]), args._send[3] == "1")
         return
     if not os.environ.get("DATABASE_URL", "").startswith("postgres") or not os.environ.get("REDIS_URL"):
         sys.exit(
@@ -275,6 +346,14 @@ def main() -> None:
     t0 = time.time()
     sessions = build_fleet(args.gpus, args.tenants)
     setup_s = time.time() - t0
+    if args.write_cpu:
+        result = {
+            "gpus": args.gpus,
+            "claim_usage": args.claim_usage,
+            **write_cpu(args.write_cpu, args.claim_usage),
+        }
+        print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+        return
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     log = open(args.server_log, "w") if args.server_log else subprocess.DEVNULL  # noqa: SIM115
@@ -303,6 +382,7 @@ def main() -> None:
                     str(total + 2),
                     f"http://127.0.0.1:{port}" if args.http else "-",
                     str(args.http_concurrency),
+                    "1" if args.claim_usage and not args.http else "0",
                 ],
                 cwd=ROOT,
                 env=env,
@@ -342,6 +422,7 @@ def main() -> None:
         "clients_connected": stats["connected"],
         "tenants": args.tenants,
         "path": "http" if args.http else "store",
+        "claim_usage": args.claim_usage and not args.http,
         "setup_s": round(setup_s, 1),
         "samples_per_s": round(sent["sent"] / sent["seconds"]),
         "sender_behind_by_over_1s": sent["behind_by_over_1s"],

@@ -1,5 +1,7 @@
 """Forms of the dashboard. They parse and check input shapes; the services own the domain rules."""
 
+from dataclasses import asdict
+
 from django import forms
 from django.db.models import Prefetch, Q
 from django.utils import timezone
@@ -9,6 +11,8 @@ from clusters.models import Cluster, KubernetesVersion, Region, dns_label
 from nodepools.models import Claim, DriverRelease, GpuModel, MigProfile, NodePool, SharingMode
 from nvke.errors import DomainError
 from nvke.quantity import parse_mib
+from telemetry.models import RESCALING_BOUNDS
+from telemetry.policy import Policy
 
 
 def add_domain_error(form: forms.Form, error: DomainError) -> None:
@@ -92,6 +96,38 @@ class PoolScaleForm(forms.Form):
         field = self.fields["node_count"]
         field.widget.attrs.update(min=pool.min_nodes, max=pool.max_nodes)
         field.help_text = f"Between {pool.min_nodes} and {pool.max_nodes}."
+
+
+class PoolRescalingForm(forms.Form):
+    """A pool's dynamic rescaling policy (telemetry.policy). The whole policy is posted; the service
+    checks the bounds and that the idle threshold is below the pressure threshold."""
+
+    enabled = forms.BooleanField(
+        required=False,
+        label="Grow claims under pressure",
+        help_text="Off: claims never grow; grown ones still shrink back when idle.",
+    )
+    pressure_percent = forms.IntegerField(label="Pressure threshold (% of a claim's share)")
+    pressure_s = forms.IntegerField(label="Pressure lasting (seconds)")
+    max_growth_percent = forms.IntegerField(label="Grow up to (% of the request)")
+    idle_percent = forms.IntegerField(label="Idle threshold (% of a claim's share)")
+    idle_s = forms.IntegerField(label="Idle lasting (seconds)")
+
+    GROWTH = ("enabled", "pressure_percent", "pressure_s", "max_growth_percent")
+    SHRINKING = ("idle_percent", "idle_s")
+
+    def __init__(self, *args, policy: Policy, **kwargs):
+        super().__init__(*args, initial=asdict(policy), **kwargs)
+        for name, (low, high) in RESCALING_BOUNDS.items():  # shown in the browser; the service checks
+            self.fields[name].widget.attrs.update(min=low, max=high)
+            self.fields[name].help_text = f"{low} to {high}."
+        self.fields["idle_percent"].help_text += " Below the pressure threshold."
+
+    def growth_fields(self) -> list:
+        return [self[name] for name in self.GROWTH]
+
+    def shrinking_fields(self) -> list:
+        return [self[name] for name in self.SHRINKING]
 
 
 def _cluster_mig_profiles(cluster: Cluster) -> list[tuple[str, str]]:

@@ -26,6 +26,7 @@ from nvke.errors import DomainError
 from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant
 from nvke.tenancy.models import Membership
 from nvke.tenancy.roles import Action
+from telemetry import policy as rescaling_policy
 from telemetry.models import ClaimScaling, TelemetryEvent
 
 from .forms import (
@@ -33,6 +34,7 @@ from .forms import (
     ClaimFilterForm,
     ClusterCreateForm,
     PoolCreateForm,
+    PoolRescalingForm,
     PoolScaleForm,
     TenantSwitchForm,
     add_domain_error,
@@ -254,10 +256,19 @@ def _gpus_with_shares():
     return Gpu.objects.order_by("index").prefetch_related(Prefetch("shares", queryset=shares))
 
 
+FRACTION_MODES = (SharingMode.TIME_SLICING, SharingMode.MPS, SharingMode.FRACTIONAL)
+
+
 def _pool_page(
-    request: HttpRequest, pool: NodePool, scale_form: PoolScaleForm, status: int = 200
+    request: HttpRequest,
+    pool: NodePool,
+    scale_form: PoolScaleForm | None = None,
+    rescaling_form: PoolRescalingForm | None = None,
+    status: int = 200,
 ) -> HttpResponse:
     nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=_gpus_with_shares()))
+    rescaling_row = rescaling_policy.row_of(pool)
+    rescaling = rescaling_policy.of_row(rescaling_row)
     return render(
         request,
         "frontend/pool_detail.html",
@@ -265,7 +276,11 @@ def _pool_page(
             "pool": pool,
             "nodes": nodes,
             "nodes_ready": sum(1 for node in nodes if node.status == Node.Status.READY),
-            "scale_form": scale_form,
+            "scale_form": scale_form or PoolScaleForm(pool=pool),
+            "rescaling": rescaling,
+            "rescaling_custom": rescaling_row is not None,
+            "rescaling_form": rescaling_form or PoolRescalingForm(policy=rescaling),
+            "takes_fractions": pool.sharing_mode in FRACTION_MODES,
             "mig": pool.sharing_mode == SharingMode.MIG,
             "live": live(
                 f"cluster={pool.cluster_id}",
@@ -280,14 +295,16 @@ def _pool_page(
 
 def _get_pool(context: TenantContext, pk: int) -> NodePool:
     return get_object_or_404(
-        NodePool.objects.restrict(context).select_related("cluster", "gpu_model", "driver_release"), pk=pk
+        NodePool.objects.restrict(context).select_related(
+            "cluster", "gpu_model", "driver_release", "rescaling"
+        ),
+        pk=pk,
     )
 
 
 @tenant_view
 def pool_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
-    pool = _get_pool(context, pk)
-    return _pool_page(request, pool, PoolScaleForm(pool=pool))
+    return _pool_page(request, _get_pool(context, pk))
 
 
 @require_POST
@@ -304,7 +321,24 @@ def pool_scale(request: HttpRequest, context: TenantContext, pk: int) -> HttpRes
         else:
             messages.success(request, f"Node pool {pool.name} is scaling to {pool.node_count} nodes.")
             return redirect("pool-detail", pk=pool.pk)
-    return _pool_page(request, pool, form, status=400)
+    return _pool_page(request, pool, scale_form=form, status=400)
+
+
+@require_POST
+@tenant_view
+def pool_rescaling(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    pool = _get_pool(context, pk)
+    require_change(context)
+    form = PoolRescalingForm(request.POST, policy=rescaling_policy.of_row(rescaling_policy.row_of(pool)))
+    if form.is_valid():
+        try:
+            rescaling_policy.set_pool_policy(pool, form.cleaned_data, reset=True)
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            messages.success(request, f"Node pool {pool.name}'s rescaling policy is saved.")
+            return redirect(reverse("pool-detail", args=[pool.pk]) + "#rescaling")
+    return _pool_page(request, pool, rescaling_form=form, status=400)
 
 
 @tenant_view

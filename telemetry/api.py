@@ -1,5 +1,7 @@
 """Telemetry API: node-token ingestion, node tokens, GPUs with their latest values and history,
-claim usage profiles and the log of rescaling and health decisions."""
+claim usage profiles, pools' rescaling policies and the log of rescaling and health decisions."""
+
+from dataclasses import asdict
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
@@ -8,13 +10,13 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodepools.models import Claim, Gpu, Node
+from nodepools.models import Claim, Gpu, Node, NodePool
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
 from nvke.tenancy.roles import Action
 
-from . import ingest, selectors
-from .models import ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
+from . import ingest, policy, selectors
+from .models import RESCALING_BOUNDS, ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
 
 
 class IngestView(APIView):
@@ -201,3 +203,69 @@ class ClaimScalingViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, Read
     def perform_update(self, serializer):
         serializer.validated_data.pop("claim", None)  # a profile stays with its claim
         serializer.save()
+
+
+def _bounded(name: str, help_text: str) -> serializers.IntegerField:
+    # The service checks the bounds (400 out_of_bounds naming the field); the schema states them.
+    low, high = RESCALING_BOUNDS[name]
+    return serializers.IntegerField(required=False, help_text=f"{help_text} ({low}–{high}).")
+
+
+class PoolRescalingSerializer(serializers.Serializer):
+    """A pool's rescaling policy. Read from the pool: its own row, or the platform defaults."""
+
+    pool = serializers.IntegerField(source="pk", read_only=True)
+    cluster = serializers.IntegerField(source="cluster_id", read_only=True)
+    pool_name = serializers.CharField(source="name", read_only=True)
+    custom = serializers.BooleanField(
+        read_only=True,
+        help_text="false: the pool follows the platform defaults (it has no policy of its own)",
+    )
+    enabled = serializers.BooleanField(
+        required=False,
+        help_text="false: the pool's claims never grow (grown ones still shrink back when idle)",
+    )
+    pressure_percent = _bounded("pressure_percent", "Usage, in % of a claim's share, that counts as pressure")
+    pressure_s = _bounded("pressure_s", "Seconds of unbroken pressure before a claim grows")
+    idle_percent = _bounded("idle_percent", "Usage at or below which a claim is idle; below pressure_percent")
+    idle_s = _bounded("idle_s", "Seconds of unbroken idleness before a grown claim shrinks back")
+    max_growth_percent = _bounded("max_growth_percent", "The most a claim grows to, in % of its request")
+    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    def to_representation(self, pool: NodePool) -> dict:
+        row = policy.row_of(pool)
+        return {
+            "pool": pool.pk,
+            "cluster": pool.cluster_id,
+            "pool_name": pool.name,
+            "custom": row is not None,
+            **asdict(policy.of_row(row)),
+            "updated_at": serializers.DateTimeField().to_representation(row.updated_at) if row else None,
+        }
+
+    def validate(self, attrs: dict) -> dict:
+        unknown = (
+            sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        )
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: "No such field of a rescaling policy."})
+        return attrs
+
+
+class PoolRescalingViewSet(mixins.UpdateModelMixin, ReadOnlyTenantViewSet):
+    """Each of the tenant's node pools with its dynamic rescaling policy (pools without one show the
+    platform defaults, `custom: false`). PUT sets the whole policy (fields left out take the defaults),
+    PATCH the fields given; members and up. The id is the pool's."""
+
+    queryset = NodePool.objects.select_related("rescaling").order_by("pk")
+    serializer_class = PoolRescalingSerializer
+    filterset_fields = ["cluster"]
+    ordering_fields = ["id", "name"]
+
+    def update(self, request, *args, **kwargs):
+        partial = kwargs.pop("partial", False)
+        pool = self.get_object()
+        serializer = self.get_serializer(pool, data=request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
+        policy.set_pool_policy(pool, serializer.validated_data, reset=not partial)
+        return Response(self.get_serializer(self.get_object()).data)

@@ -98,6 +98,49 @@ class ClaimScaling(models.Model):
         return f"{self.claim} {self.profile} {self.state}"
 
 
+# Inclusive bounds of each value of a pool's rescaling policy; besides, idle_percent < pressure_percent.
+RESCALING_BOUNDS = {
+    "pressure_percent": (1, 100),
+    "pressure_s": (1, 3600),
+    "idle_percent": (1, 100),
+    "idle_s": (1, 24 * 3600),
+    "max_growth_percent": (100, 400),
+}
+
+
+class PoolRescaling(models.Model):
+    """A node pool's dynamic rescaling policy (telemetry.policy). A pool without a row follows the
+    platform defaults (the NVKE_TELEMETRY_* settings); a row holds every value, so a later change of the
+    defaults leaves it as it is. The bounds are checked by telemetry.policy.check and again here."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
+    pool = models.OneToOneField("nodepools.NodePool", on_delete=models.CASCADE, related_name="rescaling")
+    enabled = models.BooleanField(default=True)
+    pressure_percent = models.PositiveSmallIntegerField()
+    pressure_s = models.PositiveIntegerField()
+    idle_percent = models.PositiveSmallIntegerField()
+    idle_s = models.PositiveIntegerField()
+    max_growth_percent = models.PositiveSmallIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["pool_id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(
+                    *(models.Q(**{f"{name}__range": bounds}) for name, bounds in RESCALING_BOUNDS.items()),
+                    idle_percent__lt=models.F("pressure_percent"),
+                ),
+                name="pool_rescaling_bounds",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"rescaling of pool {self.pool}"
+
+
 class TelemetryEvent(models.Model):
     """A decision taken on telemetry: a claim grown, moved, throttled or shrunk; a GPU marked unhealthy;
     a node NotReady. Shown in the API and the UI."""

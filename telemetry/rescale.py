@@ -1,25 +1,27 @@
 """Dynamic rescaling of fractional claims on sustained pressure.
 
-A claim whose usage (in % of its compute share) stays at or above the pressure threshold for
-TELEMETRY_PRESSURE_S grows: in place when its GPU has compute headroom, else it moves (through the
-allocator) to a GPU where the grown share fits, else it is marked throttled with the reason. A claim
-idle for TELEMETRY_IDLE_S shrinks back to its request. A shorter spike changes nothing: any sample
-below the threshold ends the stretch (telemetry.store). Times are the samples' own times."""
+A claim whose usage (in % of its compute share) stays at or above its pool's pressure threshold for
+the pool's pressure_s grows, up to the pool's max_growth_percent of its request: in place when its GPU
+has compute headroom, else it moves (through the allocator) to a GPU where the grown share fits, else
+it is marked throttled with the reason. A grown claim idle for the pool's idle_s shrinks back to its
+request. A shorter spike changes nothing: any sample below the threshold ends the stretch
+(telemetry.store). Times are the samples' own times. Claims of a pool whose policy is disabled never
+grow and are never throttled; one grown before still shrinks back when idle. Policies: telemetry.policy
+(a pool without one follows the platform defaults)."""
 
 import copy
 from dataclasses import dataclass
 
-from django.conf import settings
-from django.db.models import Sum
+from django.db.models import F, Sum
 
 from nodepools.claims import allocation_lock, evict_claims, find_placement, snapshot, topology_changed
 from nodepools.models import Claim, GpuShare
 
 from . import events, store
 from .models import ClaimScaling, TelemetryEvent
+from .policy import Policy, default, for_pools
 
-GROWTH_STEP = 0.5  # each step adds half the request
-MAX_GROWTH = 2.0  # a claim grows to at most twice its request
+GROWTH_STEP = 0.5  # each step adds half the request (the most it reaches: its pool's max_growth_percent)
 
 
 @dataclass(frozen=True)
@@ -28,19 +30,22 @@ class Decision:
     action: str  # "grow" or "shrink"
 
 
-def decide(states: dict[int, dict[str, float]], grown: set[int]) -> list[Decision]:
-    """Pure: which claims act now, from their usage state (see store._track_claim)."""
+def decide(
+    states: dict[int, dict[str, float]], grown: set[int], policies: dict[int, Policy] | None = None
+) -> list[Decision]:
+    """Pure: which claims act now, from their usage state (see store._track_claim) and the policy of
+    each claim's pool (`policies`: claim id → policy; a claim not in it follows the defaults)."""
+    policies = policies or {}
+    defaults = default()
     decisions = []
     for claim_id, state in sorted(states.items()):
+        policy = policies.get(claim_id, defaults)
         ts = state.get("ts", 0.0)
-        if "over_since" in state and ts - state["over_since"] >= settings.TELEMETRY_PRESSURE_S:
-            decisions.append(Decision(claim_id, "grow"))
-        elif (
-            claim_id in grown
-            and "idle_since" in state
-            and ts - state["idle_since"] >= settings.TELEMETRY_IDLE_S
-        ):
-            decisions.append(Decision(claim_id, "shrink"))
+        if "over_since" in state and ts - state["over_since"] >= policy.pressure_s:
+            if policy.enabled:  # a disabled pool's claims never grow (nor are throttled)
+                decisions.append(Decision(claim_id, "grow"))
+        elif claim_id in grown and "idle_since" in state and ts - state["idle_since"] >= policy.idle_s:
+            decisions.append(Decision(claim_id, "shrink"))  # disabled or not: a grown claim gives back
     return decisions
 
 
@@ -58,9 +63,12 @@ def _set_state(claim: Claim, scaling: ClaimScaling, state: str, kind: str, messa
     events.record(kind, tenant_id=claim.tenant_id, cluster_id=claim.cluster_id, claim=claim, message=message)
 
 
-def grow(claim: Claim) -> str:
-    """Grow the claim's compute share one step; returns the event kind recorded ("" if the claim is
-    gone or no longer placed). Everything is read again under the cluster's allocation lock."""
+def grow(claim: Claim, max_growth_percent: int | None = None) -> str:
+    """Grow the claim's compute share one step, to at most `max_growth_percent` of its request (its
+    pool's policy; the default when None); returns the event kind recorded ("" if the claim is gone or
+    no longer placed). Everything is read again under the cluster's allocation lock."""
+    if max_growth_percent is None:
+        max_growth_percent = default().max_growth_percent
     with allocation_lock(claim.cluster_id):
         claim = (
             Claim.objects.select_related("pool").filter(pk=claim.pk, status=Claim.Status.ALLOCATED).first()
@@ -73,7 +81,7 @@ def grow(claim: Claim) -> str:
         scaling = _scaling(claim)
         requested = scaling.requested_compute_percent
         step = max(1, round(requested * GROWTH_STEP))
-        target = min(100, round(requested * MAX_GROWTH), claim.compute_percent + step)
+        target = min(100, requested * max_growth_percent // 100, claim.compute_percent + step)
         if target <= claim.compute_percent:
             return _throttle(
                 claim, scaling, f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
@@ -133,22 +141,30 @@ def rescale() -> list[tuple[int, str]]:
         c.pk: c
         for c in Claim.objects.filter(
             kind=Claim.Kind.FRACTION, status=Claim.Status.ALLOCATED, compute_percent__isnull=False
-        ).select_related("pool")
+        )
+        .select_related("pool")
+        .annotate(placed_pool_id=F("allocation__node__pool_id"))  # `pool` is only where it asked to go
     }
     states = store.claim_states(list(claims))
+    pool_policies = for_pools(claims[pk].placed_pool_id for pk in states)
+    policies = {pk: pool_policies[claims[pk].placed_pool_id] for pk in states}
     requested = dict(
         ClaimScaling.objects.filter(claim_id__in=states).values_list("claim_id", "requested_compute_percent")
     )
     grown = {pk for pk, percent in requested.items() if claims[pk].compute_percent > percent}
     done = []
-    for decision in decide(states, grown):
+    for decision in decide(states, grown, policies):
         claim = claims[decision.claim_id]
-        kind = grow(claim) if decision.action == "grow" else shrink(claim)
+        if decision.action == "grow":
+            kind = grow(claim, policies[claim.pk].max_growth_percent)
+        else:
+            kind = shrink(claim)
         store.reset_claim(claim.pk)  # the next decision needs a new stretch of pressure (or idleness)
         if kind:
             done.append((claim.pk, kind))
-    # A throttled claim whose pressure has ended is no longer throttled.
-    relieved = [pk for pk, state in states.items() if "over_since" not in state]
+    # A throttled claim whose pressure has ended, or whose pool no longer grows claims, is no longer
+    # throttled.
+    relieved = [pk for pk, state in states.items() if "over_since" not in state or not policies[pk].enabled]
     ClaimScaling.objects.filter(claim_id__in=relieved, state=ClaimScaling.State.THROTTLED).update(
         state=ClaimScaling.State.NORMAL, reason=""
     )

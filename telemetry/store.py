@@ -5,7 +5,8 @@ Keys (all under `tm:`):
   tm:gpu:<gpu id>          JSON of the GPU's latest sample {"ts", "util", "mem", ...}
   tm:raw:<bucket start>    list of JSON batches [[gpu id, ts, util, mem, temp, power, sm], ...]
   tm:raw-buckets           set of bucket starts that have raw samples
-  tm:claim:<claim id>      hash: usage (% of its compute share), ts, over_since, idle_since
+  tm:claim:<claim id>      hash: usage (% of its compute share), ts, over_since, idle_since (by the
+                           thresholds of the claim's pool, telemetry.policy)
   tm:heartbeat             hash: node id → time of its last batch
   tm:fresh                 stream: each write's newest sample per GPU, read by the live streams
 """
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+
+from . import policy
 
 BUCKET_S = 10
 LATEST_TTL_S = 24 * 3600  # claim usage state, XID de-duplication
@@ -83,9 +86,16 @@ def write_many(batches: list[tuple[int, list[Sample]]], now: float) -> None:
         pipe.rpush(f"tm:raw:{bucket}", json.dumps(rows))
         pipe.expire(f"tm:raw:{bucket}", RAW_TTL_S)
         pipe.sadd(RAW_BUCKETS, bucket)
-    for s in sorted(samples, key=lambda s: s.ts):
-        for claim_id, usage in s.claims.items():
-            _track_claim(pipe, claim_id, usage, s.ts)
+    claimed = [(node_id, s) for node_id, batch in batches for s in batch if s.claims]
+    if claimed:
+        # Each claim's stretches run by the thresholds of its pool (the node's): cached, no query here.
+        policies = policy.for_nodes({node_id for node_id, _ in claimed})
+        for node_id, s in sorted(claimed, key=lambda pair: pair[1].ts):
+            node_policy = policies[node_id]
+            for claim_id, usage in s.claims.items():
+                _track_claim(
+                    pipe, claim_id, usage, s.ts, node_policy.pressure_percent, node_policy.idle_percent
+                )
     pipe.hset(HEARTBEATS, mapping={node_id: now for node_id, _ in batches})
     # The live streams read what is new from here: one entry per write, however many samples.
     fresh = [[g, s.ts, *(s.values.get(k) for k in STREAM_KEYS)] for g, s in latest.items()]
@@ -93,15 +103,17 @@ def write_many(batches: list[tuple[int, list[Sample]]], now: float) -> None:
     pipe.execute()
 
 
-def _track_claim(pipe, claim_id: int, usage: float, ts: float) -> None:
-    """over_since / idle_since: when the current stretch above the pressure (below the idle) threshold
-    began; any sample on the other side ends the stretch."""
+def _track_claim(
+    pipe, claim_id: int, usage: float, ts: float, pressure_percent: int, idle_percent: int
+) -> None:
+    """over_since / idle_since: when the current stretch at or above the pressure threshold (at or below
+    the idle threshold) of the claim's pool began; any sample on the other side ends the stretch."""
     key = claim_key(claim_id)
     pipe.hset(key, mapping={"usage": usage, "ts": ts})
-    if usage >= settings.TELEMETRY_PRESSURE_PERCENT:
+    if usage >= pressure_percent:
         pipe.hsetnx(key, "over_since", ts)
         pipe.hdel(key, "idle_since")
-    elif usage <= settings.TELEMETRY_IDLE_PERCENT:
+    elif usage <= idle_percent:
         pipe.hsetnx(key, "idle_since", ts)
         pipe.hdel(key, "over_since")
     else:

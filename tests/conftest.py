@@ -20,6 +20,17 @@ from tests.integration.processes import (
 )
 
 
+@pytest.fixture(autouse=True)
+def fresh_rescaling_policies():
+    """Ingestion caches each node's pool policy for a few seconds per process; ids recur between
+    tests (and runs), so every test starts with an empty cache."""
+    from telemetry import policy
+
+    policy.forget()
+    yield
+    policy.forget()
+
+
 @pytest.fixture
 def catalog(db):
     seed_catalog()

@@ -18,6 +18,7 @@ from telemetry.api import (
     GpuTelemetryViewSet,
     IngestView,
     NodeTokenViewSet,
+    PoolRescalingViewSet,
     TelemetryEventViewSet,
 )
 from upgrades.api.views import DriverOptionsView, FleetRolloutViewSet, UpgradeRunViewSet
@@ -36,6 +37,7 @@ router.register("telemetry/node-tokens", NodeTokenViewSet)
 router.register("telemetry/gpus", GpuTelemetryViewSet, basename="telemetry-gpu")
 router.register("telemetry/events", TelemetryEventViewSet)
 router.register("telemetry/claim-scaling", ClaimScalingViewSet)
+router.register("telemetry/pool-rescaling", PoolRescalingViewSet, basename="pool-rescaling")
 router.register("members", MembershipViewSet)
 router.register("audit", AuditEntryViewSet)
 
