@@ -114,7 +114,8 @@ def rollout_list(request: HttpRequest) -> HttpResponse:
 @staff_view
 def rollout_create(request: HttpRequest) -> HttpResponse:
     """POST without `confirm` previews the plan; the preview's button posts the same fields with
-    `confirm` and creates the rollout. Errors of either go next to their field."""
+    `confirm` and the plan's digest, and creates the rollout if the plan is still the one shown (else
+    it shows the new one, 409). Errors of either go next to their field."""
     form = RolloutForm(request.POST or None)
     plan, status = None, 200
     if request.method == "POST":
@@ -122,19 +123,25 @@ def rollout_create(request: HttpRequest) -> HttpResponse:
             fields = dict(form.cleaned_data)  # as create_rollout takes them
             try:
                 if "confirm" in request.POST:
-                    rollout = rollouts.create_rollout(user=request.user, **fields)
+                    previewed = request.POST.get("plan")
+                    rollout = rollouts.create_rollout(user=request.user, previewed=previewed, **fields)
                     messages.success(request, f"Rollout to {rollout.target_release} started.")
                     return redirect("rollout-detail", pk=rollout.pk)
                 plan = rollouts.plan_rollout(**fields)
+            except rollouts.PlanChanged as changed:
+                form.add_error(None, changed.message)
+                plan, status = changed.plan, 409
             except DomainError as error:
                 add_domain_error(form, error)
-        status = 200 if plan is not None else 400
+        if status != 409:
+            status = 200 if plan is not None else 400
     return render(
         request,
         "frontend/rollouts/form.html",
         {
             "form": form,
             "waves": [[{"pool": pool} for pool in wave] for wave in plan.waves] if plan else None,
+            "plan_digest": plan.digest() if plan else "",
             "planned": sum(len(wave) for wave in plan.waves) if plan else 0,
             "skipped": _with_tenants(plan.skipped) if plan else None,
         },

@@ -2,12 +2,14 @@
 pool gets an ordinary UpgradeRun; the rollout starts the next wave when every run of the current one
 completed, and pauses when one did not."""
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from django.db import transaction
 
 from nodepools.models import DriverRelease, GpuModel, NodePool
-from nvke.errors import DomainError
+from nvke.errors import Conflict, DomainError
 
 from . import events
 from .compatibility import upgrade_refusals
@@ -36,6 +38,27 @@ RUN_CONTROLS = ("retry", "approve")
 class RolloutPlan:
     waves: list[list[NodePool]]  # the pools that get a run, wave by wave
     skipped: list[dict]  # {pool, name, rule, message}: matching pools that cannot take the target now
+
+    def digest(self) -> str:
+        """Names this plan's waves and skipped pools: a confirmation carries the one it was shown."""
+        shape = [
+            [[pool.pk for pool in wave] for wave in self.waves],
+            [[s["pool"], s["rule"]] for s in self.skipped],
+        ]
+        return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+
+
+class PlanChanged(Conflict):
+    """The fleet changed between the preview and its confirmation: `plan` is the new one to review."""
+
+    code = "plan_changed"
+
+    def __init__(self, plan: RolloutPlan) -> None:
+        super().__init__(
+            "The fleet changed since the preview (pools added, upgraded or busy): review the new plan.",
+            field="plan",
+        )
+        self.plan = plan
 
 
 def plan_rollout(
@@ -76,14 +99,17 @@ def create_rollout(
     from_branch: int | None = None,
     pools_per_wave: int = 1,
     user=None,
+    previewed: str | None = None,
     **strategy,
 ) -> FleetRollout:
     """Plan the rollout: each compatible matching pool gets a pending run in its wave; the others are
     listed as skipped with the rule they break. The first wave starts at once. Bad input is refused
-    before anything is written."""
+    before anything is written, and so is a plan that is no longer the `previewed` one (its digest)."""
     from .services import create_run
 
     plan = plan_rollout(target_release, gpu_model, from_branch, pools_per_wave, **strategy)
+    if previewed is not None and previewed != plan.digest():
+        raise PlanChanged(plan)
     with transaction.atomic():
         rollout = FleetRollout.objects.create(
             target_release=target_release,

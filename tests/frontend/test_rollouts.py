@@ -85,6 +85,23 @@ def test_preview_shows_waves_and_skipped_pools_and_writes_nothing(staff, fleet):
     assert "No pool to upgrade." in page and 'name="confirm"' not in page
 
 
+def test_a_fleet_changed_since_the_preview_shows_the_new_plan_instead_of_starting(staff, fleet, make_pool):
+    page = staff.post("/fleet-rollouts/new/", FORM).content.decode()
+    previewed = re.search(r'name="plan" value="([0-9a-f]+)"', page)[1]
+    late = make_pool(fleet["a"].cluster, name="late", nodes=1, gpus_per_node=2)  # joins the match
+    reconcile(late.pk)
+
+    response = staff.post("/fleet-rollouts/new/", {**FORM, "confirm": "1", "plan": previewed})
+    page = response.content.decode()
+    assert response.status_code == 409 and not FleetRollout.objects.exists()
+    assert "The fleet changed since the preview" in page and "Preview: 4 pools in 2 waves, 1 skipped" in page
+    current = re.search(r'name="plan" value="([0-9a-f]+)"', page)[1]
+    assert current != previewed
+    response = staff.post("/fleet-rollouts/new/", {**FORM, "confirm": "1", "plan": current})
+    assert response.status_code == 302
+    assert FleetRollout.objects.get().runs.count() == 4
+
+
 def test_confirm_creates_the_rollout_and_its_pages_show_waves_runs_and_skipped(staff, fleet, operator):
     response = staff.post("/fleet-rollouts/new/", {**FORM, "confirm": "1"})
     rollout = FleetRollout.objects.get()
