@@ -15,6 +15,7 @@ from . import events
 from .compatibility import upgrade_refusals
 from .machine import FINISHED, LIVE, Phase
 from .models import FleetRollout, UpgradeRun
+from .services import control, create_run, validate_strategy
 
 
 def matching_pools(target: DriverRelease, gpu_model: GpuModel | None, from_branch: int | None):
@@ -71,8 +72,6 @@ def plan_rollout(
     """Which matching pools a rollout would upgrade, in which wave, and which it would skip and why; bad
     input is a DomainError naming its field. Reads only: the preview shows it, create_rollout carries it
     out."""
-    from .services import validate_strategy
-
     if pools_per_wave < 1:
         raise DomainError("pools_per_wave is at least 1.", field="pools_per_wave")
     # canary_nodes is capped at each pool's size when its run is made; the other fields hold for all.
@@ -105,8 +104,6 @@ def create_rollout(
     """Plan the rollout: each compatible matching pool gets a pending run in its wave; the others are
     listed as skipped with the rule they break. The first wave starts at once. Bad input is refused
     before anything is written, and so is a plan that is no longer the `previewed` one (its digest)."""
-    from .services import create_run
-
     plan = plan_rollout(target_release, gpu_model, from_branch, pools_per_wave, **strategy)
     if previewed is not None and previewed != plan.digest():
         raise PlanChanged(plan)
@@ -140,8 +137,6 @@ def create_rollout(
 def advance(rollout_id: int) -> None:
     """Level-triggered: start the current wave's pending runs; when they all completed, the next wave;
     pause on a failed run; finish when no wave is left."""
-    from .services import control
-
     with transaction.atomic():
         rollout = FleetRollout.objects.select_for_update().filter(pk=rollout_id).first()
         if rollout is None or rollout.status != Phase.RUNNING:
@@ -174,10 +169,6 @@ def advance(rollout_id: int) -> None:
 def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
     """pause / resume / abort a rollout: it stops or restarts its waves and passes the control on to its
     live runs."""
-    from nvke.errors import Conflict
-
-    from .services import control
-
     allowed = {"pause": {Phase.RUNNING}, "resume": {Phase.PAUSED}, "abort": {Phase.RUNNING, Phase.PAUSED}}
     if action not in allowed or rollout.status not in allowed[action]:
         raise Conflict(f"Cannot {action} a rollout that is {rollout.status}.", code=f"cannot_{action}")

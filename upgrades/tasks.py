@@ -1,17 +1,13 @@
 """Celery entry points of driver upgrades (queue `upgrades`). Each tick is short and idempotent; it
 re-queues the next one itself, and beat's resync restarts runs whose chain was lost (a killed worker)."""
 
-import datetime
-
 from celery import shared_task
-from django.conf import settings
 from django.db.models import Q
-from django.utils import timezone
 
 from . import rollouts, ticks
 from .machine import LIVE
 from .models import FleetRollout, UpgradeRun
-from .scheduling import schedule_tick
+from .scheduling import schedule_tick, stale_before
 
 
 @shared_task(acks_late=True)
@@ -21,16 +17,11 @@ def tick_run(run_id: int, seq: int) -> None:
         schedule_tick(run_id, next_seq)
 
 
-def stale_before() -> datetime.datetime:
-    """A live run not ticked since then has lost its chain of ticks."""
-    return timezone.now() - datetime.timedelta(seconds=max(5 * settings.NVKE_UPGRADE_TICK_S, 5))
-
-
 @shared_task
 def resync_runs() -> int:
     """Beat: give every live run whose ticks stopped (a worker died mid-tick) its next tick; and move
     fleet rollouts on. Returns how many runs were restarted."""
-    stale = timezone.now() - datetime.timedelta(seconds=max(5 * settings.NVKE_UPGRADE_TICK_S, 5))
+    stale = stale_before()
     runs = UpgradeRun.objects.filter(status__in=list(LIVE)).filter(
         Q(ticked_at__isnull=True) | Q(ticked_at__lt=stale)
     )
@@ -41,3 +32,9 @@ def resync_runs() -> int:
     for rollout_id in FleetRollout.objects.filter(status__in=list(LIVE)).values_list("pk", flat=True):
         rollouts.advance(rollout_id)
     return restarted
+
+
+@shared_task(acks_late=True)
+def advance_rollout(rollout_id: int) -> None:
+    """One of the rollout's runs ended or paused: start its next wave, or end it."""
+    rollouts.advance(rollout_id)

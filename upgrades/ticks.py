@@ -18,10 +18,11 @@ from clusters.services import cluster_key
 from nodepools import claims as allocator
 from nodepools.models import Allocation, Claim, Gpu, Node, NodePool
 from nodepools.tasks import request_placement
+from nvke import jobs
 from nvke.providers import get_provider
 from nvke.providers.base import Provider, ProviderError
 
-from . import events, rollouts
+from . import events
 from .machine import (
     ACTIVE,
     LIVE,
@@ -343,5 +344,4 @@ def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) ->
     if status == Phase.COMPLETED:
         NodePool.objects.filter(pk=run.pool_id).update(driver_release=run.target_release)
     if run.rollout_id and status in (Phase.COMPLETED, Phase.FAILED, Phase.PAUSED):
-        rollout_id = run.rollout_id
-        transaction.on_commit(lambda: rollouts.advance(rollout_id))
+        jobs.enqueue("upgrades.tasks.advance_rollout", run.rollout_id)
