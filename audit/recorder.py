@@ -1,7 +1,8 @@
 """Records create, update and delete of registered models as AuditEntry rows, from model signals.
 
-`register(Model)` is the one line an app adds for its tenant-owned model (see registrations.py). Before a
-save the row's stored values are read, after it the changed fields are written as [before, after];
+`register(Model)` is the one line an app adds for its tenant-owned model, in its AppConfig.ready (the
+platform's own are in registrations.py). Before a save the row's stored values are read, after it the
+changed fields are written as [before, after];
 a save that changes no tracked field writes nothing. Secret fields are recorded as changed, never with
 their values (EncryptedTextField fields are secret by themselves). Bulk `QuerySet.update()` bypasses
 signals: services that must be audited save rows, or call `record` for a change the signals cannot
@@ -48,6 +49,11 @@ class Tracked:
 
 def _jsonable(value):
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+
+
+# Status fields that control loops rewrite: ignored, so the log holds what people and automation asked
+# for, not every reconcile step.
+CONTROL_LOOP_FIELDS = ("status", "status_reason", "status_message", "conditions")
 
 
 def register(

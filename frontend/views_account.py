@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from audit.filtersets import AuditEntryFilter
 from audit.models import AuditEntry
 from nvke.errors import DomainError
 from nvke.tenancy import services
@@ -152,8 +153,7 @@ def member_remove(request: HttpRequest, context: TenantContext, pk: int) -> Http
 def audit_log(request: HttpRequest, context: TenantContext) -> HttpResponse:
     """The tenant's audit log, newest first (owners and admins)."""
     require_manage(context)
-    entries = AuditEntry.objects.restrict(context)
-    if object_type := request.GET.get("object_type"):
-        entries = entries.filter(object_type=object_type)
+    object_type = request.GET.get("object_type", "")
+    entries = AuditEntryFilter({"object_type": object_type}, queryset=AuditEntry.objects.restrict(context)).qs
     page = Paginator(entries, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "frontend/account/audit.html", {"page": page, "object_type": object_type or ""})
+    return render(request, "frontend/account/audit.html", {"page": page, "object_type": object_type})
