@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Cluster, ClusterAddon, KubernetesVersion, Region
+from .models import Cluster, ClusterAddon, KubernetesVersion
 
 
 @admin.register(KubernetesVersion)
@@ -8,18 +8,6 @@ class KubernetesVersionAdmin(admin.ModelAdmin):
     list_display = ["version", "enabled", "is_default", "end_of_support"]
     list_filter = ["enabled"]
     list_editable = ["enabled", "is_default"]
-
-
-@admin.register(Region)
-class RegionAdmin(admin.ModelAdmin):
-    list_display = ["name", "display_name", "enabled"]
-    list_filter = ["enabled"]
-    search_fields = ["name", "display_name"]
-
-    def get_inlines(self, request, obj):
-        from nodepools.admin import RegionInventoryInline
-
-        return [RegionInventoryInline]
 
 
 class ClusterAddonInline(admin.TabularInline):

@@ -2,15 +2,15 @@
 
 from django.db import IntegrityError, transaction
 
+from nvke import jobs
 from nvke.errors import Conflict
 from nvke.models import check_dns_label
 from nvke.providers import get_provider
 from nvke.providers.base import ProviderError
 from nvke.realtime import broadcast
-from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 
-from . import addons
+from . import addons, quotas
 from .models import Cluster, ClusterAddon, KubernetesVersion, Region
 
 
@@ -42,8 +42,6 @@ def create_cluster(
     region: Region,
     control_plane_nodes: int,
 ) -> Cluster:
-    from .tasks import provision_cluster
-
     check_dns_label(name)
     duplicate = Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
     if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
@@ -62,7 +60,7 @@ def create_cluster(
             cluster.set_condition("Ready", False, "Provisioning", "Creating the control plane.")
             cluster.save()
             _publish(cluster)
-            provision_cluster.delay_on_commit(cluster.pk)
+            jobs.enqueue("clusters.tasks.provision_cluster", cluster.pk)
     except IntegrityError:  # a concurrent create won the name
         raise duplicate from None
     return cluster
@@ -70,8 +68,6 @@ def create_cluster(
 
 def provision(cluster_id: int) -> None:
     """One idempotent step: ask the provider for the control plane, record the outcome."""
-    from nodepools.tasks import reconcile_pool
-
     cluster = Cluster.objects.select_related("region").filter(pk=cluster_id).first()
     if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
         return
@@ -102,7 +98,7 @@ def provision(cluster_id: int) -> None:
         _publish(cluster)
         if not failure:
             for pool_id in cluster.node_pools.values_list("pk", flat=True):
-                reconcile_pool.delay_on_commit(pool_id)
+                jobs.enqueue("nodepools.tasks.reconcile_pool", pool_id)
 
 
 def _record_addons(cluster: Cluster, installed) -> None:
@@ -122,8 +118,6 @@ def _record_addons(cluster: Cluster, installed) -> None:
 
 def delete_cluster(cluster: Cluster) -> Cluster:
     """Mark the cluster and its pools for deletion; a task tears them down."""
-    from .tasks import teardown_cluster
-
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         if cluster.status == Cluster.Status.DELETING:
@@ -137,7 +131,7 @@ def delete_cluster(cluster: Cluster) -> Cluster:
         cluster.save()
         cluster.node_pools.update(status="deleting")
         _publish(cluster)
-        teardown_cluster.delay_on_commit(cluster.pk)
+        jobs.enqueue("clusters.tasks.teardown_cluster", cluster.pk)
     return cluster
 
 

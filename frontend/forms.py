@@ -6,8 +6,9 @@ from django import forms
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 
-from clusters.filters import ClusterFilter
+from clusters.filtersets import ClusterFilter
 from clusters.models import Cluster, KubernetesVersion, Region, dns_label
+from nodepools.filtersets import ClaimFilter
 from nodepools.models import Claim, DriverRelease, GpuModel, MigProfile, NodePool, SharingMode
 from nvke.errors import DomainError
 from nvke.quantity import parse_mib
@@ -216,19 +217,22 @@ class ClaimCreateForm(forms.Form):
         return data
 
 
-class ClaimFilterForm(forms.Form):
-    namespace = forms.ChoiceField(required=False, label="Namespace")
-    status = forms.ChoiceField(
-        required=False, label="Status", choices=[("", "Any status"), *Claim.Status.choices]
-    )
-
-    def __init__(self, *args, namespaces: list[str], **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["namespace"].choices = [("", "Any namespace"), *((ns, ns) for ns in namespaces)]
-
-
 class TenantSwitchForm(forms.Form):
     tenant = forms.IntegerField()
+
+
+def claim_filter(data, queryset, namespaces: list[str]) -> ClaimFilter:
+    """The API's ClaimFilter on a cluster's claims page: its namespaces and the statuses, as selects."""
+    filterset = ClaimFilter(data, queryset=queryset)
+    for name in set(filterset.filters) - {"namespace", "status"}:
+        del filterset.filters[name]
+    fields = filterset.form.fields
+    fields["namespace"].widget = forms.Select(
+        choices=[("", "Any namespace"), *((ns, ns) for ns in namespaces)]
+    )
+    fields["status"].widget.choices = [("", "Any status"), *Claim.Status.choices]
+    fields["namespace"].label, fields["status"].label = "Namespace", "Status"
+    return filterset
 
 
 def cluster_filter(data, queryset) -> ClusterFilter:

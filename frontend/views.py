@@ -31,13 +31,13 @@ from telemetry.models import ClaimScaling, TelemetryEvent
 
 from .forms import (
     ClaimCreateForm,
-    ClaimFilterForm,
     ClusterCreateForm,
     PoolCreateForm,
     PoolRescalingForm,
     PoolScaleForm,
     TenantSwitchForm,
     add_domain_error,
+    claim_filter,
     cluster_filter,
 )
 from .overview import capacity_by_model, clusters_needing_attention
@@ -391,14 +391,11 @@ def node_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
 
 def _claims_page(request: HttpRequest, cluster: Cluster, claims) -> dict:
     namespaces = list(cluster.claims.order_by("namespace").values_list("namespace", flat=True).distinct())
-    filters = ClaimFilterForm(request.GET or None, namespaces=namespaces)
-    if filters.is_valid():  # an unknown namespace or status filters nothing out
-        chosen = {name: value for name, value in filters.cleaned_data.items() if value}
-        claims = claims.filter(**chosen)
+    filterset = claim_filter(request.GET or None, claims, namespaces)
     return {
-        "filters": filters,
-        "filtered": any(request.GET.get(name) for name in filters.fields),
-        "page_obj": Paginator(claims, CLAIMS_PER_PAGE).get_page(request.GET.get("page")),
+        "filters": filterset.form,
+        "filtered": any(request.GET.get(name) for name in filterset.form.fields),
+        "page_obj": Paginator(filterset.qs, CLAIMS_PER_PAGE).get_page(request.GET.get("page")),
     }
 
 

@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from clusters.models import Region
+
 from .models import (
     Allocation,
     AllocationEvent,
@@ -29,6 +31,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class RegionInventoryInline(admin.TabularInline):
     model = RegionInventory
     extra = 0
+
+
+# Regions are edited with their GPU inventory, a nodepools model, so their admin is registered here.
+@admin.register(Region)
+class RegionAdmin(admin.ModelAdmin):
+    list_display = ["name", "display_name", "enabled"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "display_name"]
+    inlines = [RegionInventoryInline]
 
 
 class MigProfileInline(admin.TabularInline):

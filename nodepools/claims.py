@@ -22,11 +22,10 @@ from clusters.models import Cluster
 from nvke.errors import Conflict, DomainError
 from nvke.models import check_dns_label
 from nvke.realtime import broadcast
-from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 
 from . import allocation as core
-from . import claim_rows
+from . import claim_rows, quotas
 from .allocation import fleet
 from .allocation.state import unplaceable
 from .claim_rows import AllocationRow, Outcome, ShareRow

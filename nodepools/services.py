@@ -5,14 +5,15 @@ from django.db import IntegrityError, transaction
 
 from clusters.models import Cluster
 from clusters.services import cluster_key
+from nvke import jobs
 from nvke.errors import Conflict, DomainError, Incompatible
 from nvke.models import check_dns_label
 from nvke.providers import get_provider
 from nvke.providers.base import NodeInfo, PoolSpec, ProviderError
 from nvke.realtime import broadcast
-from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 
+from . import quotas
 from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
 from .models import Gpu, Node, NodePool, SharingMode
 
@@ -76,8 +77,6 @@ def validate_pool(pool: NodePool) -> None:
 
 
 def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
-    from .tasks import reconcile_pool
-
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no new pools.", field="cluster")
     pool = NodePool(tenant=context.tenant, cluster=cluster, status=NodePool.Status.PROVISIONING, **fields)
@@ -93,15 +92,13 @@ def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePo
             pool.set_condition("Ready", False, "Provisioning", f"Creating {pool.node_count} nodes.")
             pool.save()
             _publish(pool)
-            reconcile_pool.delay_on_commit(pool.pk)
+            jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)
     except IntegrityError:  # a concurrent create won the name
         raise duplicate from None
     return pool
 
 
 def update_pool(pool: NodePool, **changes) -> NodePool:
-    from .tasks import reconcile_pool
-
     unknown = set(changes) - set(MUTABLE_FIELDS)
     if unknown:
         field = sorted(unknown)[0]
@@ -120,20 +117,18 @@ def update_pool(pool: NodePool, **changes) -> NodePool:
             pool.set_condition("Ready", False, "Scaling", f"Scaling to {pool.node_count} nodes.")
         pool.save()
         _publish(pool)
-        reconcile_pool.delay_on_commit(pool.pk)
+        jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)
     return pool
 
 
 def delete_pool(pool: NodePool) -> NodePool:
-    from .tasks import reconcile_pool
-
     with transaction.atomic():
         pool = NodePool.objects.select_for_update().get(pk=pool.pk)
         pool.status = NodePool.Status.DELETING
         pool.set_condition("Ready", False, "Deleting", "Removing the pool's nodes.")
         pool.save()
         _publish(pool)
-        reconcile_pool.delay_on_commit(pool.pk)
+        jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)
     return pool
 
 

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import transaction
 
 from clusters.models import Cluster
+from clusters.tasks import provision_cluster, teardown_cluster
 
 from . import claims, services
 from .models import Claim, NodePool
@@ -19,8 +20,6 @@ def reconcile_pool(pool_id: int) -> None:
 @shared_task
 def reconcile_all_pools() -> None:
     """Beat's resync: anything not settled gets another step (capacity may have freed up)."""
-    from clusters.tasks import provision_cluster, teardown_cluster
-
     for cluster_id, status in Cluster.objects.exclude(status__in=["running", "failed"]).values_list(
         "pk", "status"
     ):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from nvke.consumers import EventsConsumer
+from clusters.consumers import EventsConsumer
 from telemetry.consumers import TelemetryConsumer
 
 websocket_urlpatterns = [

@@ -8,11 +8,9 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
 from clusters import services
-from clusters.filters import ClusterFilter
+from clusters.filtersets import ClusterFilter
 from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml
 from clusters.models import Cluster
-from nodepools import claims
-from nodepools.api.claims import DefragPlanSerializer, DefragRequestSerializer
 from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.tenancy.roles import Action
@@ -51,11 +49,6 @@ class ClusterViewSet(
         return Response(self.get_serializer(cluster).data, status=status.HTTP_202_ACCEPTED)
 
     @property
-    def write_action(self) -> Action:
-        """Moving other people's claims is for tenant admins; the rest of a cluster's writes for members."""
-        return Action.MANAGE if self.action == "defrag" else Action.CHANGE
-
-    @property
     def read_action(self) -> Action:
         """The kubeconfig holds the cluster-admin token: members and up, like a write."""
         return Action.CHANGE if self.action == "kubeconfig" else Action.VIEW
@@ -83,21 +76,3 @@ class ClusterViewSet(
         response["Content-Disposition"] = f'attachment; filename="{kubeconfig_filename(cluster)}"'
         response["Cache-Control"] = "no-store"
         return response
-
-    @extend_schema(parameters=[DefragRequestSerializer], responses=DefragPlanSerializer)
-    @action(detail=True, methods=["get"], url_path="defrag-plan")
-    def defrag_plan(self, request, pk=None):
-        """Claim moves that would free the most whole GPUs (bounded by max_moves); nothing changes."""
-        return self._defrag(claims.plan_defrag, request.query_params)
-
-    @extend_schema(request=DefragRequestSerializer, responses=DefragPlanSerializer)
-    @action(detail=True, methods=["post"])
-    def defrag(self, request, pk=None):
-        """Carry out a fresh plan; each move is a re-allocation of the claim."""
-        return self._defrag(claims.apply_defrag, request.data)
-
-    def _defrag(self, operation, data) -> Response:
-        params = DefragRequestSerializer(data=data)
-        params.is_valid(raise_exception=True)
-        moves, freed = operation(self.get_object().pk, params.validated_data["max_moves"])
-        return Response(DefragPlanSerializer({"moves": moves, "gpus_freed": freed}).data)

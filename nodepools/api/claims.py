@@ -6,6 +6,7 @@ from rest_framework import mixins, serializers
 
 from clusters.models import Cluster
 from nodepools import claims as service
+from nodepools.filtersets import ClaimFilter
 from nodepools.models import Claim, NodePool
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.quantity import format_mib, human_mib, parse_mib
@@ -120,24 +121,6 @@ class ClaimSerializer(serializers.ModelSerializer):
         return f"{sum(s.compute_milli for s in allocation.shares.all()) // 10}%" if allocation else "-"
 
 
-class DefragRequestSerializer(serializers.Serializer):
-    max_moves = serializers.IntegerField(min_value=1, max_value=100, default=10)
-
-
-class MoveSerializer(serializers.Serializer):
-    claim = serializers.IntegerField()
-    from_node = serializers.IntegerField()
-    from_gpus = serializers.ListField(child=serializers.IntegerField())
-    to_node = serializers.IntegerField()
-    to_gpus = serializers.ListField(child=serializers.IntegerField())
-    mig_start = serializers.IntegerField(allow_null=True)
-
-
-class DefragPlanSerializer(serializers.Serializer):
-    moves = MoveSerializer(many=True)
-    gpus_freed = serializers.IntegerField()
-
-
 class ClaimViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -152,7 +135,7 @@ class ClaimViewSet(
         "allocation__shares__gpu"
     )
     serializer_class = ClaimSerializer
-    filterset_fields = ["cluster", "pool", "namespace", "status", "kind"]
+    filterset_class = ClaimFilter
     ordering_fields = ["name", "created_at", "priority"]
 
     def perform_create(self, serializer):

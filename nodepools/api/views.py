@@ -6,7 +6,7 @@ from rest_framework.response import Response
 from clusters.api.serializers import KubernetesVersionSerializer
 from clusters.models import KubernetesVersion, Region
 from nodepools import selectors, services
-from nodepools.filters import NodeFilter, NodePoolFilter
+from nodepools.filtersets import NodeFilter, NodePoolFilter
 from nodepools.models import DriverRelease, GpuModel, Node, NodePool, SharingMode
 from nvke.api.permissions import AuthenticatedReadOnly
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet

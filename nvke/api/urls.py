@@ -4,6 +4,8 @@ from rest_framework.routers import DefaultRouter
 from audit.api import AuditEntryViewSet
 from clusters.api.views import ClusterViewSet
 from nodepools.api.claims import ClaimViewSet
+from nodepools.api.defrag import ClusterDefragViewSet
+from nodepools.api.quota import quota
 from nodepools.api.views import (
     DriverReleaseViewSet,
     GpuModelViewSet,
@@ -12,7 +14,7 @@ from nodepools.api.views import (
     NodeViewSet,
     RegionViewSet,
 )
-from nvke.tenancy.views import ApiTokenViewSet, MembershipViewSet, me, quota
+from nvke.tenancy.views import ApiTokenViewSet, MembershipViewSet, me
 from telemetry.api import (
     ClaimScalingViewSet,
     GpuTelemetryViewSet,
@@ -24,6 +26,8 @@ from telemetry.api import (
 from upgrades.api.views import DriverOptionsView, FleetRolloutViewSet, UpgradeRunViewSet
 
 router = DefaultRouter()
+# Before the clusters' own viewset: the API root lists the last registration of a prefix.
+router.register("clusters", ClusterDefragViewSet, basename="cluster-defrag")
 router.register("clusters", ClusterViewSet)
 router.register("node-pools", NodePoolViewSet)
 router.register("nodes", NodeViewSet)

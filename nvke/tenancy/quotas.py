@@ -1,40 +1,28 @@
-"""Per-tenant quotas: clusters, GPUs per model in node pools, GPU memory and compute share in claims.
+"""Per-tenant quotas: the limits (`Quota`, `GpuQuota`) and how a check takes them. Each app counts its
+own use where its objects are written: `clusters/quotas.py` (clusters), `nodepools/quotas.py` (GPUs of a
+model in node pools; GPU memory and compute share in claims; the tenant's usage report).
 
 Every check runs inside the transaction that creates or changes the object, before it is saved. Where
 the tenant has the limit in question, it locks the tenant's row (`SELECT … FOR UPDATE`) and counts:
 concurrent creates of one tenant then take turns, each counting what the others committed, so together
-they never pass a limit. A refusal raises
-`QuotaExceeded` (409, code `quota_exceeded`) naming the quota, the use and the limit; the caller's
-transaction rolls back and nothing is half-created.
-
-What counts:
-- clusters: the tenant's clusters that are not being deleted;
-- GPUs of a model: each node pool's ceiling, gpus_per_node × max_nodes (pools being deleted excluded),
-  so autoscaling can never take a tenant past its quota;
-- claims, pending or placed, by what they ask for: a fraction its gpu_memory and compute_percent; a MIG
-  slice its profile's memory and compute slices (of 7); whole GPUs 100 % compute each and the memory
-  of the largest GPU model they may land on.
+they never pass a limit. A refusal raises `QuotaExceeded` (409, code `quota_exceeded`) naming the quota,
+the use and the limit; the caller's transaction rolls back and nothing is half-created.
 """
 
-import math
-from dataclasses import dataclass
 from typing import NoReturn
 
 from django.db import transaction
-from django.db.models import F, Sum
 
 from nvke.errors import Conflict
 
-from .models import GpuQuota, Quota, Tenant
-
-MIG_COMPUTE_SLICES = 7  # a full GPU's compute slices under MIG
+from .models import Quota, Tenant
 
 
 class QuotaExceeded(Conflict):
     code = "quota_exceeded"
 
 
-def _refuse(quota: str, label: str, used: int, asked: int, limit: int, unit: str = "") -> NoReturn:
+def refuse(quota: str, label: str, used: int, asked: int, limit: int, unit: str = "") -> NoReturn:
     raise QuotaExceeded(
         f"Quota {quota} exceeded: {label}: {used}{unit} in use of {limit}{unit}; this asks for "
         f"{asked}{unit} more.",
@@ -45,201 +33,24 @@ def _refuse(quota: str, label: str, used: int, asked: int, limit: int, unit: str
     )
 
 
-def _require_transaction() -> None:
+def require_transaction() -> None:
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("Quota checks run inside the transaction that writes the object.")
 
 
 def lock_tenant(tenant: Tenant) -> None:
     """Lock the tenant's row for the rest of the transaction: its quota checks take turns."""
-    _require_transaction()
+    require_transaction()
     Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk", flat=True).get()
 
 
-def _quota(tenant: Tenant) -> Quota | None:
+def quota_of(tenant: Tenant) -> Quota | None:
     """The limits, read before locking: a tenant without the limit in question takes no lock at all.
     Only the use must be counted under the lock. A request's tenant comes with its quota already
     (`find_context` joins it into the membership query): reading it there is as fresh as here, since
     the limits are not locked either way, and it saves a round trip per write."""
-    _require_transaction()
+    require_transaction()
     cached = Tenant.quota.related
     if cached.is_cached(tenant):
         return cached.get_cached_value(tenant)
     return Quota.objects.filter(tenant=tenant).first()
-
-
-def check_cluster(tenant: Tenant) -> None:
-    """Call before saving a new cluster."""
-    from clusters.models import Cluster
-
-    quota = _quota(tenant)
-    if quota is None or quota.max_clusters is None:
-        return
-    lock_tenant(tenant)
-    used = Cluster.objects.filter(tenant=tenant).exclude(status=Cluster.Status.DELETING).count()
-    if used + 1 > quota.max_clusters:
-        _refuse("max_clusters", "clusters", used, 1, quota.max_clusters)
-
-
-def check_pool(pool) -> None:
-    """Call before saving a new node pool or a change of its size (pool.pk set on updates)."""
-    from nodepools.models import NodePool
-
-    _require_transaction()
-    limit = GpuQuota.objects.filter(tenant_id=pool.tenant_id, gpu_model_id=pool.gpu_model_id).first()
-    if limit is None:
-        return
-    lock_tenant(pool.tenant)
-    others = NodePool.objects.filter(tenant_id=pool.tenant_id, gpu_model_id=pool.gpu_model_id).exclude(
-        status=NodePool.Status.DELETING
-    )
-    if pool.pk:
-        others = others.exclude(pk=pool.pk)
-    used = others.aggregate(gpus=Sum(F("gpus_per_node") * F("max_nodes")))["gpus"] or 0
-    asked = pool.gpus_per_node * pool.max_nodes
-    if used + asked > limit.max_gpus:
-        _refuse(
-            f"gpus[{pool.gpu_model.name}]",
-            f"{pool.gpu_model.name} GPUs in node pools",
-            used,
-            asked,
-            limit.max_gpus,
-        )
-
-
-@dataclass(frozen=True)
-class ClaimAsk:
-    memory_mib: int
-    compute_percent: int
-
-
-@dataclass(frozen=True)
-class ClaimShape:
-    """The fields of a claim that decide what it asks for."""
-
-    kind: str
-    gpus: int = 1
-    mig_profile: str = ""
-    gpu_memory_mib: int | None = None
-    compute_percent: int | None = None
-    pool_model_id: int | None = None
-    allowed_models: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, claim) -> "ClaimShape":
-        return cls(
-            claim.kind,
-            claim.gpus,
-            claim.mig_profile,
-            claim.gpu_memory_mib,
-            claim.compute_percent,
-            claim.pool.gpu_model_id if claim.pool_id else None,
-            tuple(sorted(claim.allowed_models or ())),
-        )
-
-
-def claim_ask(shape: ClaimShape) -> ClaimAsk:
-    """GPU memory and compute share a claim asks for (upper bounds where the GPU is not known yet)."""
-    from nodepools.models import GpuModel, MigProfile
-
-    if shape.kind == "fraction":
-        return ClaimAsk(shape.gpu_memory_mib or 0, shape.compute_percent or 0)
-    models = GpuModel.objects.all()
-    if shape.pool_model_id:
-        models = models.filter(pk=shape.pool_model_id)
-    elif shape.allowed_models:
-        models = models.filter(name__in=shape.allowed_models)
-    if shape.kind == "mig":
-        profiles = MigProfile.objects.filter(gpu_model__in=models, name=shape.mig_profile)
-        largest = max(profiles, key=lambda p: (p.memory_mib, p.compute_slices), default=None)
-        if largest is None:
-            return ClaimAsk(0, 0)
-        return ClaimAsk(largest.memory_mib, math.ceil(100 * largest.compute_slices / MIG_COMPUTE_SLICES))
-    memory = max(models.values_list("memory_mib", flat=True), default=0)
-    return ClaimAsk(shape.gpus * memory, 100 * shape.gpus)
-
-
-def claims_use(tenant: Tenant, exclude_pk: int | None = None) -> ClaimAsk:
-    """What the tenant's claims ask for together. Claims of one shape are priced once."""
-    from nodepools.models import Claim
-
-    rows = (
-        Claim.objects.filter(tenant=tenant)
-        .exclude(pk=exclude_pk)
-        .values_list(
-            "kind",
-            "gpus",
-            "mig_profile",
-            "gpu_memory_mib",
-            "compute_percent",
-            "pool__gpu_model_id",
-            "allowed_models",
-        )
-    )
-    priced: dict[ClaimShape, ClaimAsk] = {}
-    memory = compute = 0
-    for kind, gpus, profile, mib, percent, model_id, allowed in rows:
-        shape = ClaimShape(kind, gpus, profile, mib, percent, model_id, tuple(sorted(allowed or ())))
-        if shape not in priced:
-            priced[shape] = claim_ask(shape)
-        memory += priced[shape].memory_mib
-        compute += priced[shape].compute_percent
-    return ClaimAsk(memory, compute)
-
-
-def check_claim(tenant: Tenant, claim) -> None:
-    """Call inside the transaction that saves a new claim, before saving it."""
-    quota = _quota(tenant)
-    if quota is None or (quota.max_claim_gpu_memory_mib is None and quota.max_claim_compute_percent is None):
-        return
-    lock_tenant(tenant)
-    used = claims_use(tenant, exclude_pk=claim.pk)
-    ask = claim_ask(ClaimShape.of(claim))
-    limit = quota.max_claim_gpu_memory_mib
-    if limit is not None and used.memory_mib + ask.memory_mib > limit:
-        _refuse(
-            "max_claim_gpu_memory_mib", "claims' GPU memory", used.memory_mib, ask.memory_mib, limit, " MiB"
-        )
-    limit = quota.max_claim_compute_percent
-    if limit is not None and used.compute_percent + ask.compute_percent > limit:
-        _refuse(
-            "max_claim_compute_percent",
-            "claims' compute share",
-            used.compute_percent,
-            ask.compute_percent,
-            limit,
-            " %",
-        )
-
-
-def usage(tenant: Tenant) -> dict:
-    """Every quota of the tenant with its current use; a limit of None is unlimited."""
-    from clusters.models import Cluster
-    from nodepools.models import NodePool
-
-    quota = Quota.objects.filter(tenant=tenant).first()
-    pools = (
-        NodePool.objects.filter(tenant=tenant)
-        .exclude(status=NodePool.Status.DELETING)
-        .values("gpu_model__name")
-        .annotate(gpus=Sum(F("gpus_per_node") * F("max_nodes")))
-    )
-    gpus = {row["gpu_model__name"]: {"used": row["gpus"], "limit": None} for row in pools}
-    for limit in GpuQuota.objects.filter(tenant=tenant).select_related("gpu_model"):
-        gpus.setdefault(limit.gpu_model.name, {"used": 0})["limit"] = limit.max_gpus
-    claims = claims_use(tenant)
-    return {
-        "clusters": {
-            "used": Cluster.objects.filter(tenant=tenant).exclude(status=Cluster.Status.DELETING).count(),
-            "limit": quota.max_clusters if quota else None,
-        },
-        "gpus": [{"gpu_model": name, **gpus[name]} for name in sorted(gpus)],
-        "claim_gpu_memory_mib": {
-            "used": claims.memory_mib,
-            "limit": quota.max_claim_gpu_memory_mib if quota else None,
-        },
-        "claim_compute_percent": {
-            "used": claims.compute_percent,
-            "limit": quota.max_claim_compute_percent if quota else None,
-        },
-    }

@@ -5,7 +5,7 @@ from rest_framework.response import Response
 
 from nvke.api.viewsets import TenantScopedViewSet
 
-from . import quotas, services
+from . import services
 from .context import resolve_tenant
 from .models import ApiToken, Membership
 from .roles import Action
@@ -15,7 +15,6 @@ from .serializers import (
     MembershipSerializer,
     MeSerializer,
     NewApiTokenSerializer,
-    QuotaSerializer,
 )
 
 
@@ -117,10 +116,3 @@ def me(request):
             }
         ).data
     )
-
-
-@extend_schema(responses=QuotaSerializer)
-@api_view(["GET"])
-def quota(request):
-    """The tenant's quotas and what it uses of each (operators set them in the admin)."""
-    return Response(QuotaSerializer(quotas.usage(resolve_tenant(request).tenant)).data)

@@ -8,11 +8,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from clusters.models import Cluster, KubernetesVersion, Region
+from clusters.quotas import check_cluster
 from clusters.services import create_cluster
+from nodepools import quotas
 from nodepools.models import Claim, GpuModel, NodePool
-from nvke.tenancy import quotas
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.models import GpuQuota, Quota
+from nvke.tenancy.quotas import QuotaExceeded
 
 POOL = {
     "name": "gpu",
@@ -87,7 +89,7 @@ def test_check_claim_counts_memory_and_compute_of_every_claim(tenant, make_clust
     )
     with transaction.atomic():
         quotas.check_claim(tenant, _claim(tenant, cluster, kind="fraction", gpu_memory_mib=20000))
-    with pytest.raises(quotas.QuotaExceeded) as refused, transaction.atomic():
+    with pytest.raises(QuotaExceeded) as refused, transaction.atomic():
         quotas.check_claim(tenant, _claim(tenant, cluster, kind="fraction", gpu_memory_mib=20001))
     assert refused.value.details == {
         "quota": "max_claim_gpu_memory_mib",
@@ -101,7 +103,7 @@ def test_check_claim_counts_memory_and_compute_of_every_claim(tenant, make_clust
     tenant.refresh_from_db()  # as the next request reads it, quota included
     with transaction.atomic():
         quotas.check_claim(tenant, _claim(tenant, cluster, kind="whole", gpus=1, allowed_models=["l4"]))
-    with pytest.raises(quotas.QuotaExceeded) as refused, transaction.atomic():
+    with pytest.raises(QuotaExceeded) as refused, transaction.atomic():
         quotas.check_claim(tenant, _claim(tenant, cluster, kind="whole", gpus=2, allowed_models=["l4"]))
     assert refused.value.details == {
         "quota": "max_claim_compute_percent",
@@ -127,7 +129,7 @@ def test_claim_ask_prices_mig_by_profile_and_whole_by_the_largest_candidate():
 @pytest.mark.django_db(transaction=True)
 def test_checks_refuse_to_run_outside_a_transaction(tenant):
     with pytest.raises(RuntimeError):
-        quotas.check_cluster(tenant)
+        check_cluster(tenant)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -150,7 +152,7 @@ def test_concurrent_cluster_creates_never_pass_the_quota(owner, catalog):
                 control_plane_nodes=1,
             )
             outcomes.append("created")
-        except quotas.QuotaExceeded:
+        except QuotaExceeded:
             outcomes.append("refused")
         finally:
             connection.close()
@@ -186,7 +188,7 @@ def test_concurrent_claims_never_pass_the_compute_quota(owner, catalog):
             with transaction.atomic():
                 quotas.check_claim(tenant, claim)
                 claim.save()
-        except quotas.QuotaExceeded:
+        except QuotaExceeded:
             refused.append(i)
         finally:
             connection.close()

@@ -5,7 +5,7 @@ once joined. The window is forced by ending access right after the consumer reso
 import pytest
 from channels.db import database_sync_to_async
 
-import nvke.consumers
+import clusters.consumers
 import telemetry.consumers
 from nvke.tenancy.models import ApiToken, Membership
 from nvke.tenancy.services import revoke_token
@@ -13,7 +13,7 @@ from nvke.tenancy.services import revoke_token
 from .test_isolation_matrix import ws_outcome
 
 RESOLVERS = {
-    "/ws/events/": (nvke.consumers, "_group_for"),
+    "/ws/events/": (clusters.consumers, "_group_for"),
     "/ws/telemetry/": (telemetry.consumers, "resolve_view"),
 }
 

@@ -1,6 +1,6 @@
 import django_filters
 
-from .models import Node, NodePool
+from .models import Claim, Node, NodePool
 
 
 class NodePoolFilter(django_filters.FilterSet):
@@ -15,6 +15,17 @@ class NodePoolFilter(django_filters.FilterSet):
     class Meta:
         model = NodePool
         fields = ["cluster", "name", "status", "gpu_model", "sharing_mode", "driver_version"]
+
+
+class ClaimFilter(django_filters.FilterSet):
+    """Shared by the API list and a cluster's claims page (which shows namespace and status)."""
+
+    cluster = django_filters.NumberFilter()
+    pool = django_filters.NumberFilter()
+
+    class Meta:
+        model = Claim
+        fields = ["cluster", "pool", "namespace", "status", "kind"]
 
 
 class NodeFilter(django_filters.FilterSet):
