@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from nvke.tenancy.models import ApiToken
+
 _request: ContextVar = ContextVar("nvke_audit_request", default=None)
 
 
@@ -31,8 +33,6 @@ def client_ip(request) -> str | None:
 
 
 def current_actor() -> Actor:
-    from nvke.tenancy.models import ApiToken
-
     request = _request.get()
     if request is None:
         return SYSTEM

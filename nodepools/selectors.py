@@ -4,7 +4,7 @@ from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, 
 from django.db.models.functions import Coalesce
 
 from .compatibility import Refusal, driver_refusals
-from .models import DriverRelease, Gpu, GpuModel, RegionInventory
+from .models import DriverRelease, Gpu, GpuModel, GpuShare, Node, RegionInventory
 
 
 def region_inventory(region_id: int) -> QuerySet[RegionInventory]:
@@ -34,8 +34,6 @@ def driver_compatibility(gpu_model: GpuModel, sharing_mode: str) -> list[tuple[D
 def allocation_violations(cluster_id: int) -> list[str]:
     """Over-commits in the cluster's stored allocations, recomputed from the rows (the race test and
     the service benchmark use it). Empty when every invariant holds."""
-    from .models import GpuShare, Node
-
     problems = []
     shares = GpuShare.objects.filter(gpu__node__pool__cluster_id=cluster_id).select_related("gpu")
     by_gpu: dict[int, list] = {}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from nodepools.models import Gpu, GpuShare
+from nvke import jobs
 from nvke.errors import DomainError
 
 from . import metrics, store
@@ -142,8 +143,6 @@ def _check_claims(samples: list[store.Sample]) -> None:
 
 def ingest(identity: NodeIdentity, payload) -> int:
     """Validate, then store; start a GPU failover for each new fatal XID. Returns the sample count."""
-    from .tasks import gpu_failed
-
     if not store.available():
         raise TelemetryUnavailable("Telemetry needs Redis: this control plane runs without REDIS_URL.")
     now = time.time()
@@ -153,5 +152,6 @@ def ingest(identity: NodeIdentity, payload) -> int:
     for s in samples:
         xid = int(s.values.get("xid", 0))
         if xid in fatal and s.gpu_id not in identity.unhealthy and store.first_xid_report(s.gpu_id, xid):
-            gpu_failed.delay(s.gpu_id, xid)
+            # At once: the samples are in Redis, no transaction holds them.
+            jobs.task("telemetry.tasks.gpu_failed").delay(s.gpu_id, xid)
     return len(samples)
