@@ -7,7 +7,9 @@ from django.test import Client
 @pytest.mark.parametrize(
     ("path", "content_type", "marker"),
     [
-        ("/static/frontend/live.js", "text/javascript", b"new WebSocket("),
+        ("/static/frontend/socket.js", "text/javascript", b"new WebSocket("),
+        ("/static/frontend/live.js", "text/javascript", b"NVKE.socket.open("),
+        ("/static/frontend/vendor/htmx/htmx.min.js", "text/javascript", b"htmx"),
         ("/static/frontend/pool_form.js", "text/javascript", b"pool-hints-data"),
         ("/static/frontend/app.css", "text/css", b".status-running"),
     ],
