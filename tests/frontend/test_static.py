@@ -9,7 +9,10 @@ from django.test import Client
     [
         ("/static/frontend/socket.js", "text/javascript", b"new WebSocket("),
         ("/static/frontend/live.js", "text/javascript", b"NVKE.socket.open("),
+        ("/static/frontend/telemetry.js", "text/javascript", b"NVKE.socket.open("),
         ("/static/frontend/vendor/htmx/htmx.min.js", "text/javascript", b"htmx"),
+        ("/static/frontend/vendor/uplot/uPlot.iife.min.js", "text/javascript", b"uPlot (v1.6."),
+        ("/static/frontend/vendor/uplot/uPlot.min.css", "text/css", b".u-legend"),
         ("/static/frontend/pool_form.js", "text/javascript", b"pool-hints-data"),
         ("/static/frontend/app.css", "text/css", b".status-running"),
     ],
