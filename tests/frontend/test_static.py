@@ -1,5 +1,7 @@
 """Assets are served by the app itself (whitenoise), no CDN."""
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -22,6 +24,19 @@ def test_static_assets_are_served(path, content_type, marker):
     assert response.status_code == 200
     assert response["Content-Type"].startswith(content_type)
     assert marker in b"".join(response.streaming_content)
+
+
+@pytest.mark.django_db
+def test_live_pages_load_socket_js_then_htmx_then_live_js_from_the_app(ui):
+    html = ui.get("/").content.decode()
+    scripts = re.findall(r'<script src="([^"]+)"', html)
+    assert scripts == [
+        "/static/frontend/socket.js",
+        "/static/frontend/vendor/htmx/htmx.min.js",
+        "/static/frontend/live.js",
+    ]
+    # The element htmx re-fetches the live regions with: the page itself, on live.js' event.
+    assert re.search(r'<div hidden data-live-refresh hx-get="/" hx-trigger="nvke-refresh from:body', html)
 
 
 @pytest.mark.django_db
