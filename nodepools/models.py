@@ -3,6 +3,7 @@ import uuid
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from packaging.version import Version
 
 from nvke.models import Conditions, TenantScopedQuerySet, dns_label
 
@@ -110,7 +111,7 @@ class DriverRelease(models.Model):
         return self.version
 
     @property
-    def version_key(self) -> tuple[int, ...]:
+    def version_key(self) -> Version:
         return version_key(self.version)
 
 

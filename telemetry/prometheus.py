@@ -1,13 +1,18 @@
-"""`/metrics`: fleet and allocation figures in the Prometheus text exposition format (version 0.0.4).
+"""`/metrics`: fleet and allocation figures in the Prometheus text exposition format (version 0.0.4),
+written by prometheus_client from a collector that reads the database and Redis at each scrape.
 
 Fleet-wide, so it is not for tenants: it answers only with `Authorization: Bearer <NVKE_METRICS_TOKEN>`,
 and is off (404) while that setting is empty."""
 
 import hmac
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.db.models import Count, Sum
 from django.http import Http404, HttpRequest, HttpResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from clusters.models import Cluster
 from nodepools.models import Claim, Gpu, GpuShare, Node
@@ -15,93 +20,90 @@ from nodepools.models import Claim, Gpu, GpuShare, Node
 from . import store
 from .models import TelemetryEvent
 
+# What generate_latest writes; spelled out because prometheus_client's CONTENT_TYPE_LATEST moved to the
+# 1.0.0 text format in 0.22 and the scrapers we know of expect 0.0.4.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def _label(value) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(name: str, help_text: str, labels: list[str], rows: list[tuple[list[str], float]]):
+    family = GaugeMetricFamily(name, help_text, labels=labels)
+    for values, value in rows:
+        family.add_metric(values, value)
+    return family
 
 
-class Exposition:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+class FleetCollector(Collector):
+    """Every figure is computed at scrape time: nothing is kept between scrapes in the process."""
 
-    def metric(self, name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
-        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        for labels, value in samples:
-            rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-            self.lines.append(f"{name}{{{rendered}}} {value}" if rendered else f"{name} {value}")
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gpus = list(
+            Gpu.objects.values("node__pool__gpu_model__name", "healthy").annotate(
+                n=Count("pk"), mib=Sum("memory_mib")
+            )
+        )
 
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
+        def by_model(field: str) -> list[tuple[list[str], float]]:
+            return [([r["node__pool__gpu_model__name"], str(r["healthy"]).lower()], r[field]) for r in gpus]
+
+        yield _gauge(
+            "nvke_gpus", "GPUs in the fleet by model and health.", ["model", "healthy"], by_model("n")
+        )
+        yield _gauge(
+            "nvke_gpu_memory_mib",
+            "GPU memory in the fleet (MiB) by model.",
+            ["model", "healthy"],
+            by_model("mib"),
+        )
+        nodes = Node.objects.values("status").annotate(n=Count("pk"))
+        yield _gauge("nvke_nodes", "Nodes by status.", ["status"], [([r["status"]], r["n"]) for r in nodes])
+        clusters = Cluster.objects.values("status").annotate(n=Count("pk"))
+        yield _gauge(
+            "nvke_clusters", "Clusters by status.", ["status"], [([r["status"]], r["n"]) for r in clusters]
+        )
+        claims = Claim.objects.values("kind", "status").annotate(n=Count("pk"))
+        yield _gauge(
+            "nvke_claims",
+            "GPU claims by kind and status.",
+            ["kind", "status"],
+            [([r["kind"], r["status"]], r["n"]) for r in claims],
+        )
+        shares = GpuShare.objects.aggregate(memory=Sum("memory_mib"), compute=Sum("compute_milli"))
+        yield GaugeMetricFamily(
+            "nvke_allocated_gpu_memory_mib",
+            "GPU memory allocated to claims (MiB).",
+            value=shares["memory"] or 0,
+        )
+        yield GaugeMetricFamily(
+            "nvke_allocated_gpu_compute",
+            "GPU compute allocated to claims, in GPUs (1.0 = one whole GPU's compute).",
+            value=(shares["compute"] or 0) / 1000,
+        )
+        latest = store.latest(list(Gpu.objects.values_list("pk", flat=True)))
+        utils = [s["util"] for s in latest.values() if "util" in s]
+        yield GaugeMetricFamily(
+            "nvke_gpus_reporting", "GPUs with a latest telemetry sample.", value=len(utils)
+        )
+        yield GaugeMetricFamily(
+            "nvke_gpu_utilization_avg_percent",
+            "Average utilization of the GPUs reporting.",
+            value=round(sum(utils) / len(utils), 2) if utils else 0,
+        )
+        events = TelemetryEvent.objects.values("kind").annotate(n=Count("pk"))
+        yield _gauge(
+            "nvke_telemetry_decisions",
+            "Telemetry decisions on record by kind.",
+            ["kind"],
+            [([r["kind"]], r["n"]) for r in events],
+        )
+
+
+# auto_describe off (the default): registering must not run the collector's queries at import.
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(FleetCollector())
 
 
 def render() -> str:
-    out = Exposition()
-    gpus = Gpu.objects.values("node__pool__gpu_model__name", "healthy").annotate(
-        n=Count("pk"), mib=Sum("memory_mib")
-    )
-    out.metric(
-        "nvke_gpus",
-        "gauge",
-        "GPUs in the fleet by model and health.",
-        [
-            ({"model": r["node__pool__gpu_model__name"], "healthy": str(r["healthy"]).lower()}, r["n"])
-            for r in gpus
-        ],
-    )
-    out.metric(
-        "nvke_gpu_memory_mib",
-        "gauge",
-        "GPU memory in the fleet (MiB) by model.",
-        [
-            ({"model": r["node__pool__gpu_model__name"], "healthy": str(r["healthy"]).lower()}, r["mib"])
-            for r in gpus
-        ],
-    )
-    nodes = Node.objects.values("status").annotate(n=Count("pk"))
-    out.metric("nvke_nodes", "gauge", "Nodes by status.", [({"status": r["status"]}, r["n"]) for r in nodes])
-    clusters = Cluster.objects.values("status").annotate(n=Count("pk"))
-    out.metric(
-        "nvke_clusters", "gauge", "Clusters by status.", [({"status": r["status"]}, r["n"]) for r in clusters]
-    )
-    claims = Claim.objects.values("kind", "status").annotate(n=Count("pk"))
-    out.metric(
-        "nvke_claims",
-        "gauge",
-        "GPU claims by kind and status.",
-        [({"kind": r["kind"], "status": r["status"]}, r["n"]) for r in claims],
-    )
-    shares = GpuShare.objects.aggregate(memory=Sum("memory_mib"), compute=Sum("compute_milli"))
-    out.metric(
-        "nvke_allocated_gpu_memory_mib",
-        "gauge",
-        "GPU memory allocated to claims (MiB).",
-        [({}, shares["memory"] or 0)],
-    )
-    out.metric(
-        "nvke_allocated_gpu_compute",
-        "gauge",
-        "GPU compute allocated to claims, in GPUs (1.0 = one whole GPU's compute).",
-        [({}, (shares["compute"] or 0) / 1000)],
-    )
-    latest = store.latest(list(Gpu.objects.values_list("pk", flat=True)))
-    utils = [s["util"] for s in latest.values() if "util" in s]
-    out.metric("nvke_gpus_reporting", "gauge", "GPUs with a latest telemetry sample.", [({}, len(utils))])
-    out.metric(
-        "nvke_gpu_utilization_avg_percent",
-        "gauge",
-        "Average utilization of the GPUs reporting.",
-        [({}, round(sum(utils) / len(utils), 2) if utils else 0)],
-    )
-    events = TelemetryEvent.objects.values("kind").annotate(n=Count("pk"))
-    out.metric(
-        "nvke_telemetry_decisions",
-        "gauge",
-        "Telemetry decisions on record by kind.",
-        [({"kind": r["kind"]}, r["n"]) for r in events],
-    )
-    return out.text()
+    return generate_latest(REGISTRY).decode()
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

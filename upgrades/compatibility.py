@@ -9,15 +9,11 @@ from nodepools.versions import version_key
 ROLLBACK_EXEMPT = {"end_of_life", "driver_disabled"}  # going back to what ran before is allowed
 
 
-def _cuda_key(version: str) -> tuple[int, ...]:
-    return version_key(version) if "." in version else (int(version), 0)
-
-
 def cuda_refusal(driver: DriverRelease, cuda: str, releases: list[DriverRelease]) -> Refusal | None:
     """A driver runs CUDA up to its own `cuda_version` natively; name the lowest branch that runs `cuda`."""
-    if not cuda or _cuda_key(driver.cuda_version) >= _cuda_key(cuda):
+    if not cuda or version_key(driver.cuda_version) >= version_key(cuda):
         return None
-    branches = sorted(r.branch for r in releases if _cuda_key(r.cuda_version) >= _cuda_key(cuda))
+    branches = sorted(r.branch for r in releases if version_key(r.cuda_version) >= version_key(cuda))
     needs = f"≥ {branches[0]}" if branches else "a newer driver than the catalog has"
     return Refusal(
         "cuda_minimum",

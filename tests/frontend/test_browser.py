@@ -16,7 +16,7 @@ from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.models import Membership, Tenant
 
-from .browser import BROWSER_TEST, LAPTOP, TABLET, screenshot, until
+from .browser import BROWSER_TEST, LAPTOP, NOT_RELOADED, TABLET, mark, screenshot, until
 
 pytestmark = BROWSER_TEST
 
@@ -241,6 +241,34 @@ def test_a_pool_page_shows_new_nodes_without_reload(owner_page, frac_pool):
     expect(page.locator("#pool-nodes [data-node-row]")).to_have_count(2)  # the region re-fetched
     assert still_same_page(page)
     screenshot(page, "pool-after-scale-up")
+
+
+def test_a_change_while_the_socket_was_down_reaches_the_page_when_it_opens(owner_page, tenant, make_cluster):
+    cluster = make_cluster(tenant, "prod", status=Cluster.Status.PROVISIONING)
+    page = owner_page
+    connect = {"allowed": False}
+
+    def route(ws):  # the events socket, refused until the test allows it: the page keeps retrying
+        if connect["allowed"]:
+            ws.connect_to_server()
+        else:
+            ws.close(code=1011)
+
+    page.route_web_socket(re.compile(r"/ws/events/"), route)
+    page.goto(f"/clusters/{cluster.pk}/")
+    heading = page.locator(f'#cluster-heading [data-cluster-status="{cluster.pk}"]')
+    expect(heading).to_have_text("provisioning")
+    expect(page.locator("body")).to_have_attribute("data-live-state", "reconnecting")
+    mark(page)
+
+    Cluster.objects.filter(pk=cluster.pk).update(status=Cluster.Status.RUNNING)  # and no event is sent
+    connect["allowed"] = True
+    expect(page.locator("body")).to_have_attribute("data-live-state", "open")
+    # Only the catch-up re-fetch (htmx's, on open) can bring it: the title's badge and the summary.
+    expect(heading).to_have_text("running")
+    expect(heading).to_have_class("status status-running")
+    expect(page.locator("body")).to_have_attribute("data-live-refreshes", "1")
+    assert page.evaluate(NOT_RELOADED)
 
 
 def test_a_node_page_draws_a_new_claim_without_reload(owner_page, tenant, frac_pool):

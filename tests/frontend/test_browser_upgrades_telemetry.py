@@ -16,7 +16,7 @@ from telemetry import store
 from upgrades.events import publish_run
 from upgrades.models import UpgradeRun
 
-from .browser import BROWSER_TEST, NOT_RELOADED, mark, screenshot, tick_once, until
+from .browser import BROWSER_TEST, NOT_RELOADED, mark, screenshot, sign_in, tick_once, until
 
 pytestmark = BROWSER_TEST
 TARGET = "595.71.05"  # an L4 pool on 580.105.08 may move to it (tests/upgrades)
@@ -259,6 +259,15 @@ def canvas_image(page, selector: str) -> str:
     return page.locator(selector).evaluate("canvas => canvas.toDataURL()")
 
 
+CLOCK = r"\d\d:\d\d:\d\d"  # the charts' time format (HH:MM:SS)
+
+
+def legend_value(card, label: str):
+    """The value in `card`'s chart legend (uPlot's .u-legend) for the series labelled `label`."""
+    row = card.locator(".u-legend .u-series").filter(has=card.page.locator(".u-label", has_text=label))
+    return row.locator(".u-value")
+
+
 def test_pool_telemetry_charts_follow_new_samples_without_reload(owner_page, telemetry_pool):
     pool, page = telemetry_pool, owner_page
     first, second = Gpu.objects.filter(node__pool=pool).order_by("index").values_list("pk", flat=True)
@@ -271,8 +280,12 @@ def test_pool_telemetry_charts_follow_new_samples_without_reload(owner_page, tel
     expect(gpu_card.locator('[data-value="util"]')).to_have_text("20 %")
     expect(gpu_card.locator('[data-value="mem"]')).to_have_text("4.0 GiB")
     expect(pool_card.locator('[data-value="util"]')).to_have_text("30 %")
-    chart = f'[data-series="gpu-{first}"] canvas[data-chart="util"]'
-    before = canvas_image(page, chart)  # one point: the grid, no line yet
+    # Every card has a uPlot chart: a time axis and a value axis, and a legend naming both series.
+    expect(page.locator("[data-series] [data-chart] .uplot")).to_have_count(3)
+    expect(gpu_card.locator(".u-axis")).to_have_count(2)
+    expect(gpu_card.locator(".u-legend .u-label")).to_have_text(["Time", "Utilization", "Memory used"])
+    chart = f'[data-series="gpu-{first}"] [data-chart] canvas'
+    before = canvas_image(page, chart)  # one point: axes, no line yet
     mark(page)
     screenshot(page, "telemetry-pool-first-values")
 
@@ -291,7 +304,50 @@ def test_pool_telemetry_charts_follow_new_samples_without_reload(owner_page, tel
         "([selector, before]) => document.querySelector(selector).toDataURL() !== before", arg=[chart, before]
     )
     assert canvas_image(page, chart) != before  # the line from 20 % to 85 % is on the chart now
+    # The time axis is labelled with clock times (drawn on the canvas, mirrored as text on the chart).
+    expect(gpu_card.locator("[data-chart]")).to_have_attribute(
+        "data-time-ticks", re.compile(rf"^{CLOCK}( {CLOCK})*$")
+    )
+
+    # The legend shows the newest values; pointing at the chart, those of the sample under the cursor.
+    expect(legend_value(gpu_card, "Utilization")).to_have_text("85 %")
+    expect(legend_value(gpu_card, "Memory used")).to_have_text(f"{round(100 * 12288 / gpu_memory(first))} %")
+    plot = gpu_card.locator(".u-over")
+    box = plot.bounding_box()
+    plot.hover(position={"x": 1, "y": box["height"] / 2})  # left of the oldest sample: the oldest
+    expect(legend_value(gpu_card, "Utilization")).to_have_text("20 %")
+    expect(legend_value(gpu_card, "Memory used")).to_have_text(f"{round(100 * 4096 / gpu_memory(first))} %")
+    expect(legend_value(gpu_card, "Time")).to_have_text(re.compile(rf"^{CLOCK}$"))
+    plot.hover(position={"x": box["width"] - 1, "y": box["height"] / 2})  # right of the newest: the newest
+    expect(legend_value(gpu_card, "Utilization")).to_have_text("85 %")
+    screenshot(page, "telemetry-pool-legend-under-the-cursor")
     assert page.evaluate(NOT_RELOADED)
+
+
+def gpu_memory(gpu_id: int) -> int:
+    return Gpu.objects.get(pk=gpu_id).memory_mib
+
+
+def test_telemetry_charts_are_drawn_at_the_screens_pixel_density(
+    browser_context_factory, owner, telemetry_pool
+):
+    pool = telemetry_pool
+    gpus = list(Gpu.objects.filter(node__pool=pool).values_list("pk", flat=True))
+    write_samples(pool, {g: (50, 8192) for g in gpus})
+    page = browser_context_factory(device_scale_factor=2).new_page()  # a HiDPI ("retina") screen
+    sign_in(page, owner)
+    page.goto(f"/telemetry/gpus/{gpus[0]}/")
+    expect(page.locator("[data-telemetry-state]")).to_have_text("Live: 1 GPUs.")
+    expect(page.locator('[data-value="util"]')).to_have_text("50 %")
+    canvas = page.locator("[data-chart] canvas")
+    # Twice as many canvas pixels as CSS pixels each way: not an upscaled, blurry 1x bitmap.
+    size = canvas.evaluate(
+        "c => ({width: c.width, height: c.height, css: c.getBoundingClientRect().toJSON()})"
+    )
+    assert size["css"]["width"] > 300
+    assert size["width"] == round(2 * size["css"]["width"]), size
+    assert size["height"] == round(2 * size["css"]["height"]), size
+    screenshot(page, "telemetry-gpu-hidpi")
 
 
 def test_cluster_heatmap_recolours_a_gpu_without_reload(owner_page, telemetry_pool):

@@ -1,5 +1,7 @@
 """Telemetry pages (Django test client): what they render, the stream they open, tenant isolation."""
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -23,7 +25,15 @@ def test_fleet_page_lists_pools_and_decisions_and_opens_the_fleet_stream(browser
     assert 'data-telemetry-ws="/ws/telemetry/"' in html
     assert f'data-series="pool-{frac_pool.pk}"' in html and "data-heatmap" in html
     assert "Claim x grew" in html
-    assert "frontend/telemetry.js" in html
+    # The page's scripts, all from the app (no CDN), in the order they run: socket.js and uPlot before
+    # telemetry.js, which needs both.
+    scripts = re.findall(r'<script src="([^"]+)"', html)
+    assert scripts == [
+        "/static/frontend/socket.js",
+        "/static/frontend/vendor/uplot/uPlot.iife.min.js",
+        "/static/frontend/telemetry.js",
+    ]
+    assert '<link rel="stylesheet" href="/static/frontend/vendor/uplot/uPlot.min.css">' in html
 
 
 def test_cluster_pool_and_gpu_pages_open_their_streams(browser, frac_pool, cluster):

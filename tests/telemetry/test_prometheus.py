@@ -4,6 +4,7 @@ import re
 
 import pytest
 from django.test import Client, override_settings
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import post, sample
 
@@ -24,11 +25,22 @@ def test_metrics_expose_fleet_and_allocation(frac_pool, claim_in, node, node_cli
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain; version=0.0.4")
     text = response.content.decode()
     assert all(LINE.match(line) for line in text.strip().splitlines()), text
-    assert 'nvke_gpus{model="l4",healthy="true"} 4' in text
-    assert 'nvke_claims{kind="fraction",status="allocated"} 1' in text
-    assert "nvke_allocated_gpu_compute 0.4" in text
-    assert "nvke_allocated_gpu_memory_mib 2048" in text
-    assert "nvke_gpus_reporting 2" in text and "nvke_gpu_utilization_avg_percent 40.0" in text
+    # Read back by Prometheus' own parser: label order and number spelling are the writer's business.
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    families = {family.name: family.type for family in text_string_to_metric_families(text)}
+    assert families["nvke_gpus"] == families["nvke_claims"] == "gauge"
+    assert samples[("nvke_gpus", (("healthy", "true"), ("model", "l4")))] == 4
+    assert samples[("nvke_gpu_memory_mib", (("healthy", "true"), ("model", "l4")))] > 0
+    assert samples[("nvke_claims", (("kind", "fraction"), ("status", "allocated")))] == 1
+    assert samples[("nvke_allocated_gpu_compute", ())] == 0.4
+    assert samples[("nvke_allocated_gpu_memory_mib", ())] == 2048
+    assert samples[("nvke_gpus_reporting", ())] == 2
+    assert samples[("nvke_gpu_utilization_avg_percent", ())] == 40.0
+    assert {"nvke_nodes", "nvke_clusters", "nvke_telemetry_decisions"} <= families.keys()
 
 
 def test_metrics_need_their_token(db):

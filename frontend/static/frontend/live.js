@@ -1,7 +1,7 @@
-/* Live updates for NVKE pages. No framework, no build step.
+/* Live updates for NVKE pages: websocket events (socket.js) change badges in place, and htmx re-fetches
+ * the page's live regions. No build step.
  *
- * One websocket per page; its path comes from <body data-ws-url>. Events update elements by data
- * attribute:
+ * The socket's path comes from <body data-ws-url>. Events update elements by data attribute:
  *   data-cluster-status="<id>" / data-pool-status="<id>"  text and class from event.status
  *   data-cluster-reason="<id>" / data-pool-reason="<id>"  "reason: message"
  *   data-pool-nodes="<id>"                                "nodes/node_count"
@@ -12,10 +12,12 @@
  * Elements with data-live-region and an id are re-fetched from the server (the page itself) when an
  * event matches <body data-refresh-on> (space-separated keys: "cluster:<id>", "pool:<id>",
  * "claim:<id>", "claims:<cluster id>" for any claim of a cluster, "rollout:<id>" for a fleet rollout and
- * its runs, or "*"), and each time the socket
- * opens, since events may have been missed between the page's render (or a drop) and then; the status
- * badges outside those regions are copied from the fresh page as well. When the page's own object is
- * deleted or released (<body data-gone-on>), the browser goes to <body data-gone-url>.
+ * its runs, or "*"), and each time the socket opens, since events may have been missed between the
+ * page's render (or a drop) and then. The re-fetch is htmx's: base.html's [data-live-refresh] element
+ * GETs the page on the body's "nvke-refresh" event (400 ms after the last of a burst) and swaps the
+ * content of each region from the response (hx-select-oob, which this script fills in), nothing else;
+ * <body data-live-refreshes> counts those that landed. When the page's own object is deleted or
+ * released (<body data-gone-on>), the browser goes to <body data-gone-url>.
  * The connection's state is <body data-live-state> ("connecting", "open", "reconnecting", "off"), and
  * [data-live-indicator] elements say it in words.
  */
@@ -24,18 +26,10 @@
 
   var body = document.body;
   var path = body && body.dataset.wsUrl;
-  if (!path || !("WebSocket" in window)) return;
+  var refresher = document.querySelector("[data-live-refresh]");
+  if (!path || !refresher || !window.NVKE || !window.htmx) return;
 
-  var STATUS_ATTRS = ["data-cluster-status", "data-pool-status", "data-claim-status", "data-rollout-status"];
-  var FORBIDDEN = 4403; // the server refused this stream (signed out, another tenant's cluster): stop
-  var MAX_DELAY_MS = 30000;
-  var attempts = 0;
-  var refreshTimer = null;
-
-  function socketUrl() {
-    var scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    return scheme + "//" + location.host + path;
-  }
+  var REFRESH_EVENT = "nvke-refresh"; // what [data-live-refresh]'s hx-trigger listens for on <body>
 
   var STATE_TEXT = {
     connecting: "Connecting…",
@@ -109,40 +103,26 @@
     });
   }
 
-  function refreshRegions() {
-    fetch(location.href, { credentials: "same-origin", headers: { "X-Requested-With": "live.js" } })
-      .then(function (response) {
-        if (!response.ok) throw new Error("HTTP " + response.status);
-        return response.text();
+  // Swap the content of every region, each by its id, from the fresh page.
+  refresher.setAttribute(
+    "hx-select-oob",
+    Array.prototype.map
+      .call(document.querySelectorAll("[data-live-region][id]"), function (el) {
+        return "#" + el.id + ":innerHTML";
       })
-      .then(function (html) {
-        var fresh = new DOMParser().parseFromString(html, "text/html");
-        Array.prototype.forEach.call(document.querySelectorAll("[data-live-region][id]"), function (el) {
-          var replacement = fresh.getElementById(el.id);
-          if (replacement) el.innerHTML = replacement.innerHTML;
-        });
-        // Status badges outside the regions (a page's title) follow the fresh page too.
-        STATUS_ATTRS.forEach(function (attr) {
-          Array.prototype.forEach.call(document.querySelectorAll("[" + attr + "]"), function (el) {
-            var twin = fresh.querySelector("[" + attr + '="' + el.getAttribute(attr) + '"]');
-            if (twin) {
-              el.textContent = twin.textContent;
-              el.className = twin.className;
-            }
-          });
-        });
-        // How many re-fetches have landed: lets a test tell the catch-up on open from a later event's.
-        body.dataset.liveRefreshes = String(Number(body.dataset.liveRefreshes || 0) + 1);
-      })
-      .catch(function () {
-        /* the next event or reconnect tries again */
-      });
-  }
+      .join(",")
+  );
+  // Now, not at htmx's own start: the socket may open first, and its catch-up must find the listener.
+  htmx.process(refresher);
 
-  // Events come in bursts (a reconcile step publishes several): fetch once after the burst.
-  function scheduleRefresh() {
-    clearTimeout(refreshTimer);
-    refreshTimer = setTimeout(refreshRegions, 400);
+  body.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt !== refresher || event.detail.successful !== true) return;
+    // How many re-fetches have landed: lets a test tell the catch-up on open from a later event's.
+    body.dataset.liveRefreshes = String(Number(body.dataset.liveRefreshes || 0) + 1);
+  });
+
+  function refresh() {
+    htmx.trigger(body, REFRESH_EVENT);
   }
 
   function handle(event) {
@@ -189,39 +169,12 @@
       location.assign(body.dataset.goneUrl);
       return;
     }
-    if (listed(body.dataset.refreshOn, keys(event))) scheduleRefresh();
+    if (listed(body.dataset.refreshOn, keys(event))) refresh();
   }
 
-  function connect() {
-    var socket = new WebSocket(socketUrl());
-    socket.onopen = function () {
-      setState("open");
-      // Catch up on what happened since the page was rendered, or while the socket was down.
-      scheduleRefresh();
-      attempts = 0;
-    };
-    socket.onmessage = function (message) {
-      var event;
-      try {
-        event = JSON.parse(message.data);
-      } catch (error) {
-        return;
-      }
-      if (event && typeof event.type === "string") handle(event);
-    };
-    socket.onclose = function (close) {
-      if (close.code === FORBIDDEN) {
-        setState("off");
-        return;
-      }
-      setState("reconnecting");
-      // Exponential backoff with jitter, so a restarted server is not hit by every page at once.
-      var delay = Math.min(MAX_DELAY_MS, 1000 * Math.pow(2, attempts)) * (0.5 + Math.random() / 2);
-      attempts += 1;
-      setTimeout(connect, delay);
-    };
-  }
-
-  setState("connecting");
-  connect();
+  NVKE.socket.open(path, {
+    onState: setState,
+    onOpen: refresh, // catch up on what happened since the page was rendered, or while the socket was down
+    onMessage: handle,
+  });
 })();

@@ -1,43 +1,49 @@
-/* Live telemetry charts. No framework, no build step, no CDN: plain canvas drawing.
+/* Live telemetry charts: uPlot time series (vendored, no build step, no CDN) and a canvas heatmap.
  *
- * The page's .telemetry element names its websocket (data-telemetry-ws). The server sends
+ * The page's .telemetry element names its websocket (data-telemetry-ws), opened through socket.js. The
+ * server sends
  *   {"type": "telemetry.hello", "gpus": [{id, name, pool, pool_name, memory_mib, ...}], "columns": [...],
  *    "latest": [[id, ts, util, ...], ...]}  once (the current values), then
  *   {"type": "telemetry.frame", "columns": [...], "gpus": [[id, ts, util, mem, ...], ...]}  at most one
  *   per interval with the GPUs that changed, and {"type": "telemetry.event", ...} for decisions.
- * Every element [data-series="gpu-<id>"] or [data-series="pool-<id>"] gets its two charts
- * ([data-chart="util"], [data-chart="mem"], in %) and its current values ([data-value=...]);
+ * Every element [data-series="gpu-<id>"] or [data-series="pool-<id>"] gets its chart in [data-chart]
+ * (utilization and memory used, in %, over time: a time axis, a legend with the values under the
+ * cursor, drawn at the screen's pixel density) and its current values ([data-value=...]);
  * canvas[data-heatmap] gets one cell per GPU coloured by utilization.
  */
 (function () {
   "use strict";
 
   var root = document.querySelector("[data-telemetry-ws]");
-  if (!root || !("WebSocket" in window)) return;
+  if (!root || !window.NVKE || !window.uPlot) return;
 
-  var FORBIDDEN = 4403;
   var KEEP = 120; // points per series
   var gpus = {}; // id -> hello entry plus .latest
-  var series = {}; // "gpu-<id>" / "pool-<id>" -> {util: [[ts, v]], mem: [[ts, v]], latest: {}}
+  // "gpu-<id>" / "pool-<id>" -> {ts: [], util: [], mem: [], latest: {}, dirty}: uPlot's columns
+  var series = {};
+  var charts = {}; // same keys -> uPlot instance
   var drawPending = false;
-  var attempts = 0;
   var state = document.querySelector("[data-telemetry-state]");
+  var STATE_TEXT = { reconnecting: "Disconnected; reconnecting…", off: "This stream is not available to you." };
+  var clock = uPlot.fmtDate("{HH}:{mm}:{ss}");
 
   function setState(text) {
     if (state) state.textContent = text;
   }
 
   function seriesFor(key) {
-    return series[key] || (series[key] = { util: [], mem: [], latest: {} });
+    return series[key] || (series[key] = { ts: [], util: [], mem: [], latest: {}, dirty: false });
   }
 
   function push(key, ts, util, memPercent, latest) {
     var s = seriesFor(key);
-    if (s.util.length && s.util[s.util.length - 1][0] >= ts) return;
-    s.util.push([ts, util]);
-    s.mem.push([ts, memPercent]);
-    if (s.util.length > KEEP) { s.util.shift(); s.mem.shift(); }
+    if (s.ts.length && s.ts[s.ts.length - 1] >= ts) return;
+    s.ts.push(ts);
+    s.util.push(util);
+    s.mem.push(memPercent);
+    if (s.ts.length > KEEP) { s.ts.shift(); s.util.shift(); s.mem.shift(); }
     s.latest = latest;
+    s.dirty = true;
   }
 
   function onHello(message) {
@@ -105,30 +111,73 @@
     return "hsl(" + hue + ", 70%, " + (45 + 10 * (1 - p)) + "%)";
   }
 
-  function drawLine(canvas, points, label) {
-    var ctx = canvas.getContext("2d");
-    var w = canvas.width, h = canvas.height, pad = 18;
-    ctx.clearRect(0, 0, w, h);
-    ctx.strokeStyle = "#d0d7de";
-    ctx.lineWidth = 1;
-    [0, 50, 100].forEach(function (v) {
-      var y = h - pad - (h - 2 * pad) * v / 100;
-      ctx.beginPath(); ctx.moveTo(pad, y); ctx.lineTo(w - 4, y); ctx.stroke();
-    });
-    ctx.fillStyle = "#57606a";
-    ctx.font = "11px sans-serif";
-    ctx.fillText(label, pad + 2, 12);
-    if (points.length < 2) return;
-    var t0 = points[0][0], t1 = points[points.length - 1][0], span = Math.max(1, t1 - t0);
-    ctx.strokeStyle = label.indexOf("Memory") === 0 ? "#8250df" : "#1a7f37";
-    ctx.lineWidth = 2;
-    ctx.beginPath();
-    points.forEach(function (p, i) {
-      var x = pad + (w - pad - 4) * (p[0] - t0) / span;
-      var y = h - pad - (h - 2 * pad) * Math.max(0, Math.min(100, p[1])) / 100;
-      if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
-    });
-    ctx.stroke();
+  var MIN_SPAN_S = 60; // the time axis spans at least a minute, so a few samples are not stretched over it
+  var TICK_INCRS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600]; // whole seconds, never less
+
+  // The legend shows the values under the cursor and, with no cursor on the chart, the newest ones.
+  function legendValue(format) {
+    return function (chart, value, seriesIndex, index) {
+      if (index == null) {
+        var column = chart.data[seriesIndex];
+        value = column.length ? column[column.length - 1] : null;
+      }
+      return value == null ? "–" : format(value);
+    };
+  }
+
+  function percent(value) {
+    return value.toFixed(0) + " %";
+  }
+
+  function time(ts) {
+    return clock(new Date(ts * 1000));
+  }
+
+  // One chart per [data-chart] element, sized to it (and again when it resizes). uPlot scales its
+  // canvas by devicePixelRatio itself, so lines and labels stay sharp on HiDPI screens.
+  function makeChart(el) {
+    var height = Number(el.dataset.chartHeight) || 150;
+    var chart = new uPlot(
+      {
+        width: Math.max(200, el.clientWidth),
+        height: height,
+        scales: {
+          x: {
+            time: true,
+            range: function (u, min, max) {
+              if (min == null) return [Date.now() / 1000 - MIN_SPAN_S, Date.now() / 1000];
+              return [Math.min(min, max - MIN_SPAN_S), max];
+            },
+          },
+          y: { range: [0, 100] },
+        },
+        axes: [
+          {
+            incrs: TICK_INCRS_S,
+            values: function (u, splits) {
+              var labels = splits.map(time);
+              // Axis labels are drawn on the canvas: the element also carries them as text.
+              el.dataset.timeTicks = labels.join(" ");
+              return labels;
+            },
+          },
+          { values: function (u, splits) { return splits.map(function (v) { return v + " %"; }); }, size: 56 },
+        ],
+        series: [
+          { label: "Time", value: legendValue(time) },
+          { label: "Utilization", stroke: "#1a7f37", width: 2, value: legendValue(percent) },
+          { label: "Memory used", stroke: "#8250df", width: 2, value: legendValue(percent) },
+        ],
+      },
+      [[], [], []],
+      el
+    );
+    if ("ResizeObserver" in window) {
+      new ResizeObserver(function () {
+        if (el.clientWidth && el.clientWidth !== chart.width) chart.setSize({ width: el.clientWidth, height: height });
+      }).observe(el);
+    }
+    return chart;
   }
 
   function format(name, value) {
@@ -169,12 +218,15 @@
 
   function draw() {
     Array.prototype.forEach.call(root.querySelectorAll("[data-series]"), function (el) {
-      var s = series[el.dataset.series];
-      if (!s) return;
-      Array.prototype.forEach.call(el.querySelectorAll("[data-chart]"), function (canvas) {
-        var kind = canvas.dataset.chart;
-        drawLine(canvas, s[kind], kind === "util" ? "Utilization %" : "Memory used %");
-      });
+      var key = el.dataset.series;
+      var s = series[key];
+      if (!s || !s.dirty) return;
+      s.dirty = false;
+      var chart = charts[key];
+      if (chart) {
+        chart.setData([s.ts, s.util, s.mem]);
+        if (chart.cursor.idx == null) chart.setLegend({ idx: null }); // the newest values, not the last hover's
+      }
       Array.prototype.forEach.call(el.querySelectorAll("[data-value]"), function (span) {
         span.textContent = format(span.dataset.value, s.latest[span.dataset.value]);
       });
@@ -183,23 +235,20 @@
     if (heatmap) drawHeatmap(heatmap);
   }
 
-  function connect() {
-    var scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    var socket = new WebSocket(scheme + "//" + location.host + root.dataset.telemetryWs);
-    socket.onopen = function () { attempts = 0; };
-    socket.onmessage = function (message) {
-      var data = JSON.parse(message.data);
+  // Empty charts (axes, legend) from the start; the data fills them as it comes.
+  Array.prototype.forEach.call(root.querySelectorAll("[data-series]"), function (el) {
+    var target = el.querySelector("[data-chart]");
+    if (target) charts[el.dataset.series] = makeChart(target);
+  });
+
+  NVKE.socket.open(root.dataset.telemetryWs, {
+    onState: function (name) {
+      if (STATE_TEXT[name]) setState(STATE_TEXT[name]); // "Live: …" comes with the hello
+    },
+    onMessage: function (data) {
       if (data.type === "telemetry.hello") onHello(data);
       else if (data.type === "telemetry.frame") onFrame(data);
       else if (data.type === "telemetry.event") onEvent(data);
-    };
-    socket.onclose = function (event) {
-      if (event.code === FORBIDDEN) { setState("This stream is not available to you."); return; }
-      attempts += 1;
-      setState("Disconnected; reconnecting…");
-      window.setTimeout(connect, Math.min(30000, 500 * Math.pow(2, attempts)));
-    };
-  }
-
-  connect();
+    },
+  });
 })();
