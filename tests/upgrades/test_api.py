@@ -35,6 +35,23 @@ def test_driver_options_list_each_refusal_with_its_rule(api, pool):
     assert "Driver branch 535 reached end of life on 2026-06-30." in messages
 
 
+@pytest.mark.parametrize("cuda", ["abc", "12.", "v12.8"])
+def test_driver_options_refuse_a_cuda_that_is_no_version(api, pool, cuda):
+    response = api.get(f"/api/v1/node-pools/{pool.pk}/driver-options/", {"cuda": cuda})
+    assert (response.status_code, response.data["code"], response.data["details"]["field"]) == (
+        400,
+        "invalid_version",
+        "cuda",
+    )
+
+
+def test_driver_options_take_a_bare_cuda_major(api, pool):
+    response = api.get(f"/api/v1/node-pools/{pool.pk}/driver-options/", {"cuda": "13"})
+    assert response.status_code == 200
+    rules = {row["driver"]["version"]: [r["rule"] for r in row["refusals"]] for row in response.data}
+    assert rules[TARGET] == [] and rules["535.230.02"] == ["end_of_life", "cuda_minimum"]
+
+
 def test_create_starts_a_run_with_every_node(api, pool):
     response = create(api, pool, max_unavailable="50%", canary_nodes=1)
     assert response.status_code == 201, response.data
@@ -55,6 +72,7 @@ def test_create_starts_a_run_with_every_node(api, pool):
         ({"target_release": "535.230.02"}, 400, "end_of_life", "target_release"),
         ({"target_release": "580.105.08"}, 400, "same_release", "target_release"),
         ({"cuda": "13.5"}, 400, "cuda_minimum", "target_release"),
+        ({"cuda": "abc"}, 400, "invalid_version", "cuda"),
         ({"max_unavailable": "0"}, 400, "invalid", "max_unavailable"),
         ({"max_unavailable": "150%"}, 400, "invalid", "max_unavailable"),
         ({"canary_nodes": 4}, 400, "invalid", "canary_nodes"),
