@@ -5,8 +5,8 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from nodepools import quotas
+from nvke.tenancy.api.serializers import QuotaSerializer
 from nvke.tenancy.context import resolve_tenant
-from nvke.tenancy.serializers import QuotaSerializer
 
 
 @extend_schema(responses=QuotaSerializer)

@@ -1,7 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from audit.api import AuditEntryViewSet
+from audit.api.views import AuditEntryViewSet
 from clusters.api.views import ClusterViewSet
 from nodepools.api.claims import ClaimViewSet
 from nodepools.api.defrag import ClusterDefragViewSet
@@ -14,8 +14,8 @@ from nodepools.api.views import (
     NodeViewSet,
     RegionViewSet,
 )
-from nvke.tenancy.views import ApiTokenViewSet, MembershipViewSet, me
-from telemetry.api import (
+from nvke.tenancy.api.views import ApiTokenViewSet, MembershipViewSet, me
+from telemetry.api.views import (
     ClaimScalingViewSet,
     GpuTelemetryViewSet,
     IngestView,

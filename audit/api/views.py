@@ -1,28 +1,9 @@
-from rest_framework import serializers
-
+from audit.filtersets import AuditEntryFilter
+from audit.models import AuditEntry
 from nvke.api.viewsets import ReadOnlyTenantViewSet
 from nvke.tenancy.roles import Action
 
-from .filtersets import AuditEntryFilter
-from .models import AuditEntry
-
-
-class AuditEntrySerializer(serializers.ModelSerializer):
-    class Meta:
-        model = AuditEntry
-        fields = [
-            "id",
-            "created_at",
-            "actor",
-            "actor_user",
-            "actor_token",
-            "ip",
-            "action",
-            "object_type",
-            "object_id",
-            "object_repr",
-            "changes",
-        ]
+from .serializers import AuditEntrySerializer
 
 
 class AuditEntryViewSet(ReadOnlyTenantViewSet):

@@ -4,18 +4,17 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from nvke.api.viewsets import TenantScopedViewSet
-
-from . import services
-from .context import resolve_tenant
-from .models import ApiToken, Membership
-from .roles import Action
-from .serializers import (
+from nvke.tenancy import services
+from nvke.tenancy.api.serializers import (
     ApiTokenSerializer,
     MembershipRoleSerializer,
     MembershipSerializer,
     MeSerializer,
     NewApiTokenSerializer,
 )
+from nvke.tenancy.context import resolve_tenant
+from nvke.tenancy.models import ApiToken, Membership
+from nvke.tenancy.roles import Action
 
 
 class ApiTokenViewSet(

@@ -1,22 +1,28 @@
 """Telemetry API: node-token ingestion, node tokens, GPUs with their latest values and history,
 claim usage profiles, pools' rescaling policies and the log of rescaling and health decisions."""
 
-from dataclasses import asdict
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, serializers, status
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodepools.models import Claim, Gpu, Node, NodePool
+from nodepools.models import Gpu, NodePool
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
 from nvke.tenancy.roles import Action
+from telemetry import ingest, policy, selectors
+from telemetry.models import ClaimScaling, NodeToken, TelemetryEvent
 
-from . import ingest, policy, selectors
-from .models import RESCALING_BOUNDS, ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
+from .serializers import (
+    ClaimScalingSerializer,
+    GpuTelemetrySerializer,
+    MetricPointSerializer,
+    NodeTokenSerializer,
+    PoolRescalingSerializer,
+    TelemetryEventSerializer,
+)
 
 
 class IngestView(APIView):
@@ -37,23 +43,6 @@ class IngestView(APIView):
         return Response({"accepted": count}, status=status.HTTP_202_ACCEPTED)
 
 
-class NodeTokenSerializer(serializers.ModelSerializer):
-    node = serializers.PrimaryKeyRelatedField(queryset=Node.objects.none())
-    token = serializers.CharField(read_only=True, help_text="Shown once, at creation.")
-
-    class Meta:
-        model = NodeToken
-        fields = ["id", "node", "key_prefix", "created_at", "token"]
-        read_only_fields = ["key_prefix", "created_at"]
-
-    def get_fields(self):
-        fields = super().get_fields()
-        view = self.context.get("view")  # absent when DRF's ordering filter lists the fields
-        if view is not None:
-            fields["node"].queryset = Node.objects.restrict(view.tenant_context)
-        return fields
-
-
 class NodeTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, TenantScopedViewSet):
     """Per-node telemetry tokens for nvke-agent. Creating one for a node replaces its old token."""
 
@@ -65,34 +54,6 @@ class NodeTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, TenantSco
         token, raw = NodeToken.issue(serializer.validated_data["node"])
         serializer.instance = token
         token.token = raw
-
-
-class GpuTelemetrySerializer(serializers.ModelSerializer):
-    node = serializers.CharField(source="node.name")
-    pool = serializers.IntegerField(source="node.pool_id")
-    cluster = serializers.IntegerField(source="node.pool.cluster_id")
-    latest = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Gpu
-        fields = ["id", "uuid", "node", "pool", "cluster", "index", "memory_mib", "healthy", "latest"]
-
-    def get_latest(self, gpu) -> dict | None:
-        return self.context["latest"].get(gpu.pk)
-
-
-class MetricPointSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = MetricPoint
-        fields = [
-            "bucket",
-            "samples",
-            "utilization",
-            "memory_used_mib",
-            "temperature_c",
-            "power_w",
-            "sm_clock_mhz",
-        ]
 
 
 class GpuTelemetryViewSet(ReadOnlyTenantViewSet):
@@ -141,12 +102,6 @@ def dict_latest(gpus: list[Gpu]) -> dict[int, dict]:
     return {gpu.pk: latest for gpu, latest in selectors.gpus_with_latest(gpus) if latest is not None}
 
 
-class TelemetryEventSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = TelemetryEvent
-        fields = ["id", "kind", "cluster", "claim", "gpu", "node", "message", "created_at"]
-
-
 class TelemetryEventViewSet(ReadOnlyTenantViewSet):
     """Decisions taken on telemetry: claims grown, moved, throttled, shrunk; GPUs failed; nodes
     NotReady. Newest first."""
@@ -154,27 +109,6 @@ class TelemetryEventViewSet(ReadOnlyTenantViewSet):
     queryset = TelemetryEvent.objects.all()
     serializer_class = TelemetryEventSerializer
     filterset_fields = ["cluster", "claim", "gpu", "kind"]
-
-
-class ClaimScalingSerializer(serializers.ModelSerializer):
-    claim = serializers.PrimaryKeyRelatedField(queryset=Claim.objects.none())
-
-    class Meta:
-        model = ClaimScaling
-        fields = ["id", "claim", "profile", "requested_compute_percent", "state", "reason", "updated_at"]
-        read_only_fields = ["requested_compute_percent", "state", "reason", "updated_at"]
-
-    def get_fields(self):
-        fields = super().get_fields()
-        view = self.context.get("view")  # absent when DRF's ordering filter lists the fields
-        if view is not None:
-            fields["claim"].queryset = Claim.objects.restrict(view.tenant_context)
-        return fields
-
-    def validate_claim(self, claim: Claim) -> Claim:
-        if claim.kind != Claim.Kind.FRACTION or not claim.compute_percent:
-            raise serializers.ValidationError("Only fractional claims with a compute share are rescaled.")
-        return claim
 
 
 class ClaimScalingViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, ReadOnlyTenantViewSet):
@@ -203,53 +137,6 @@ class ClaimScalingViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, Read
     def perform_update(self, serializer):
         serializer.validated_data.pop("claim", None)  # a profile stays with its claim
         serializer.save()
-
-
-def _bounded(name: str, help_text: str) -> serializers.IntegerField:
-    # The service checks the bounds (400 out_of_bounds naming the field); the schema states them.
-    low, high = RESCALING_BOUNDS[name]
-    return serializers.IntegerField(required=False, help_text=f"{help_text} ({low}–{high}).")
-
-
-class PoolRescalingSerializer(serializers.Serializer):
-    """A pool's rescaling policy. Read from the pool: its own row, or the platform defaults."""
-
-    pool = serializers.IntegerField(source="pk", read_only=True)
-    cluster = serializers.IntegerField(source="cluster_id", read_only=True)
-    pool_name = serializers.CharField(source="name", read_only=True)
-    custom = serializers.BooleanField(
-        read_only=True,
-        help_text="false: the pool follows the platform defaults (it has no policy of its own)",
-    )
-    enabled = serializers.BooleanField(
-        required=False,
-        help_text="false: the pool's claims never grow (grown ones still shrink back when idle)",
-    )
-    pressure_percent = _bounded("pressure_percent", "Usage, in % of a claim's share, that counts as pressure")
-    pressure_s = _bounded("pressure_s", "Seconds of unbroken pressure before a claim grows")
-    idle_percent = _bounded("idle_percent", "Usage at or below which a claim is idle; below pressure_percent")
-    idle_s = _bounded("idle_s", "Seconds of unbroken idleness before a grown claim shrinks back")
-    max_growth_percent = _bounded("max_growth_percent", "The most a claim grows to, in % of its request")
-    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
-
-    def to_representation(self, pool: NodePool) -> dict:
-        row = policy.row_of(pool)
-        return {
-            "pool": pool.pk,
-            "cluster": pool.cluster_id,
-            "pool_name": pool.name,
-            "custom": row is not None,
-            **asdict(policy.of_row(row)),
-            "updated_at": serializers.DateTimeField().to_representation(row.updated_at) if row else None,
-        }
-
-    def validate(self, attrs: dict) -> dict:
-        unknown = (
-            sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        )
-        if unknown:
-            raise serializers.ValidationError({unknown[0]: "No such field of a rescaling policy."})
-        return attrs
 
 
 class PoolRescalingViewSet(mixins.UpdateModelMixin, ReadOnlyTenantViewSet):

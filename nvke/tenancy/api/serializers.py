@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
-from .models import ApiToken, Membership
-from .roles import Role
+from nvke.tenancy.models import ApiToken, Membership
+from nvke.tenancy.roles import Role
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):

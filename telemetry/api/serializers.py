@@ -1,0 +1,126 @@
+from dataclasses import asdict
+
+from rest_framework import serializers
+
+from nodepools.models import Claim, Gpu, Node, NodePool
+from telemetry import policy
+from telemetry.models import RESCALING_BOUNDS, ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
+
+
+class NodeTokenSerializer(serializers.ModelSerializer):
+    node = serializers.PrimaryKeyRelatedField(queryset=Node.objects.none())
+    token = serializers.CharField(read_only=True, help_text="Shown once, at creation.")
+
+    class Meta:
+        model = NodeToken
+        fields = ["id", "node", "key_prefix", "created_at", "token"]
+        read_only_fields = ["key_prefix", "created_at"]
+
+    def get_fields(self):
+        fields = super().get_fields()
+        view = self.context.get("view")  # absent when DRF's ordering filter lists the fields
+        if view is not None:
+            fields["node"].queryset = Node.objects.restrict(view.tenant_context)
+        return fields
+
+
+class GpuTelemetrySerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    pool = serializers.IntegerField(source="node.pool_id")
+    cluster = serializers.IntegerField(source="node.pool.cluster_id")
+    latest = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Gpu
+        fields = ["id", "uuid", "node", "pool", "cluster", "index", "memory_mib", "healthy", "latest"]
+
+    def get_latest(self, gpu) -> dict | None:
+        return self.context["latest"].get(gpu.pk)
+
+
+class MetricPointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = MetricPoint
+        fields = [
+            "bucket",
+            "samples",
+            "utilization",
+            "memory_used_mib",
+            "temperature_c",
+            "power_w",
+            "sm_clock_mhz",
+        ]
+
+
+class TelemetryEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TelemetryEvent
+        fields = ["id", "kind", "cluster", "claim", "gpu", "node", "message", "created_at"]
+
+
+class ClaimScalingSerializer(serializers.ModelSerializer):
+    claim = serializers.PrimaryKeyRelatedField(queryset=Claim.objects.none())
+
+    class Meta:
+        model = ClaimScaling
+        fields = ["id", "claim", "profile", "requested_compute_percent", "state", "reason", "updated_at"]
+        read_only_fields = ["requested_compute_percent", "state", "reason", "updated_at"]
+
+    def get_fields(self):
+        fields = super().get_fields()
+        view = self.context.get("view")  # absent when DRF's ordering filter lists the fields
+        if view is not None:
+            fields["claim"].queryset = Claim.objects.restrict(view.tenant_context)
+        return fields
+
+    def validate_claim(self, claim: Claim) -> Claim:
+        if claim.kind != Claim.Kind.FRACTION or not claim.compute_percent:
+            raise serializers.ValidationError("Only fractional claims with a compute share are rescaled.")
+        return claim
+
+
+def _bounded(name: str, help_text: str) -> serializers.IntegerField:
+    # The service checks the bounds (400 out_of_bounds naming the field); the schema states them.
+    low, high = RESCALING_BOUNDS[name]
+    return serializers.IntegerField(required=False, help_text=f"{help_text} ({low}–{high}).")
+
+
+class PoolRescalingSerializer(serializers.Serializer):
+    """A pool's rescaling policy. Read from the pool: its own row, or the platform defaults."""
+
+    pool = serializers.IntegerField(source="pk", read_only=True)
+    cluster = serializers.IntegerField(source="cluster_id", read_only=True)
+    pool_name = serializers.CharField(source="name", read_only=True)
+    custom = serializers.BooleanField(
+        read_only=True,
+        help_text="false: the pool follows the platform defaults (it has no policy of its own)",
+    )
+    enabled = serializers.BooleanField(
+        required=False,
+        help_text="false: the pool's claims never grow (grown ones still shrink back when idle)",
+    )
+    pressure_percent = _bounded("pressure_percent", "Usage, in % of a claim's share, that counts as pressure")
+    pressure_s = _bounded("pressure_s", "Seconds of unbroken pressure before a claim grows")
+    idle_percent = _bounded("idle_percent", "Usage at or below which a claim is idle; below pressure_percent")
+    idle_s = _bounded("idle_s", "Seconds of unbroken idleness before a grown claim shrinks back")
+    max_growth_percent = _bounded("max_growth_percent", "The most a claim grows to, in % of its request")
+    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    def to_representation(self, pool: NodePool) -> dict:
+        row = policy.row_of(pool)
+        return {
+            "pool": pool.pk,
+            "cluster": pool.cluster_id,
+            "pool_name": pool.name,
+            "custom": row is not None,
+            **asdict(policy.of_row(row)),
+            "updated_at": serializers.DateTimeField().to_representation(row.updated_at) if row else None,
+        }
+
+    def validate(self, attrs: dict) -> dict:
+        unknown = (
+            sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        )
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: "No such field of a rescaling policy."})
+        return attrs
