@@ -135,10 +135,11 @@ def test_a_failed_provisioning_installs_no_add_ons(api, catalog, django_capture_
 
 
 def test_a_provider_that_cannot_install_add_ons_marks_them_failed(running, monkeypatch):
-    from nvke.providers.base import Provider
+    from nvke.providers.base import Infrastructure
 
     monkeypatch.setattr(
-        "nvke.providers.simulator.provider.SimulatorProvider.install_addons", Provider.install_addons
+        "nvke.providers.simulator.provider.SimulatorInfrastructure.install_addons",
+        Infrastructure.install_addons,
     )
     Cluster.objects.filter(pk=running.pk).update(status="provisioning")
     provision(running.pk)
