@@ -215,9 +215,12 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             Gpu.objects.filter(node__pool=pool, healthy=False).values_list("node__name", flat=True)
         )
         rows += _join_new_nodes(run, rows, nodes, now)
-        for row in rows:  # a node scaled away mid-run cannot finish
-            if row.name not in nodes and row.state not in (State.DONE, State.FAILED):
+        for row in (r for r in rows if r.name not in nodes):
+            if row.state not in (State.DONE, State.FAILED):  # a node scaled away mid-run cannot finish
                 _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
+            if _outstanding(row) or row.call_error:  # nothing left to call on
+                row.cordon_wanted, row.drain_wanted, row.driver_wanted, row.call_error = None, False, "", {}
+                _writes.rows[row.pk] = row
         refused = _take_refusals(run, rows, nodes, now)
         views = [
             _observe(row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name))

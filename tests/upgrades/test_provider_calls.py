@@ -163,3 +163,19 @@ def test_a_drain_blocked_past_the_drain_timeout_fails_the_node_back_into_service
     )
     assert not Node.objects.get(pk=node.pk).cordoned and not SimNode.objects.get(name=node.name).unschedulable
     assert SimNode.objects.get(name=node.name).driver_version == "580.105.08"  # never installed
+
+
+@pytest.mark.django_db
+def test_a_node_gone_with_a_call_still_owed_lets_the_run_end(context, make_upgrade_pool):
+    pool = make_upgrade_pool(nodes=1)
+    node = Node.objects.get(pool=pool)
+    SimFault.objects.create(operation="uncordon", target=node.name, reason="ApiServerDown", remaining=100)
+    run = start(context, pool)
+    while row_of(run).state != "upgrade-done":
+        assert once(run) is not None
+    assert once(run) is not None  # still owed: the run goes on ticking
+    Node.objects.filter(pk=node.pk).delete()  # scaled away meanwhile
+    SimNode.objects.filter(name=node.name).delete()
+    assert once(run) is None
+    run.refresh_from_db()
+    assert run.status == "completed" and row_of(run).cordon_wanted is None
