@@ -280,6 +280,7 @@ def call_provider(ops: ClusterOperations, run_id: int) -> None:
     rows = UpgradeNode.objects.filter(run_id=run_id).filter(
         Q(cordon_wanted__isnull=False) | Q(drain_wanted=True) | ~Q(driver_wanted="")
     )
+    accepted: dict[str, list[int]] = {"cordon": [], "uncordon": [], "install": []}
     for row in rows.order_by("pk"):
         if row.call_error and row.call_error["call"] not in RETRIED:
             continue
@@ -288,22 +289,26 @@ def call_provider(ops: ClusterOperations, run_id: int) -> None:
             if row.cordon_wanted is not None:
                 call = "cordon" if row.cordon_wanted else "uncordon"
                 (ops.cordon if row.cordon_wanted else ops.uncordon)(row.name)
-                UpgradeNode.objects.filter(pk=row.pk, cordon_wanted=row.cordon_wanted).update(
-                    cordon_wanted=None, call_error={}
-                )
+                accepted[call].append(row.pk)
             if row.drain_wanted:
                 call = "drain"
                 ops.drain(row.name)
             if row.driver_wanted:
                 call = "install"
                 ops.install_driver(row.name, row.driver_wanted)
-                UpgradeNode.objects.filter(pk=row.pk, driver_wanted=row.driver_wanted).update(
-                    driver_wanted="", call_error={}
-                )
+                accepted[call].append(row.pk)
         except ProviderError as error:
             UpgradeNode.objects.filter(pk=row.pk).update(
                 call_error={"call": call, "reason": error.reason, "message": error.message}
             )
+    # A cordon's intent is cleared only if it is still the one called for: a tick may have flipped it.
+    rows = UpgradeNode.objects
+    if accepted["cordon"]:
+        rows.filter(pk__in=accepted["cordon"], cordon_wanted=True).update(cordon_wanted=None)
+    if accepted["uncordon"]:
+        rows.filter(pk__in=accepted["uncordon"], cordon_wanted=False).update(cordon_wanted=None)
+    if accepted["install"]:
+        rows.filter(pk__in=accepted["install"]).update(driver_wanted="")
 
 
 def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], now) -> bool:

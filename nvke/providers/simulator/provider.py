@@ -243,9 +243,10 @@ class SimulatorOperations(ClusterOperations):
             _settle_install(node)
         return [_node_info(node) for node in nodes]
 
-    def _node(self, node: str) -> SimNode:
+    def _node(self, node: str, *, lock: bool = False) -> SimNode:
+        nodes = self._nodes().select_for_update(of=("self",)) if lock else self._nodes()
         try:
-            return self._nodes().get(name=node)
+            return nodes.get(name=node)
         except SimNode.DoesNotExist:
             raise ProviderError(
                 "NodeNotFound", f"Node {node} does not exist in cluster {self.cluster.name}."
@@ -268,7 +269,7 @@ class SimulatorOperations(ClusterOperations):
         refuses the evictions (with reason `DisruptionBudget` it stands for a PodDisruptionBudget): the
         drain stays blocked until a later call finds no fault left."""
         with transaction.atomic():
-            sim = SimNode.objects.select_for_update().get(pk=self._node(node).pk)
+            sim = self._node(node, lock=True)
             if sim.drain_state in (SimNode.Drain.DRAINING, SimNode.Drain.DRAINED):
                 return  # running or done already
             sim.unschedulable = True
@@ -301,7 +302,7 @@ class SimulatorOperations(ClusterOperations):
 
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
         with transaction.atomic():
-            sim = SimNode.objects.select_for_update().get(pk=self._node(node).pk)
+            sim = self._node(node, lock=True)
             for key, value in labels.items():
                 if value is None:
                     sim.labels.pop(key, None)
@@ -314,7 +315,7 @@ class SimulatorOperations(ClusterOperations):
 
     def install_driver(self, node: str, version: str) -> None:
         with transaction.atomic():
-            sim = SimNode.objects.select_for_update().get(pk=self._node(node).pk)
+            sim = self._node(node, lock=True)
             _settle_install(sim)
             if sim.driver_target == version or (sim.driver_version == version and not sim.driver_failure):
                 return  # running or done already

@@ -3,6 +3,11 @@
 from django.db import migrations, models
 
 
+def evict_faults_become_drain_faults(apps, schema_editor):
+    """evict() is gone: a fault injected for it now blocks the drain that replaced it."""
+    apps.get_model("simulator", "SimFault").objects.filter(operation="evict").update(operation="drain")
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -30,4 +35,5 @@ class Migration(migrations.Migration):
             name='operation',
             field=models.CharField(choices=[('provision_cluster', 'Provision Cluster'), ('scale_pool', 'Scale Pool'), ('cordon', 'Cordon'), ('drain', 'Drain'), ('uncordon', 'Uncordon'), ('install_driver', 'Install Driver'), ('validate', 'Validate')], max_length=32),
         ),
+        migrations.RunPython(evict_faults_become_drain_faults, migrations.RunPython.noop),
     ]
