@@ -74,22 +74,15 @@ class _Writes(threading.local):
 
     def reset(self) -> None:
         self.rows: dict[int, UpgradeNode] = {}
+        self.intents: dict[int, UpgradeNode] = {}  # rows whose provider intent changed (fewer: cheaper)
         self.conditions: list[UpgradeCondition] = []
 
     def flush(self) -> None:
         UpgradeNode.objects.bulk_update(
-            self.rows.values(),
-            [
-                "state",
-                "entered_at",
-                "reason",
-                "message",
-                "driver_touched",
-                "cordon_wanted",
-                "drain_wanted",
-                "driver_wanted",
-                "call_error",
-            ],
+            self.rows.values(), ["state", "entered_at", "reason", "message", "driver_touched"]
+        )
+        UpgradeNode.objects.bulk_update(
+            self.intents.values(), ["cordon_wanted", "drain_wanted", "driver_wanted", "call_error"]
         )
         UpgradeCondition.objects.bulk_create(self.conditions)
         self.reset()
@@ -154,7 +147,7 @@ def _observe(
     if row.drain_wanted and drain is not None:
         if drain.done:
             row.drain_wanted = False
-            _writes.rows[row.pk] = row
+            _writes.intents[row.pk] = row
         elif drain.blocked:  # pods a budget keeps there count as claims: the drain timeout applies
             claims += max(drain.pods_left, 1)
         else:
@@ -220,7 +213,7 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
                 _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
             if _outstanding(row) or row.call_error:  # nothing left to call on
                 row.cordon_wanted, row.drain_wanted, row.driver_wanted, row.call_error = None, False, "", {}
-                _writes.rows[row.pk] = row
+                _writes.intents[row.pk] = row
         refused = _take_refusals(run, rows, nodes, now)
         views = [
             _observe(row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name))
@@ -322,6 +315,7 @@ def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, No
         error = ProviderError(row.call_error["reason"], row.call_error["message"])
         call = row.call_error["call"]
         row.call_error = {}
+        _writes.intents[row.pk] = row
         if call in RETRIED:
             _note(run, row, error.reason, error.message)
         else:
@@ -387,6 +381,7 @@ def _carry_out(run, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
         elif step.effect == Effect.INSTALL:
             row.driver_touched = True  # from now on: the old driver may be gone
             row.driver_wanted = run.target_release.version
+            _writes.intents[row.pk] = row
         if step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
             topology |= _mirror(node, seen[step.node].driver)
         _record(run, row, step.to, step.reason, message, now)
@@ -402,13 +397,14 @@ def _set_cordon(node: Node, row: UpgradeNode, cordon: bool) -> None:
     Node.objects.filter(pk=node.pk).update(cordoned=cordon)
     node.cordoned = cordon
     row.cordon_wanted = cordon
-    _writes.rows[row.pk] = row
+    _writes.intents[row.pk] = row
 
 
 def _evict(run: UpgradeRun, node: Node, row: UpgradeNode) -> str:
     """Ask for the node's drain (the eviction API on a real cluster, after commit), and let the
     allocator re-place its claims elsewhere or leave them pending with the reason."""
     row.drain_wanted = True
+    _writes.intents[row.pk] = row
     claims = list(Claim.objects.filter(allocation__node=node).values_list("pk", flat=True))
     if not claims:
         return "No claims on the node."
@@ -457,10 +453,12 @@ def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now)
     row.state, row.reason, row.message = state, reason, message
     if state == State.UNCORDON_REQUIRED:
         row.driver_touched = False  # validated: its driver is trusted again
-    if state not in DRAINING:
-        row.drain_wanted = False
-    if state != State.VALIDATION_REQUIRED:
-        row.driver_wanted = ""  # validated, failed or handed back: no install is wanted any more
+    # Past the drain (or the install's wait), none of it is wanted from the provider any more.
+    drain = row.drain_wanted and state in DRAINING
+    driver = row.driver_wanted if state == State.VALIDATION_REQUIRED else ""
+    if (drain, driver) != (row.drain_wanted, row.driver_wanted):
+        row.drain_wanted, row.driver_wanted = drain, driver
+        _writes.intents[row.pk] = row
     _writes.rows[row.pk] = row
     if changed:
         events.publish_node(run, row)

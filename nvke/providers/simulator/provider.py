@@ -47,15 +47,13 @@ def _busy_for(operation: str) -> datetime.datetime | None:
 
 
 def _take_fault(operation: str, target: str) -> SimFault | None:
-    """Consume one matching injected fault, if any."""
+    """Consume one matching injected fault, if any. Faults are rare: one unlocked read finds there is
+    none before a transaction is opened to take one."""
+    faults = SimFault.objects.filter(operation=operation, remaining__gt=0, target__in=["", target])
+    if not faults.exists():
+        return None
     with transaction.atomic():
-        fault = (
-            SimFault.objects.select_for_update()
-            .filter(operation=operation, remaining__gt=0)
-            .filter(target__in=["", target])
-            .order_by("pk")
-            .first()
-        )
+        fault = faults.select_for_update().order_by("pk").first()
         if fault is not None:
             SimFault.objects.filter(pk=fault.pk).update(remaining=F("remaining") - 1)
         return fault
