@@ -7,6 +7,8 @@ its user entry stays empty and the file says how to add credentials (`kubectl co
 The UI page (`cluster-kubeconfig`) and the API (`GET /api/v1/clusters/{id}/kubeconfig/`) both render it;
 both are for members and up (the token can change the cluster), never viewers or read-only tokens."""
 
+import base64
+
 import yaml
 
 from clusters.models import Cluster
@@ -32,10 +34,13 @@ def kubeconfig_yaml(cluster: Cluster, username: str) -> str:
     name = f"nvke-{cluster.tenant.slug}-{cluster.name}"
     user = f"{name}-{username}"
     token = cluster.admin_token
+    server = {"server": cluster.endpoint}
+    if cluster.ca_bundle:  # kubectl then trusts the cluster's own CA for this endpoint only
+        server["certificate-authority-data"] = base64.b64encode(cluster.ca_bundle.encode()).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": cluster.endpoint}}],
+        "clusters": [{"name": name, "cluster": server}],
         "users": [{"name": user, "user": {"token": token} if token else {}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,

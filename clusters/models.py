@@ -52,6 +52,11 @@ class Cluster(Conditions):
         editable=False,
         help_text="Cluster-admin bearer token from provisioning; encrypted, shown only in kubeconfigs.",
     )
+    ca_bundle = models.TextField(
+        blank=True,
+        editable=False,
+        help_text="PEM CA bundle that signs the endpoint's certificate; empty when publicly trusted.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

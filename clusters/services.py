@@ -5,8 +5,8 @@ from django.db import IntegrityError, transaction
 from nvke import jobs
 from nvke.errors import Conflict
 from nvke.models import check_dns_label
-from nvke.providers import get_provider
-from nvke.providers.base import ProviderError
+from nvke.providers import get_infrastructure, operations_for
+from nvke.providers.base import ClusterOperations, ClusterRef, ProviderError
 from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 
@@ -17,6 +17,21 @@ from .models import Cluster, ClusterAddon, KubernetesVersion, Region
 def cluster_key(cluster: Cluster) -> str:
     """The name the provider knows the cluster by."""
     return f"c{cluster.pk}"
+
+
+def cluster_ref(cluster: Cluster) -> ClusterRef:
+    """How operations reach the cluster: its endpoint, decrypted admin token and CA bundle."""
+    return ClusterRef(
+        name=cluster_key(cluster),
+        endpoint=cluster.endpoint,
+        token=cluster.admin_token,
+        ca_bundle=cluster.ca_bundle,
+    )
+
+
+def cluster_operations(cluster: Cluster) -> ClusterOperations:
+    """The provider's operations bound to this (provisioned) cluster."""
+    return operations_for(cluster_ref(cluster))
 
 
 def cluster_event(cluster: Cluster, type_: str = "cluster.status") -> dict:
@@ -71,7 +86,7 @@ def provision(cluster_id: int) -> None:
     cluster = Cluster.objects.select_related("region").filter(pk=cluster_id).first()
     if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
         return
-    provider = get_provider()
+    provider = get_infrastructure()
     key = cluster_key(cluster)
     try:
         access = provider.provision_cluster(key, cluster.region.name, cluster.control_plane_nodes)
@@ -91,6 +106,7 @@ def provision(cluster_id: int) -> None:
             cluster.status = Cluster.Status.RUNNING
             cluster.endpoint = access.endpoint
             cluster.admin_token = access.token
+            cluster.ca_bundle = access.ca_bundle
             _record_addons(cluster, installed)
             cluster.status_reason, cluster.status_message = "", ""
             cluster.set_condition("Ready", True, "Provisioned", "The control plane is serving.")
@@ -140,7 +156,7 @@ def teardown(cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.DELETING).first()
     if cluster is None:
         return
-    provider = get_provider()
+    provider = get_infrastructure()
     key = cluster_key(cluster)
     for pool_name in cluster.node_pools.values_list("name", flat=True):
         provider.delete_pool(key, pool_name)

@@ -193,7 +193,7 @@ class NodePool(Conditions):
 
 
 class Node(models.Model):
-    """A node of a pool as the provider reports it (synced from `Provider.list_nodes`)."""
+    """A node of a pool as the provider reports it (synced from `ClusterOperations.list_nodes`)."""
 
     class Status(models.TextChoices):
         READY = "ready"

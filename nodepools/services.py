@@ -4,11 +4,11 @@ towards the desired node count and mirrors what it reports into Node and Gpu row
 from django.db import IntegrityError, transaction
 
 from clusters.models import Cluster
-from clusters.services import cluster_key
+from clusters.services import cluster_key, cluster_operations
 from nvke import jobs
 from nvke.errors import Conflict, DomainError, Incompatible
 from nvke.models import check_dns_label
-from nvke.providers import get_provider
+from nvke.providers import get_infrastructure
 from nvke.providers.base import NodeInfo, PoolSpec, ProviderError
 from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
@@ -158,10 +158,9 @@ def reconcile(pool_id: int) -> None:
     )
     if pool is None:
         return
-    provider = get_provider()
-    key = cluster_key(pool.cluster)
+    infrastructure = get_infrastructure()
     if pool.status == NodePool.Status.DELETING:
-        provider.delete_pool(key, pool.name)
+        infrastructure.delete_pool(cluster_key(pool.cluster), pool.name)
         with transaction.atomic():
             _publish(pool, "pool.deleted")
             pool.delete()
@@ -169,11 +168,11 @@ def reconcile(pool_id: int) -> None:
     if pool.cluster.status != Cluster.Status.RUNNING:
         return  # the cluster's provisioning re-queues its pools when it is up
     try:
-        result = provider.scale_pool(pool_spec(pool), pool.node_count)
+        result = infrastructure.scale_pool(pool_spec(pool), pool.node_count)
         failure = None
     except ProviderError as error:
         failure, result = error, None
-    nodes = provider.list_nodes(key, pool.name)
+    nodes = cluster_operations(pool.cluster).list_nodes(pool.name)
     with transaction.atomic():
         pool = NodePool.objects.select_for_update().filter(pk=pool_id).first()
         if pool is None or pool.status == NodePool.Status.DELETING:

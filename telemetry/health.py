@@ -2,15 +2,18 @@
 claims; a node whose heartbeats stop becomes NotReady (and Ready again when they resume); in the
 simulator, a node silent past the repair timeout is replaced by a fresh one and its claims re-placed.
 
-With the simulator provider the virtual cloud learns each verdict too (its SimNode's GPU health and
-readiness), since a pool's next sync copies the provider's view over the rows."""
+The provider learns each verdict after commit (`ClusterOperations.record_health`; the simulator keeps it,
+since a pool's next sync copies the provider's view over the rows; a real cluster has its own agents) and
+replaces silent nodes if it can (`Infrastructure.repair_node`)."""
 
 from django.conf import settings
 from django.db import transaction
 
+from clusters.services import cluster_key, cluster_operations
 from nodepools.claims import evict_claims, topology_changed
 from nodepools.models import Claim, Gpu, Node
 from nodepools.services import reconcile
+from nvke.providers import get_infrastructure
 
 from . import events, store
 from .models import TelemetryEvent
@@ -19,14 +22,12 @@ from .models import TelemetryEvent
 def fail_gpu(gpu_id: int, xid: int) -> list[int]:
     """Mark the GPU unhealthy (the allocator skips it from then on) and move its claims elsewhere, in
     one transaction. Returns the ids of the claims moved off it; idempotent."""
-    gpu = Gpu.objects.select_related("node__pool").get(pk=gpu_id)
+    gpu = Gpu.objects.select_related("node__pool__cluster").get(pk=gpu_id)
     cluster_id = gpu.node.pool.cluster_id
     with transaction.atomic():
         if not Gpu.objects.filter(pk=gpu_id, healthy=True).update(healthy=False):
             return []
-        if sim := _sim_node(gpu.node):
-            sim.gpus = [{**g, "healthy": False} if g["index"] == gpu.index else g for g in sim.gpus]
-            sim.save(update_fields=["gpus"])
+        _tell_provider(gpu.node, failed_gpu=gpu.index)
         topology_changed(cluster_id)
         claim_ids = list(
             Claim.objects.filter(allocation__shares__gpu_id=gpu_id).values_list("pk", flat=True).distinct()
@@ -75,13 +76,11 @@ def _flip(node_ids: list[int], old: str, new: str, message: str) -> list[int]:
     kind = (
         TelemetryEvent.Kind.NODE_NOT_READY if new == Node.Status.NOT_READY else TelemetryEvent.Kind.NODE_READY
     )
-    for node in Node.objects.filter(pk__in=node_ids, status=old).select_related("pool"):
+    for node in Node.objects.filter(pk__in=node_ids, status=old).select_related("pool__cluster"):
         with transaction.atomic():
             if not Node.objects.filter(pk=node.pk, status=old).update(status=new):
                 continue
-            if sim := _sim_node(node):
-                sim.ready = new == Node.Status.READY
-                sim.save(update_fields=["ready"])
+            _tell_provider(node, ready=new == Node.Status.READY)
             topology_changed(node.pool.cluster_id)
             events.record(
                 kind, tenant_id=node.tenant_id, cluster_id=node.pool.cluster_id, node=node, message=message
@@ -91,18 +90,17 @@ def _flip(node_ids: list[int], old: str, new: str, message: str) -> list[int]:
 
 
 def repair_nodes(now: float) -> list[str]:
-    """Simulator only: a NotReady node silent for TELEMETRY_NODE_REPAIR_S is replaced. Its virtual node
-    goes; the pool's reconcile creates a fresh one, drops the old row (its claims turn pending) and
-    places the pending claims again. Returns the replaced nodes' names."""
+    """A NotReady node silent for TELEMETRY_NODE_REPAIR_S is replaced where the provider can (the
+    simulator can): the node goes, the pool's reconcile creates a fresh one, drops the old row (its
+    claims turn pending) and places the pending claims again. Returns the replaced nodes' names."""
     limit = settings.TELEMETRY_NODE_REPAIR_S
     due = [node for node, ts in store.heartbeats().items() if now - ts > limit]
     replaced = []
-    for node in Node.objects.filter(pk__in=due, status=Node.Status.NOT_READY).select_related("pool"):
-        sim = _sim_node(node)
-        if sim is None:
+    infrastructure = get_infrastructure()
+    for node in Node.objects.filter(pk__in=due, status=Node.Status.NOT_READY).select_related("pool__cluster"):
+        if not infrastructure.repair_node(cluster_key(node.pool.cluster), node.pool.name, node.name):
             continue
         with transaction.atomic():
-            sim.delete()
             events.record(
                 TelemetryEvent.Kind.NODE_REPLACED,
                 tenant_id=node.tenant_id,
@@ -115,10 +113,9 @@ def repair_nodes(now: float) -> list[str]:
     return replaced
 
 
-def _sim_node(node: Node):
-    """The simulator's virtual node behind `node`, or None under another provider."""
-    if settings.NVKE_PROVIDER != "simulator":
-        return None
-    from nvke.providers.simulator.models import SimNode
-
-    return SimNode.objects.filter(name=node.name, pool=node.pool.name).first()
+def _tell_provider(node: Node, *, ready: bool | None = None, failed_gpu: int | None = None) -> None:
+    """Hand the verdict to the provider once the transaction that reached it commits."""
+    ops = cluster_operations(node.pool.cluster)
+    transaction.on_commit(
+        lambda: ops.record_health(node.name, ready=ready, failed_gpu=failed_gpu), robust=True
+    )  # a refusal is logged; the verdict stays on the rows

@@ -129,6 +129,19 @@ class UpgradeNode(models.Model):
         blank=True,
         help_text="A person returned this failed node to service as it was, its driver not validated",
     )
+    # What a tick asked the provider for: written in its transaction, carried out after it commits
+    # (ticks.call_provider), cleared once the provider accepted it (a drain: once it is seen finished).
+    # Until then every tick calls again, so a call lost between commit and call is only late.
+    cordon_wanted = models.BooleanField(
+        null=True, blank=True, help_text="A cordon (true) or uncordon (false) the provider has yet to accept"
+    )
+    drain_wanted = models.BooleanField(default=False, help_text="A drain asked for and not seen finished")
+    driver_wanted = models.CharField(
+        max_length=24, blank=True, help_text="A driver install the provider has yet to accept"
+    )
+    call_error = models.JSONField(
+        default=dict, blank=True, help_text="The last refused call {call, reason, message}, until a tick acts"
+    )
     reason = models.CharField(max_length=64, blank=True)
     message = models.TextField(blank=True)
 

@@ -8,12 +8,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.recorder import record
-from clusters.services import cluster_key
+from clusters.services import cluster_operations
 from nodepools import claims as allocator
 from nodepools.models import DriverRelease, Node, NodePool
 from nodepools.tasks import request_placement
 from nvke.errors import Conflict, DomainError, Incompatible, NotFound, ProviderFailed
-from nvke.providers import get_provider
 from nvke.providers.base import ProviderError
 from nvke.tenancy.context import TenantContext
 
@@ -403,7 +402,7 @@ def return_to_service(run: UpgradeRun, node_name: str, *, user=None) -> UpgradeR
             raise conflict
         node, view = row.node, _view(row)
         try:
-            get_provider().uncordon(cluster_key(run.pool.cluster), node.name)
+            cluster_operations(run.pool.cluster).uncordon(node.name)
         except ProviderError as error:
             raise ProviderFailed(
                 f"Could not uncordon node {row.name}: {error.message}", field="node", reason=error.reason

@@ -1,30 +1,39 @@
-"""One tick of an upgrade run: lock the run, observe its nodes, ask the pure machine for at most one
-step per node, carry the steps out through the provider and the allocator, record them, and hand back
-the number of the next tick (None when the run has settled).
+"""One tick of an upgrade run, in three parts:
 
-Crash safety: everything a tick writes, the simulator's effects included, commits together or not at
-all. Provider operations are idempotent, so a tick that died after an operation and before its commit
-simply repeats it. The run's row lock and `tick_seq` make sure two workers never advance a run twice."""
+1. read the provider (driver and drain status of the nodes in flight), outside any transaction;
+2. in one transaction holding the run's row lock: observe the rows, ask the pure machine for at most one
+   step per node, carry the steps out in the control plane (cordon flags, the allocator's evictions) and
+   record on each node's row what the provider must do (`cordon_wanted`, `drain_wanted`,
+   `driver_wanted`), with the node states and history;
+3. after commit, `call_provider` makes the recorded calls; each call accepted clears its intent, a
+   refused one is recorded on the row for the next tick (a refused cordon or install fails the node, a
+   refused uncordon or drain is retried).
+
+Crash safety: the transaction commits the decision and the intent together or not at all; a crash after
+the commit leaves the intent, and the next tick (the chain's or beat's resync) makes the call again. Calls
+are idempotent. A run does not end while an intent is outstanding. The run's row lock and `tick_seq`
+make sure two workers never advance a run twice."""
 
 import datetime
 import threading
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from clusters.services import cluster_key
+from clusters.services import cluster_operations
 from nodepools import claims as allocator
 from nodepools.models import Allocation, Claim, Gpu, Node, NodePool
 from nodepools.tasks import request_placement
 from nvke import jobs
-from nvke.providers import get_provider
-from nvke.providers.base import Provider, ProviderError
+from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
 from . import events
 from .machine import (
     ACTIVE,
+    FINISHED,
     LIVE,
     Effect,
     FailedNodes,
@@ -66,11 +75,15 @@ class _Writes(threading.local):
 
     def reset(self) -> None:
         self.rows: dict[int, UpgradeNode] = {}
+        self.intents: dict[int, UpgradeNode] = {}  # rows whose provider intent changed (fewer: cheaper)
         self.conditions: list[UpgradeCondition] = []
 
     def flush(self) -> None:
         UpgradeNode.objects.bulk_update(
             self.rows.values(), ["state", "entered_at", "reason", "message", "driver_touched"]
+        )
+        UpgradeNode.objects.bulk_update(
+            self.intents.values(), ["cordon_wanted", "drain_wanted", "driver_wanted", "call_error"]
         )
         UpgradeCondition.objects.bulk_create(self.conditions)
         self.reset()
@@ -79,8 +92,37 @@ class _Writes(threading.local):
 _writes = _Writes()
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What the provider said about one node in flight, read before the tick's transaction."""
+
+    driver: DriverStatus
+    drain: DrainStatus | None = None  # read only while a drain is wanted
+
+
+DRAINING = frozenset({State.POD_DELETION_REQUIRED, State.DRAIN_REQUIRED})
+RETRIED = frozenset({"uncordon", "drain"})  # refused, these are called again; a cordon or install fails
+
+
+def _outstanding(row: UpgradeNode) -> bool:
+    return row.cordon_wanted is not None or row.drain_wanted or bool(row.driver_wanted)
+
+
+def read_provider(ops: ClusterOperations, run_id: int) -> dict[str, Seen]:
+    """The driver (and, while wanted, drain) status of the run's nodes in flight. A node the provider
+    cannot report on is left out: the tick treats it as busy."""
+    seen = {}
+    rows = UpgradeNode.objects.filter(run_id=run_id, state__in=list(ACTIVE))
+    for name, drain_wanted in rows.values_list("name", "drain_wanted"):
+        try:
+            seen[name] = Seen(ops.driver_status(name), ops.drain_status(name) if drain_wanted else None)
+        except ProviderError:
+            continue
+    return seen
+
+
 def _observe(
-    row: UpgradeNode, node: Node | None, claims: int, unhealthy: set[str], provider: Provider, key: str
+    row: UpgradeNode, node: Node | None, claims: int, unhealthy: set[str], seen: Seen | None
 ) -> NodeView:
     view = NodeView(
         name=row.name,
@@ -98,10 +140,23 @@ def _observe(
     )
     if node is None or view.state not in ACTIVE:
         return view  # only nodes in flight cost a provider call
-    status = provider.driver_status(key, node.name)
+    if seen is None:
+        return replace(view, busy=True)  # it started moving after the provider was read: next tick
+    status, drain = seen.driver, seen.drain
+    # A cordon or install the provider has not accepted yet keeps the node waiting, as one still running.
+    busy = status.busy or row.cordon_wanted is True or bool(row.driver_wanted)
+    if row.drain_wanted and drain is not None:
+        if drain.done:
+            row.drain_wanted = False
+            _writes.intents[row.pk] = row
+        elif drain.blocked:  # pods a budget keeps there count as claims: the drain timeout applies
+            claims += max(drain.pods_left, 1)
+        else:
+            busy = True
     return replace(
         view,
-        busy=status.busy,
+        busy=busy,
+        claims=claims,
         driver_version=status.version,
         gpus_healthy=status.gpus_healthy,
         ready=status.ready and view.ready,
@@ -109,9 +164,8 @@ def _observe(
     )
 
 
-def _mirror(node: Node, provider: Provider, key: str) -> bool:
+def _mirror(node: Node, status: DriverStatus) -> bool:
     """Copy the provider's driver version and GPU health onto the rows; True when health changed."""
-    status = provider.driver_status(key, node.name)
     if node.driver_version != status.version:
         Node.objects.filter(pk=node.pk).update(driver_version=status.version)
     changed = False
@@ -122,7 +176,20 @@ def _mirror(node: Node, provider: Provider, key: str) -> bool:
 
 
 def tick(run_id: int, seq: int) -> int | None:
-    """Advance the run by one tick if `seq` is its current tick number."""
+    """Advance the run by one tick if `seq` is its current tick number, then make the provider calls
+    its nodes' rows ask for."""
+    run = UpgradeRun.objects.select_related("pool__cluster").filter(pk=run_id).first()
+    if run is None or run.tick_seq != seq or run.status not in LIVE:
+        return None  # another chain owns the run, or it has settled
+    ops = cluster_operations(run.pool.cluster)
+    ticked, next_seq = _decide(run_id, seq, read_provider(ops, run_id))
+    if ticked:
+        call_provider(ops, run_id)
+    return next_seq
+
+
+def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | None]:
+    """The tick's transaction: (whether it ran, the next tick's number or None)."""
     with transaction.atomic():
         run = (
             UpgradeRun.objects.select_for_update(of=("self",))
@@ -131,12 +198,10 @@ def tick(run_id: int, seq: int) -> int | None:
             .first()
         )
         if run is None or run.tick_seq != seq or run.status not in LIVE:
-            return None  # another chain owns the run, or it has settled
+            return False, None  # another chain ticked it while the provider was read
         now = timezone.now()
         _writes.reset()  # nothing left over from a tick that failed in this thread
         pool = run.pool
-        key = cluster_key(pool.cluster)
-        provider = get_provider()
         rows = list(run.nodes.select_for_update().order_by("pk"))
         nodes = {n.name: n for n in Node.objects.filter(pool=pool)}
         claims = Counter(Allocation.objects.filter(node__pool=pool).values_list("node__name", flat=True))
@@ -144,11 +209,16 @@ def tick(run_id: int, seq: int) -> int | None:
             Gpu.objects.filter(node__pool=pool, healthy=False).values_list("node__name", flat=True)
         )
         rows += _join_new_nodes(run, rows, nodes, now)
-        for row in rows:  # a node scaled away mid-run cannot finish
-            if row.name not in nodes and row.state not in (State.DONE, State.FAILED):
+        for row in (r for r in rows if r.name not in nodes):
+            if row.state not in (State.DONE, State.FAILED):  # a node scaled away mid-run cannot finish
                 _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
+            if _outstanding(row) or row.call_error:  # nothing left to call on
+                row.cordon_wanted, row.drain_wanted, row.driver_wanted, row.call_error = None, False, "", {}
+                _writes.intents[row.pk] = row
+        refused = _take_refusals(run, rows, nodes, now)
         views = [
-            _observe(row, nodes.get(row.name), claims[row.name], unhealthy, provider, key) for row in rows
+            _observe(row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name))
+            for row in rows
         ]
         strategy = strategy_of(run, len(rows))
         result = plan(
@@ -164,12 +234,14 @@ def tick(run_id: int, seq: int) -> int | None:
             now.timestamp(),
         )
         by_name = {row.name: row for row in rows}
-        carried_out = _carry_out(run, result.steps, by_name, nodes, provider, key, now)
+        _carry_out(run, result.steps, by_name, nodes, seen, now)
         _writes.flush()
 
         if result.canary_done_at is not None and run.canary_done_at is None:
             run.canary_done_at = datetime.datetime.fromtimestamp(result.canary_done_at, tz=datetime.UTC)
-        if result.phase != run.status and carried_out:  # else the next tick decides from what happened
+        # A run ends only once the provider accepted every call it asked for (the next tick sees it).
+        outstanding = any(_outstanding(r) for r in rows)
+        if result.phase != run.status and not refused and not (result.phase in FINISHED and outstanding):
             _set_status(run, result.phase, result.reason, result.message, now)
         elif (
             run.status == Phase.RUNNING and result.reason in ("", "Blocked") and result.message != run.message
@@ -189,8 +261,68 @@ def tick(run_id: int, seq: int) -> int | None:
         run.ticked_at = now
         run.save()
         events.publish_run(run, Counter(r.state for r in rows))
-        idle = run.status == Phase.PAUSED and not any(r.state in ACTIVE for r in rows)
-        return run.tick_seq if run.status in LIVE and not idle else None  # resume re-queues a paused run
+        idle = run.status == Phase.PAUSED and not any(r.state in ACTIVE or _outstanding(r) for r in rows)
+        if run.status in LIVE and not idle:
+            return True, run.tick_seq
+        return True, None  # settled; resume re-queues a paused run
+
+
+def call_provider(ops: ClusterOperations, run_id: int) -> None:
+    """Make the calls the run's rows ask for, outside any transaction. An accepted cordon, uncordon or
+    install clears its intent (a drain's is cleared by the tick that sees it finished); a refusal is
+    kept on the row for the next tick. A cordon or install refused already waits for that tick."""
+    rows = UpgradeNode.objects.filter(run_id=run_id).filter(
+        Q(cordon_wanted__isnull=False) | Q(drain_wanted=True) | ~Q(driver_wanted="")
+    )
+    accepted: dict[str, list[int]] = {"cordon": [], "uncordon": [], "install": []}
+    for row in rows.order_by("pk"):
+        if row.call_error and row.call_error["call"] not in RETRIED:
+            continue
+        call = ""
+        try:
+            if row.cordon_wanted is not None:
+                call = "cordon" if row.cordon_wanted else "uncordon"
+                (ops.cordon if row.cordon_wanted else ops.uncordon)(row.name)
+                accepted[call].append(row.pk)
+            if row.drain_wanted:
+                call = "drain"
+                ops.drain(row.name)
+            if row.driver_wanted:
+                call = "install"
+                ops.install_driver(row.name, row.driver_wanted)
+                accepted[call].append(row.pk)
+        except ProviderError as error:
+            UpgradeNode.objects.filter(pk=row.pk).update(
+                call_error={"call": call, "reason": error.reason, "message": error.message}
+            )
+    # A cordon's intent is cleared only if it is still the one called for: a tick may have flipped it.
+    rows = UpgradeNode.objects
+    if accepted["cordon"]:
+        rows.filter(pk__in=accepted["cordon"], cordon_wanted=True).update(cordon_wanted=None)
+    if accepted["uncordon"]:
+        rows.filter(pk__in=accepted["uncordon"], cordon_wanted=False).update(cordon_wanted=None)
+    if accepted["install"]:
+        rows.filter(pk__in=accepted["install"]).update(driver_wanted="")
+
+
+def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], now) -> bool:
+    """Act on the calls the provider refused since the last tick: a refused cordon or install fails the
+    node (as the GPU Operator fails it), a refused uncordon or drain is noted and called again. True
+    when one was refused: the plan's view of the run's phase waits for the next tick."""
+    refused = False
+    for row in rows:
+        if not row.call_error:
+            continue
+        error = ProviderError(row.call_error["reason"], row.call_error["message"])
+        call = row.call_error["call"]
+        row.call_error = {}
+        _writes.intents[row.pk] = row
+        if call in RETRIED:
+            _note(run, row, error.reason, error.message)
+        else:
+            _fail_after_error(run, row, nodes.get(row.name), error, now)
+        refused = True
+    return refused
 
 
 def _join_new_nodes(
@@ -225,66 +357,63 @@ def _join_new_nodes(
     return joined
 
 
-def _carry_out(run, steps, rows, nodes, provider, key, now) -> bool:
+def _carry_out(run, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
     """Cordons and uncordons first, then one topology reset (so evictions cannot land back on a
-    cordoned node), then evictions and installs. False when a provider call failed: the plan's view
-    of the run's phase no longer holds."""
+    cordoned node), then evictions and installs: in the control plane now, at the provider after
+    commit (recorded on the rows)."""
     cluster_id = run.pool.cluster_id
-    all_done = True
     first = [s for s in steps if s.effect in (Effect.CORDON, Effect.UNCORDON)]
     topology = False
     for step in first + [s for s in steps if s not in first]:
         row, node = rows[step.node], nodes.get(step.node)
         message = step.message
-        try:
-            if step.effect in (Effect.CORDON, Effect.UNCORDON):
-                _set_cordon(node, step.effect == Effect.CORDON, provider, key)
-            elif step.effect == Effect.EVICT:
-                if topology:
-                    allocator.topology_changed(cluster_id)
-                    topology = False
-                message = _evict(run, node, provider, key)
-            elif step.effect == Effect.INSTALL:
-                row.driver_touched = True  # even if the call fails: the old driver may be gone
-                provider.install_driver(key, step.node, run.target_release.version)
-        except ProviderError as error:
-            if step.effect in (Effect.CORDON, Effect.INSTALL):  # cannot go on: the node fails
-                _fail_after_error(run, row, node, provider, key, error, now)
-            else:  # evictions retry until the drain timeout; an uncordon retries until it works
-                _note(run, row, error.reason, error.message)
-            topology, all_done = True, False
-            continue
         if step.effect in (Effect.CORDON, Effect.UNCORDON):
+            _set_cordon(node, row, step.effect == Effect.CORDON)
             topology = True
-        if step.to in (State.UNCORDON_REQUIRED, State.FAILED) and node is not None:
-            topology |= _mirror(node, provider, key)
+        elif step.effect == Effect.EVICT:
+            if topology:
+                allocator.topology_changed(cluster_id)
+                topology = False
+            message = _evict(run, node, row)
+            drain = seen[step.node].drain if step.node in seen else None
+            if drain is not None and drain.blocked:  # waiting on a disruption budget: say so, retry
+                _note(run, row, drain.reason, drain.message or f"{drain.pods_left} pods wait to be evicted.")
+                continue
+        elif step.effect == Effect.INSTALL:
+            row.driver_touched = True  # from now on: the old driver may be gone
+            row.driver_wanted = run.target_release.version
+            _writes.intents[row.pk] = row
+        if step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
+            topology |= _mirror(node, seen[step.node].driver)
         _record(run, row, step.to, step.reason, message, now)
     if topology:
         allocator.topology_changed(cluster_id)
     if any(s.effect == Effect.UNCORDON for s in steps):  # capacity is back: one placement pass
         request_placement(cluster_id)
-    return all_done
 
 
-def _set_cordon(node: Node, cordon: bool, provider: Provider, key: str) -> None:
-    (provider.cordon if cordon else provider.uncordon)(key, node.name)
+def _set_cordon(node: Node, row: UpgradeNode, cordon: bool) -> None:
+    """The control plane's view changes now (the allocator places nothing on a cordoned node); the
+    provider follows after commit."""
     Node.objects.filter(pk=node.pk).update(cordoned=cordon)
     node.cordoned = cordon
+    row.cordon_wanted = cordon
+    _writes.intents[row.pk] = row
 
 
-def _evict(run: UpgradeRun, node: Node, provider: Provider, key: str) -> str:
-    """Evict the node's claims (the eviction API on a real cluster), then let the allocator re-place
-    them elsewhere or leave them pending with the reason."""
-    claims = list(Claim.objects.filter(allocation__node=node).values_list("pk", "namespace", "name"))
-    for _, namespace, name in claims:
-        provider.evict(key, node.name, namespace, name)
+def _evict(run: UpgradeRun, node: Node, row: UpgradeNode) -> str:
+    """Ask for the node's drain (the eviction API on a real cluster, after commit), and let the
+    allocator re-place its claims elsewhere or leave them pending with the reason."""
+    row.drain_wanted = True
+    _writes.intents[row.pk] = row
+    claims = list(Claim.objects.filter(allocation__node=node).values_list("pk", flat=True))
     if not claims:
         return "No claims on the node."
-    placed = allocator.evict_claims(run.pool.cluster_id, [pk for pk, _, _ in claims])
+    placed = allocator.evict_claims(run.pool.cluster_id, claims)
     return f"Evicted {len(claims)} claims: {placed} placed elsewhere, {len(claims) - placed} pending."
 
 
-def _fail_after_error(run, row, node, provider, key, error: ProviderError, now) -> None:
+def _fail_after_error(run, row, node, error: ProviderError, now) -> None:
     """A cordon or install the provider refused: the node fails, back in service unless its driver
     was touched (and the run keeps such nodes cordoned)."""
     if (
@@ -295,11 +424,8 @@ def _fail_after_error(run, row, node, provider, key, error: ProviderError, now) 
         _record(run, row, State.FAILED, error.reason, kept_message(error.message), now)
         return
     if node is not None and node.cordoned and not row.pre_cordoned:
-        try:
-            _set_cordon(node, False, provider, key)
-            request_placement(run.pool.cluster_id)
-        except ProviderError:
-            pass  # the failed state uncordons on every tick until it works
+        _set_cordon(node, row, False)  # called until it works, after commit
+        request_placement(run.pool.cluster_id)
     _record(run, row, State.FAILED, error.reason, error.message, now)
 
 
@@ -328,6 +454,12 @@ def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now)
     row.state, row.reason, row.message = state, reason, message
     if state == State.UNCORDON_REQUIRED:
         row.driver_touched = False  # validated: its driver is trusted again
+    # Past the drain (or the install's wait), none of it is wanted from the provider any more.
+    drain = row.drain_wanted and state in DRAINING
+    driver = row.driver_wanted if state == State.VALIDATION_REQUIRED else ""
+    if (drain, driver) != (row.drain_wanted, row.driver_wanted):
+        row.drain_wanted, row.driver_wanted = drain, driver
+        _writes.intents[row.pk] = row
     _writes.rows[row.pk] = row
     if changed:
         events.publish_node(run, row)

@@ -1,9 +1,13 @@
-"""The interface every infrastructure provider implements.
+"""The interface every provider implements, in two halves.
 
-It is the seam between the control plane and the machines: the simulator implements it over a virtual
-fleet, a Kubernetes provider implements the node operations through the official client (list nodes with
-labels and GPU capacity, cordon, evict, set labels). The control plane never reads provider state except
-through these calls."""
+`Infrastructure` makes and removes machines: a cluster's control plane, its node pools, its add-ons (what
+a cloud or Cluster API does). It knows clusters by name. `ClusterOperations` acts on one cluster that
+exists, bound to a `ClusterRef` (its API endpoint, bearer token and CA): list nodes, cordon, drain,
+labels, drivers (what a Kubernetes client does). The control plane never reads provider state except
+through these calls, and no ORM object crosses the seam.
+
+Every call is idempotent, and the control plane makes them outside its transactions: it records what it
+wants, commits, calls, and observes the result on its next pass (a call lost in a crash is made again)."""
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -56,7 +60,7 @@ class ScaleResult:
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """What a provider needs to know to build a pool's nodes; no ORM objects cross the seam."""
+    """What a provider needs to know to build a pool's nodes."""
 
     cluster: str
     region: str
@@ -73,11 +77,24 @@ class PoolSpec:
 
 @dataclass(frozen=True)
 class ClusterAccess:
-    """What provisioning hands back: the API endpoint and a cluster-admin bearer token. The token is a
-    secret: the control plane stores it encrypted (Cluster.admin_token) and puts it only in kubeconfigs."""
+    """What provisioning hands back: the API endpoint, a cluster-admin bearer token and the CA bundle
+    that signs the endpoint's certificate (PEM; empty when the endpoint's certificate is publicly
+    trusted). The token is a secret: the control plane stores it encrypted (Cluster.admin_token)."""
 
     endpoint: str
     token: str = field(repr=False)
+    ca_bundle: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """One cluster as operations reach it: its name, API endpoint, bearer token and CA bundle. Neither
+    the token nor the CA bundle appears in a repr, so a ref in a log line or a traceback leaks nothing."""
+
+    name: str
+    endpoint: str
+    token: str = field(repr=False)
+    ca_bundle: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -95,17 +112,36 @@ class DriverStatus:
     """A node's driver as the provider sees it during an upgrade."""
 
     version: str
-    busy: bool = False  # the last operation on the node (cordon, eviction, install) is still running
+    busy: bool = False  # the last operation on the node (cordon, drain, install) is still running
     failure: str = ""  # why the last driver install failed; empty when it did not
     gpus_healthy: bool = True
     ready: bool = True
 
 
-class Provider(ABC):
+@dataclass(frozen=True)
+class DrainStatus:
+    """How far a node's drain is: `done` once no evictable pod is left on it. While not done, `pods_left`
+    counts the pods still there and `reason` says why they stay when an eviction is refused
+    (`DisruptionBudget`: a PodDisruptionBudget answers 429; the drain is retried, not failed)."""
+
+    done: bool
+    pods_left: int = 0
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def blocked(self) -> bool:
+        return not self.done and bool(self.reason)
+
+
+class Infrastructure(ABC):
+    """Clusters and pools as machines: create, scale, delete (a cloud's API, or Cluster API objects in
+    a management cluster)."""
+
     @abstractmethod
     def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:
-        """Create (or find) the cluster's control plane; return its API endpoint and an admin token.
-        Idempotent: a repeated call returns the same endpoint and token."""
+        """Create (or find) the cluster's control plane; return its API endpoint, an admin token and CA.
+        Idempotent: a repeated call returns the same access."""
 
     @abstractmethod
     def delete_cluster(self, cluster: str) -> None:
@@ -119,40 +155,62 @@ class Provider(ABC):
     def delete_pool(self, cluster: str, pool: str) -> None:
         """Remove every node of the pool."""
 
-    @abstractmethod
-    def list_nodes(self, cluster: str, pool: str | None = None) -> list[NodeInfo]:
-        """Nodes with labels and GPUs, optionally one pool's."""
-
-    @abstractmethod
-    def cordon(self, cluster: str, node: str) -> None: ...
-
-    @abstractmethod
-    def uncordon(self, cluster: str, node: str) -> None: ...
-
-    @abstractmethod
-    def evict(self, cluster: str, node: str, namespace: str, pod: str) -> None:
-        """Evict one pod (the eviction API, honouring disruption budgets on a real cluster)."""
-
-    @abstractmethod
-    def set_node_labels(self, cluster: str, node: str, labels: dict[str, str | None]) -> None:
-        """Set labels; a None value removes the label."""
-
-    @abstractmethod
-    def driver_version(self, cluster: str, node: str) -> str:
-        """The NVIDIA driver version the node reports now."""
-
     def install_addons(self, cluster: str, addons: dict[str, str]) -> list[AddonStatus]:
         """Install (or find installed) the GPU stack add-ons, `{name: version}`, on a provisioned cluster
-        (on Kubernetes: Helm releases of the GPU Operator and friends). Idempotent. A provider that cannot
-        install them reports each as failed."""
+        (Helm releases, or Cluster API add-on objects). Idempotent. A provider that cannot install them
+        reports each as failed."""
         reason = f"{type(self).__name__} cannot install add-ons."
         return [AddonStatus(name, version, "failed", reason) for name, version in addons.items()]
 
-    def install_driver(self, cluster: str, node: str, version: str) -> None:
-        """Start installing driver `version` on a drained node (on Kubernetes: set the driver version and
-        restart the node's driver pod). Idempotent: repeating it while it runs or after it succeeded does
-        nothing. Progress is read with `driver_status`."""
+    def repair_node(self, cluster: str, pool: str, node: str) -> bool:
+        """Replace a node that stopped reporting (the pool's next scale brings a fresh one). False when
+        the provider cannot: the node stays NotReady until someone repairs it."""
+        return False
+
+
+class ClusterOperations(ABC):
+    """Operations on one running cluster's nodes, bound to its `ClusterRef`."""
+
+    def __init__(self, cluster: ClusterRef):
+        self.cluster = cluster
+
+    @abstractmethod
+    def list_nodes(self, pool: str | None = None) -> list[NodeInfo]:
+        """Nodes with labels and GPUs, optionally one pool's."""
+
+    @abstractmethod
+    def cordon(self, node: str) -> None: ...
+
+    @abstractmethod
+    def uncordon(self, node: str) -> None: ...
+
+    @abstractmethod
+    def drain(self, node: str) -> None:
+        """Start (or continue) draining the node: cordon it and evict every evictable pod through the
+        eviction API, which honours PodDisruptionBudgets. Idempotent; progress is `drain_status`."""
+
+    @abstractmethod
+    def drain_status(self, node: str) -> DrainStatus: ...
+
+    @abstractmethod
+    def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        """Set labels; a None value removes the label."""
+
+    @abstractmethod
+    def driver_version(self, node: str) -> str:
+        """The NVIDIA driver version the node reports now."""
+
+    def install_driver(self, node: str, version: str) -> None:
+        """Start installing driver `version` on a drained node (on Kubernetes: through the GPU Operator).
+        Idempotent: repeating it while it runs or after it succeeded does nothing. Progress is read
+        with `driver_status`."""
         raise ProviderError("Unsupported", f"{type(self).__name__} cannot install drivers.")
 
-    def driver_status(self, cluster: str, node: str) -> DriverStatus:
-        return DriverStatus(version=self.driver_version(cluster, node))
+    def driver_status(self, node: str) -> DriverStatus:
+        return DriverStatus(version=self.driver_version(node))
+
+    def record_health(self, node: str, *, ready: bool | None = None, failed_gpu: int | None = None) -> None:
+        """The control plane's verdict from telemetry (a node silent or back, a GPU with a fatal XID).
+        A real cluster learns health from its own agents, so by default this does nothing; the simulator
+        keeps it so that its next `list_nodes` agrees."""
+        return None

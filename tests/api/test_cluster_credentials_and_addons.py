@@ -1,6 +1,7 @@
 """A cluster's admin credential (encrypted at rest, only ever in a kubeconfig) and its GPU stack add-ons
 (installed at provisioning), through the API, the UI and the audit log."""
 
+import base64
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from django.test import Client
 from audit.models import AuditEntry
 from clusters import addons
 from clusters.models import Cluster, ClusterAddon
-from clusters.services import provision
+from clusters.services import cluster_ref, provision
 from nvke.providers.simulator.models import SimCluster, SimFault
 from nvke.tenancy.models import ApiToken
 
@@ -61,6 +62,36 @@ def test_api_kubeconfig_holds_the_token_and_the_list_and_detail_never_do(api, ru
     for url in ("/api/v1/clusters/", f"/api/v1/clusters/{running.pk}/"):
         body = api.get(url).content.decode()
         assert running.admin_token not in body and "admin_token" not in body
+
+
+def test_the_providers_ca_bundle_is_kept_and_reaches_the_kubeconfig_and_the_cluster_ref(
+    api, running, monkeypatch
+):
+    from nvke.providers.base import ClusterAccess
+    from nvke.providers.simulator.provider import SimulatorInfrastructure
+
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    provision_cluster = SimulatorInfrastructure.provision_cluster
+
+    def with_ca(self, *args) -> ClusterAccess:
+        access = provision_cluster(self, *args)
+        return ClusterAccess(access.endpoint, access.token, pem)
+
+    monkeypatch.setattr(SimulatorInfrastructure, "provision_cluster", with_ca)
+    Cluster.objects.filter(pk=running.pk).update(status="provisioning")
+    provision(running.pk)
+    cluster = Cluster.objects.get(pk=running.pk)
+    assert cluster.ca_bundle == pem
+    entry = yaml.safe_load(api.get(f"/api/v1/clusters/{cluster.pk}/kubeconfig/").content)["clusters"][0]
+    assert base64.b64decode(entry["cluster"]["certificate-authority-data"]).decode() == pem
+    ref = cluster_ref(cluster)
+    assert (ref.name, ref.endpoint, ref.token, ref.ca_bundle) == (
+        f"c{cluster.pk}",
+        cluster.endpoint,
+        cluster.admin_token,
+        pem,
+    )
+    assert cluster.admin_token not in repr(ref) and "BEGIN CERTIFICATE" not in repr(ref)
 
 
 def test_the_token_never_reaches_the_audit_log(running):
@@ -135,10 +166,11 @@ def test_a_failed_provisioning_installs_no_add_ons(api, catalog, django_capture_
 
 
 def test_a_provider_that_cannot_install_add_ons_marks_them_failed(running, monkeypatch):
-    from nvke.providers.base import Provider
+    from nvke.providers.base import Infrastructure
 
     monkeypatch.setattr(
-        "nvke.providers.simulator.provider.SimulatorProvider.install_addons", Provider.install_addons
+        "nvke.providers.simulator.provider.SimulatorInfrastructure.install_addons",
+        Infrastructure.install_addons,
     )
     Cluster.objects.filter(pk=running.pk).update(status="provisioning")
     provision(running.pk)

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from clusters.services import cluster_operations
 from nodepools.models import Claim, GpuShare, Node
 from nodepools.services import reconcile
 from telemetry import health
@@ -77,11 +78,22 @@ def test_silent_node_becomes_not_ready_then_ready_again(node, node_client, api):
     assert kinds == ["node.ready", "node.not-ready"]
 
 
-def test_verdicts_survive_a_pool_resync(add_pool, claim_in):
+def test_verdicts_reach_the_provider_after_commit_and_survive_a_pool_resync(
+    add_pool, claim_in, django_capture_on_commit_callbacks
+):
     pool = add_pool("only", nodes=2)
     a = claim_in("a", 30)
     failing = gpu_of(a)
-    health.fail_gpu(failing.pk, 79)
+    ops = cluster_operations(pool.cluster)
+
+    def provider_healthy() -> bool:
+        (node,) = (n for n in ops.list_nodes(pool.name) if n.name == failing.node.name)
+        return node.gpus[failing.index].healthy
+
+    with django_capture_on_commit_callbacks(execute=True):
+        health.fail_gpu(failing.pk, 79)
+        assert provider_healthy()  # not told before the verdict commits
+    assert not provider_healthy()
     reconcile(pool.pk)  # the pool's nodes and GPUs are copied again from the provider
     failing.refresh_from_db()
     assert not failing.healthy

@@ -5,10 +5,9 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from clusters.services import cluster_key
+from clusters.services import cluster_operations
 from nodepools.models import Node
 from nvke.providers.simulator.models import SimFault, SimNode
-from nvke.providers.simulator.provider import SimulatorProvider
 
 pytestmark = pytest.mark.django_db
 NEW = "595.71.05"
@@ -17,7 +16,7 @@ NEW = "595.71.05"
 @pytest.fixture
 def node(make_upgrade_pool):
     pool = make_upgrade_pool(nodes=1)
-    return cluster_key(pool.cluster), Node.objects.get(pool=pool).name
+    return cluster_operations(pool.cluster), Node.objects.get(pool=pool).name
 
 
 def finish_now(name: str) -> None:
@@ -27,42 +26,42 @@ def finish_now(name: str) -> None:
 
 def test_install_takes_its_simulated_time_and_repeating_it_changes_nothing(node, monkeypatch):
     monkeypatch.setenv("NVKE_SIM_UPGRADE_STEP_S", "install=600")
-    provider, (cluster, name) = SimulatorProvider(), node
-    provider.install_driver(cluster, name, NEW)
-    status = provider.driver_status(cluster, name)
+    provider, name = node
+    provider.install_driver(name, NEW)
+    status = provider.driver_status(name)
     assert (status.busy, status.version) == (True, "580.105.08")
     busy_until = SimNode.objects.get(name=name).busy_until
-    provider.install_driver(cluster, name, NEW)
+    provider.install_driver(name, NEW)
     assert SimNode.objects.get(name=name).busy_until == busy_until  # not restarted
     finish_now(name)
-    status = provider.driver_status(cluster, name)
+    status = provider.driver_status(name)
     assert (status.busy, status.version, status.failure, status.gpus_healthy) == (False, NEW, "", True)
-    assert provider.list_nodes(cluster)[0].labels["nvidia.com/cuda.driver.major"] == "595"
+    assert provider.list_nodes()[0].labels["nvidia.com/cuda.driver.major"] == "595"
 
 
 def test_injected_install_failure_keeps_the_old_driver_until_a_retry(node):
-    provider, (cluster, name) = SimulatorProvider(), node
+    provider, name = node
     SimFault.objects.create(operation="install_driver", target=name, reason="DkmsBuildFailed", message="gcc")
-    provider.install_driver(cluster, name, NEW)
-    status = provider.driver_status(cluster, name)
+    provider.install_driver(name, NEW)
+    status = provider.driver_status(name)
     assert (status.version, status.failure) == ("580.105.08", "DkmsBuildFailed: gcc")
-    provider.install_driver(cluster, name, NEW)
-    assert (provider.driver_status(cluster, name).version, provider.driver_status(cluster, name).failure) == (
+    provider.install_driver(name, NEW)
+    assert (provider.driver_status(name).version, provider.driver_status(name).failure) == (
         NEW,
         "",
     )
 
 
 def test_validate_fault_brings_a_gpu_back_unhealthy(node):
-    provider, (cluster, name) = SimulatorProvider(), node
+    provider, name = node
     SimFault.objects.create(operation="validate", target=name)
-    provider.install_driver(cluster, name, NEW)
-    status = provider.driver_status(cluster, name)
+    provider.install_driver(name, NEW)
+    status = provider.driver_status(name)
     assert (status.version, status.gpus_healthy) == (NEW, False)
 
 
 def test_failure_rate_one_fails_every_install(node, monkeypatch):
     monkeypatch.setenv("NVKE_SIM_DRIVER_FAILURE_RATE", "1")
-    provider, (cluster, name) = SimulatorProvider(), node
-    provider.install_driver(cluster, name, NEW)
-    assert provider.driver_status(cluster, name).failure.startswith("SimulatedInstallFailure")
+    provider, name = node
+    provider.install_driver(name, NEW)
+    assert provider.driver_status(name).failure.startswith("SimulatedInstallFailure")

@@ -19,9 +19,10 @@ class SimNodeAdmin(admin.ModelAdmin):
         "gpu_model",
         "ready",
         "unschedulable",
+        "drain_state",
         "driver_version",
     ]
-    list_filter = ["region", "gpu_model", "ready", "unschedulable"]
+    list_filter = ["region", "gpu_model", "ready", "unschedulable", "drain_state"]
     search_fields = ["name", "pool"]
 
 

@@ -1,5 +1,6 @@
 """The simulator's virtual cloud. It lives in the database so that every web and worker process sees
-one fleet; the control plane reaches it only through the Provider interface."""
+one fleet; the control plane reaches it only through the provider interface (nothing outside this package
+imports these models; `.importlinter` enforces it)."""
 
 from django.db import models
 
@@ -36,6 +37,16 @@ class SimNode(models.Model):
     driver_target = models.CharField(max_length=24, blank=True, help_text="The driver being installed")
     driver_outcome = models.CharField(max_length=300, blank=True, help_text="'', 'unhealthy' or a failure")
     driver_failure = models.CharField(max_length=300, blank=True, help_text="Why the last install failed")
+
+    class Drain(models.TextChoices):
+        NONE = "", "not drained"  # workloads may be running
+        DRAINING = "draining"  # until busy_until
+        BLOCKED = "blocked"  # evictions refused (a PodDisruptionBudget); a later drain call retries
+        DRAINED = "drained"
+
+    drain_state = models.CharField(max_length=16, choices=Drain.choices, blank=True)
+    drain_reason = models.CharField(max_length=64, blank=True, help_text="Why a blocked drain waits")
+    drain_message = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -53,7 +64,7 @@ class SimFault(models.Model):
         PROVISION_CLUSTER = "provision_cluster"
         SCALE_POOL = "scale_pool"
         CORDON = "cordon"
-        EVICT = "evict"
+        DRAIN = "drain"  # the drain stays blocked with the fault's reason (DisruptionBudget: a PDB)
         UNCORDON = "uncordon"
         INSTALL_DRIVER = "install_driver"  # the install fails; the node keeps its driver
         VALIDATE = "validate"  # the install completes but a GPU comes back unhealthy

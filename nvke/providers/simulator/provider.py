@@ -13,11 +13,14 @@ from nodepools.models import RegionInventory
 from ..base import (
     AddonStatus,
     ClusterAccess,
+    ClusterOperations,
+    ClusterRef,
+    DrainStatus,
     DriverStatus,
     GpuInfo,
+    Infrastructure,
     NodeInfo,
     PoolSpec,
-    Provider,
     ProviderError,
     ScaleResult,
 )
@@ -26,7 +29,8 @@ from .models import SimCluster, SimFault, SimNode
 
 def upgrade_step_seconds() -> dict[str, float]:
     """How long each upgrade operation keeps a simulated node busy: NVKE_SIM_UPGRADE_STEP_S, e.g.
-    "cordon=1,evict=5,install=60" (unnamed operations take 0 s; read at each call, so tests can set it)."""
+    "cordon=1,evict=5,install=60" (`evict` is a drain's; unnamed operations take 0 s; read at each call,
+    so tests can set it)."""
     spec = os.environ.get("NVKE_SIM_UPGRADE_STEP_S", "install=2")
     pairs = (item.split("=") for item in spec.split(",") if item.strip())
     return {name.strip(): float(value) for name, value in pairs}
@@ -43,15 +47,13 @@ def _busy_for(operation: str) -> datetime.datetime | None:
 
 
 def _take_fault(operation: str, target: str) -> SimFault | None:
-    """Consume one matching injected fault, if any."""
+    """Consume one matching injected fault, if any. Faults are rare: one unlocked read finds there is
+    none before a transaction is opened to take one."""
+    faults = SimFault.objects.filter(operation=operation, remaining__gt=0, target__in=["", target])
+    if not faults.exists():
+        return None
     with transaction.atomic():
-        fault = (
-            SimFault.objects.select_for_update()
-            .filter(operation=operation, remaining__gt=0)
-            .filter(target__in=["", target])
-            .order_by("pk")
-            .first()
-        )
+        fault = faults.select_for_update().order_by("pk").first()
         if fault is not None:
             SimFault.objects.filter(pk=fault.pk).update(remaining=F("remaining") - 1)
         return fault
@@ -100,7 +102,7 @@ def _node_info(node: SimNode) -> NodeInfo:
     )
 
 
-class SimulatorProvider(Provider):
+class SimulatorInfrastructure(Infrastructure):
     """A virtual fleet with real GPU figures from the catalog and finite regional inventory."""
 
     def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:
@@ -207,38 +209,98 @@ class SimulatorProvider(Provider):
     def delete_pool(self, cluster: str, pool: str) -> None:
         SimNode.objects.filter(cluster__key=cluster, pool=pool).delete()
 
-    def list_nodes(self, cluster: str, pool: str | None = None) -> list[NodeInfo]:
-        nodes = SimNode.objects.filter(cluster__key=cluster)
+    def repair_node(self, cluster: str, pool: str, node: str) -> bool:
+        """The virtual node goes; the pool's next scale creates a fresh one."""
+        SimNode.objects.filter(cluster__key=cluster, pool=pool, name=node).delete()
+        return True
+
+
+class SimulatorOperations(ClusterOperations):
+    """Operations on one virtual cluster. The ref's token must be the cluster's admin token, as a real
+    API server would insist."""
+
+    def __init__(self, cluster: ClusterRef):
+        super().__init__(cluster)
+        self._checked = False
+
+    def _nodes(self):
+        if not self._checked:
+            sim = SimCluster.objects.filter(key=self.cluster.name).first()
+            if sim is None:
+                raise ProviderError("ClusterNotFound", f"Cluster {self.cluster.name} does not exist.")
+            if not secrets.compare_digest(sim.admin_token, self.cluster.token):
+                raise ProviderError("Unauthorized", f"The token for {self.cluster.name} is not valid.")
+            self._checked = True
+        return SimNode.objects.filter(cluster__key=self.cluster.name)
+
+    def list_nodes(self, pool: str | None = None) -> list[NodeInfo]:
+        nodes = self._nodes()
         if pool is not None:
             nodes = nodes.filter(pool=pool)
         for node in nodes:
             _settle_install(node)
         return [_node_info(node) for node in nodes]
 
-    def _node(self, cluster: str, node: str) -> SimNode:
+    def _node(self, node: str, *, lock: bool = False) -> SimNode:
+        nodes = self._nodes().select_for_update(of=("self",)) if lock else self._nodes()
         try:
-            return SimNode.objects.get(cluster__key=cluster, name=node)
+            return nodes.get(name=node)
         except SimNode.DoesNotExist:
-            raise ProviderError("NodeNotFound", f"Node {node} does not exist in cluster {cluster}.") from None
+            raise ProviderError(
+                "NodeNotFound", f"Node {node} does not exist in cluster {self.cluster.name}."
+            ) from None
 
-    def cordon(self, cluster: str, node: str) -> None:
+    def cordon(self, node: str) -> None:
         _raise_injected_fault(SimFault.Operation.CORDON, node)
-        SimNode.objects.filter(pk=self._node(cluster, node).pk).update(
+        # Only a node not yet cordoned starts the cordon's simulated time: repeating it changes nothing.
+        SimNode.objects.filter(pk=self._node(node).pk, unschedulable=False).update(
             unschedulable=True, busy_until=_busy_for("cordon")
         )
 
-    def uncordon(self, cluster: str, node: str) -> None:
+    def uncordon(self, node: str) -> None:
         _raise_injected_fault(SimFault.Operation.UNCORDON, node)
-        SimNode.objects.filter(pk=self._node(cluster, node).pk).update(unschedulable=False)
+        # Schedulable again: workloads may land, so the next drain has work to do.
+        SimNode.objects.filter(pk=self._node(node).pk).update(unschedulable=False, drain_state="")
 
-    def evict(self, cluster: str, node: str, namespace: str, pod: str) -> None:
-        sim = self._node(cluster, node)
-        _raise_injected_fault(SimFault.Operation.EVICT, node)
-        SimNode.objects.filter(pk=sim.pk).update(busy_until=_busy_for("evict"))
-
-    def set_node_labels(self, cluster: str, node: str, labels: dict[str, str | None]) -> None:
+    def drain(self, node: str) -> None:
+        """Cordon, then evict for `evict` seconds of NVKE_SIM_UPGRADE_STEP_S. An injected `drain` fault
+        refuses the evictions (with reason `DisruptionBudget` it stands for a PodDisruptionBudget): the
+        drain stays blocked until a later call finds no fault left."""
         with transaction.atomic():
-            sim = SimNode.objects.select_for_update().get(pk=self._node(cluster, node).pk)
+            sim = self._node(node, lock=True)
+            if sim.drain_state in (SimNode.Drain.DRAINING, SimNode.Drain.DRAINED):
+                return  # running or done already
+            sim.unschedulable = True
+            if fault := _take_fault(SimFault.Operation.DRAIN, node):
+                sim.drain_state, sim.drain_reason, sim.drain_message = (
+                    SimNode.Drain.BLOCKED,
+                    fault.reason,
+                    fault.message,
+                )
+            else:
+                sim.busy_until = _busy_for("evict")
+                sim.drain_state = SimNode.Drain.DRAINING if sim.busy_until else SimNode.Drain.DRAINED
+                sim.drain_reason, sim.drain_message = "", ""
+            sim.save(
+                update_fields=["unschedulable", "busy_until", "drain_state", "drain_reason", "drain_message"]
+            )
+
+    def drain_status(self, node: str) -> DrainStatus:
+        """The simulator has no pods: until a drain finishes, one stands for the node's workloads."""
+        sim = self._node(node)
+        running = sim.busy_until is not None and sim.busy_until > timezone.now()
+        if sim.drain_state == SimNode.Drain.DRAINING and not running:
+            SimNode.objects.filter(pk=sim.pk).update(drain_state=SimNode.Drain.DRAINED)
+            sim.drain_state = SimNode.Drain.DRAINED
+        if sim.drain_state == SimNode.Drain.DRAINED:
+            return DrainStatus(done=True)
+        if sim.drain_state == SimNode.Drain.BLOCKED:
+            return DrainStatus(done=False, pods_left=1, reason=sim.drain_reason, message=sim.drain_message)
+        return DrainStatus(done=False, pods_left=1)
+
+    def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        with transaction.atomic():
+            sim = self._node(node, lock=True)
             for key, value in labels.items():
                 if value is None:
                     sim.labels.pop(key, None)
@@ -246,12 +308,12 @@ class SimulatorProvider(Provider):
                     sim.labels[key] = value
             sim.save(update_fields=["labels"])
 
-    def driver_version(self, cluster: str, node: str) -> str:
-        return self._node(cluster, node).driver_version
+    def driver_version(self, node: str) -> str:
+        return self._node(node).driver_version
 
-    def install_driver(self, cluster: str, node: str, version: str) -> None:
+    def install_driver(self, node: str, version: str) -> None:
         with transaction.atomic():
-            sim = SimNode.objects.select_for_update().get(pk=self._node(cluster, node).pk)
+            sim = self._node(node, lock=True)
             _settle_install(sim)
             if sim.driver_target == version or (sim.driver_version == version and not sim.driver_failure):
                 return  # running or done already
@@ -268,8 +330,8 @@ class SimulatorProvider(Provider):
             sim.save(update_fields=["driver_target", "driver_outcome", "driver_failure", "busy_until"])
             _settle_install(sim)  # an install that takes no time is done at once
 
-    def driver_status(self, cluster: str, node: str) -> DriverStatus:
-        sim = self._node(cluster, node)
+    def driver_status(self, node: str) -> DriverStatus:
+        sim = self._node(node)
         _settle_install(sim)
         return DriverStatus(
             version=sim.driver_version,
@@ -278,3 +340,14 @@ class SimulatorProvider(Provider):
             gpus_healthy=all(gpu["healthy"] for gpu in sim.gpus),
             ready=sim.ready,
         )
+
+    def record_health(self, node: str, *, ready: bool | None = None, failed_gpu: int | None = None) -> None:
+        with transaction.atomic():
+            sim = self._nodes().select_for_update().filter(name=node).first()
+            if sim is None:
+                return  # gone already: nothing left to agree with
+            if ready is not None:
+                sim.ready = ready
+            if failed_gpu is not None:
+                sim.gpus = [{**g, "healthy": False} if g["index"] == failed_gpu else g for g in sim.gpus]
+            sim.save(update_fields=["ready", "gpus"])
