@@ -2,7 +2,7 @@
 
 1. Makespan (virtual clock, no database): a 1,000-node pool, maxUnavailable 10%, fixed step durations
    (cordon 5 s, eviction 30 s, driver install 120 s), one tick a second, through the real state machine
-   (upgrades/machine.py) and the simulated fleet of upgrades/simulate.py. The critical-path lower bound
+   (upgrades/machine.py) and the simulated fleet of upgrades/virtual_fleet.py. The critical-path lower bound
    is ceil(nodes / maxUnavailable) waves of one node's operations back to back. Floor: makespan within
    10% of it. Also the CPU time of the planner per node step.
 
@@ -31,7 +31,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 
 def makespan(nodes: int, percent: int) -> dict:
     from upgrades.machine import Strategy
-    from upgrades.simulate import Durations, run_simulation
+    from upgrades.virtual_fleet import Durations, run_simulation
 
     durations = Durations(cordon=5, evict=30, install=120)
     max_unavailable = math.ceil(nodes * percent / 100)

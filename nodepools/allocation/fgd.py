@@ -31,7 +31,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .keys import PCIE, GpuInfo, NodeInfo, StaticInfo
+from .keys import PCIE, InternedGpu, InternedNode, StaticInfo
 from .state import CPU_ONLY, FRACTION, MIG_SLICE, MODES_FOR_KIND, WHOLE, Request, mig_start_fits
 
 _versions = itertools.count(1)
@@ -144,7 +144,7 @@ class FragModel:
         self._gpu_vectors: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._static_ok: dict[int, tuple[bool, ...]] = {}
 
-    def frag(self, node: NodeInfo) -> float:
+    def frag(self, node: InternedNode) -> float:
         value = self._frag.get(node.id)
         if value is None:
             key = (
@@ -159,7 +159,7 @@ class FragModel:
             value = self._frag[node.id] = shape_frag + self._stranded(node)
         return value
 
-    def _compute(self, node: NodeInfo) -> float:
+    def _compute(self, node: InternedNode) -> float:
         total = node.total_free
         if not total or not self._shapes:
             return 0.0
@@ -187,7 +187,7 @@ class FragModel:
                 frag += p * total
         return frag
 
-    def _stranded(self, node: NodeInfo) -> float:
+    def _stranded(self, node: InternedNode) -> float:
         """S_n; 0 when the distribution asks for the paper's measure alone (no per-GPU ratios)."""
         fed = float(node.total_free)
         if self._cpu_per_gpu:
@@ -196,7 +196,7 @@ class FragModel:
             fed = min(fed, node.memory_free / self._memory_per_gpu)
         return node.total_free - fed
 
-    def _nvlink_ok(self, node: NodeInfo, j: int, gpus: int) -> bool:
+    def _nvlink_ok(self, node: InternedNode, j: int, gpus: int) -> bool:
         per_domain = Counter(g.link for g in node.gpus if g.link != PCIE and self._vectors(g, 1)[0][j])
         return any(n >= gpus for n in per_domain.values())
 
@@ -213,7 +213,7 @@ class FragModel:
             )
         return vector
 
-    def _vectors(self, gpu: GpuInfo, count: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _vectors(self, gpu: InternedGpu, count: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """For `count` GPUs in this state, per shape j: how many can take j's per-GPU part, and their
         free share where they cannot."""
         vectors = self._gpu_vectors.get((gpu.id, count))
@@ -223,7 +223,7 @@ class FragModel:
         return vectors
 
 
-def gpu_takes(gpu: GpuInfo, shape: Request) -> bool:
+def gpu_takes(gpu: InternedGpu, shape: Request) -> bool:
     """Can this GPU hold the per-GPU part of `shape` (ignoring the node's other resources)?"""
     if shape.kind == WHOLE:
         return gpu.idle

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 
 from . import fgd
-from .keys import PCIE, Interner, NodeInfo
+from .keys import PCIE, InternedNode, Interner
 from .mig import gpu_geometry
 from .state import (
     CPU_ONLY,
@@ -91,7 +91,7 @@ class Candidate:
     def __init__(
         self,
         interner: Interner,
-        node: NodeInfo,
+        node: InternedNode,
         request: Request,
         positions: tuple[int, ...],
         part: tuple,
@@ -101,7 +101,7 @@ class Candidate:
     ) -> None:
         self._interner = interner
         self._request = request
-        self._after: NodeInfo | None = None
+        self._after: InternedNode | None = None
         self.node = node
         self.positions = positions
         self.part = part
@@ -110,7 +110,7 @@ class Candidate:
         self.fit = fit
 
     @property
-    def after(self) -> NodeInfo:
+    def after(self) -> InternedNode:
         if self._after is None:
             r = self._request
             self._after = self._interner.node_after(
@@ -128,7 +128,7 @@ class Candidate:
         )
 
 
-def candidates(interner: Interner, node: NodeInfo, request: Request) -> int | list[Candidate]:
+def candidates(interner: Interner, node: InternedNode, request: Request) -> int | list[Candidate]:
     """Every distinct way `request` fits `node`, or the index in REASONS of the first check that fails."""
     static = node.static
     if not static.schedulable:
@@ -187,7 +187,7 @@ def candidates(interner: Interner, node: NodeInfo, request: Request) -> int | li
     return _REASON[NO_MIG_PLACEMENT if healthy else GPU_UNHEALTHY]
 
 
-def _whole(interner: Interner, node: NodeInfo, request: Request) -> int | list[Candidate]:
+def _whole(interner: Interner, node: InternedNode, request: Request) -> int | list[Candidate]:
     gpus, k = node.gpus, request.gpus
     if sum(g.healthy for g in gpus) < k:
         return _REASON[GPU_UNHEALTHY] if len(gpus) >= k else _REASON[NOT_ENOUGH_GPUS]
@@ -219,7 +219,7 @@ def _whole(interner: Interner, node: NodeInfo, request: Request) -> int | list[C
     ]
 
 
-def _score(policy: str, node: NodeInfo, c: Candidate, frag: fgd.FragModel | None, base: float) -> tuple:
+def _score(policy: str, node: InternedNode, c: Candidate, frag: fgd.FragModel | None, base: float) -> tuple:
     """Smaller is better. The first item puts NVLink-connected sets first. `base`: frag of `node`."""
     unlinked = not c.linked
     if policy == FGD:
@@ -278,7 +278,7 @@ class _Group:
 
     __slots__ = ("info", "members", "outcomes")
 
-    def __init__(self, info: NodeInfo) -> None:
+    def __init__(self, info: InternedNode) -> None:
         self.info = info
         self.members: dict[int, None] = {}  # node positions, insertion-ordered
         self.outcomes: dict[int, int | tuple] = {}  # request id -> reason index | (score, candidate)
@@ -306,11 +306,11 @@ class Fleet:
         self._position = {node.id: i for i, node in enumerate(self.nodes)}
         if len(self._position) != len(self.nodes):
             raise ValueError("node ids must be unique")
-        self._state: list[tuple[NodeInfo, tuple[int, ...]]] = []
+        self._state: list[tuple[InternedNode, tuple[int, ...]]] = []
         self._groups: dict[int, _Group] = {}
         self._births: list[int] = []  # state ids, each time a state gains its first node
         self._views: dict[int, _View] = {}
-        self._moves: list[tuple[NodeInfo, NodeInfo]] = []  # (old state, new state) of each change
+        self._moves: list[tuple[InternedNode, InternedNode]] = []  # (old state, new state) of each change
         for i, node in enumerate(self.nodes):
             self._state.append(self.cache.interner.signature(node))
             self._join(i)
@@ -404,7 +404,7 @@ class Fleet:
         return unplaceable({REASONS[r]: n for r, n in view.counts.items() if n}, len(self.nodes))
 
     def _reason(
-        self, info: NodeInfo, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
+        self, info: InternedNode, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
     ) -> int:
         group = self._groups.get(info.id)
         outcome = group.outcomes.get(rid) if group is not None else None
@@ -416,7 +416,7 @@ class Fleet:
 
     @staticmethod
     def _evaluate(
-        interner: Interner, info: NodeInfo, request: Request, policy: str, frag: fgd.FragModel | None
+        interner: Interner, info: InternedNode, request: Request, policy: str, frag: fgd.FragModel | None
     ) -> int | tuple:
         found = candidates(interner, info, request)
         if isinstance(found, int):

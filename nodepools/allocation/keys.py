@@ -2,7 +2,7 @@
 
 Many nodes of a fleet are in the same state (same model, same free CPU and memory, same multiset of GPU
 states). The allocator evaluates a claim once per distinct state and caches the answer, so states are
-interned: equal states share one `NodeInfo` with a small integer id. A node's GPUs are put in a canonical
+interned: equal states share one `InternedNode` with a small integer id. A node's GPUs are put in a canonical
 order (sorted by interned GPU state) and `perm` maps canonical positions back to GPU indexes."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .state import FRACTION, MIG_SLICE, MILLI, WHOLE, MigSlice, NodeState, mig_s
 PCIE = -1  # link label of a GPU without NVLink
 
 
-class GpuInfo:
+class InternedGpu:
     """One interned GPU state. `link` is the node-local NVLink domain label (PCIE when none)."""
 
     __slots__ = (
@@ -89,7 +89,7 @@ class StaticInfo:
     profiles: tuple[Profile, ...]
 
 
-class NodeInfo:
+class InternedNode:
     """One interned node state; `gpus` in canonical order."""
 
     __slots__ = (
@@ -108,7 +108,7 @@ class NodeInfo:
     )
 
     def __init__(
-        self, nid: int, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[GpuInfo, ...]
+        self, nid: int, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[InternedGpu, ...]
     ):
         self.id = nid
         self.static = static
@@ -117,7 +117,7 @@ class NodeInfo:
         self.gpus = gpus
         self.gpu_ids = tuple(g.id for g in gpus)
         # (GPU state, how many, first position): canonical order puts equal GPUs next to each other.
-        distinct: list[tuple[GpuInfo, int, int]] = []
+        distinct: list[tuple[InternedGpu, int, int]] = []
         for pos, g in enumerate(gpus):
             if distinct and distinct[-1][0] is g:
                 distinct[-1] = (g, distinct[-1][1] + 1, distinct[-1][2])
@@ -141,30 +141,30 @@ class Interner:
 
     def __init__(self) -> None:
         self._statics: dict[tuple, StaticInfo] = {}
-        self._gpus: dict[tuple, GpuInfo] = {}
-        self._nodes: dict[tuple, NodeInfo] = {}
-        self._transitions: dict[tuple, GpuInfo] = {}
+        self._gpus: dict[tuple, InternedGpu] = {}
+        self._nodes: dict[tuple, InternedNode] = {}
+        self._transitions: dict[tuple, InternedGpu] = {}
 
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def gpu(self, key: tuple) -> GpuInfo:
+    def gpu(self, key: tuple) -> InternedGpu:
         info = self._gpus.get(key)
         if info is None:
-            info = self._gpus[key] = GpuInfo(len(self._gpus), key)
+            info = self._gpus[key] = InternedGpu(len(self._gpus), key)
         return info
 
     def node(
-        self, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[GpuInfo, ...]
-    ) -> NodeInfo:
+        self, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[InternedGpu, ...]
+    ) -> InternedNode:
         """`gpus` must already be in canonical order (sorted by id)."""
         key = (static.id, cpu_free, memory_free, tuple(map(_gpu_id, gpus)))
         info = self._nodes.get(key)
         if info is None:
-            info = self._nodes[key] = NodeInfo(len(self._nodes), static, cpu_free, memory_free, gpus)
+            info = self._nodes[key] = InternedNode(len(self._nodes), static, cpu_free, memory_free, gpus)
         return info
 
-    def signature(self, node: NodeState) -> tuple[NodeInfo, tuple[int, ...]]:
+    def signature(self, node: NodeState) -> tuple[InternedNode, tuple[int, ...]]:
         """The interned state of `node` and `perm`: canonical GPU position -> GPU index."""
         profiles = tuple(node.mig_profiles)
         skey = (
@@ -201,7 +201,7 @@ class Interner:
         )
         return info, tuple(node.gpus[i].index for i in order)
 
-    def after(self, gpu: GpuInfo, part: tuple) -> GpuInfo:
+    def after(self, gpu: InternedGpu, part: tuple) -> InternedGpu:
         """The GPU state after taking `part`: (WHOLE,) | (FRACTION, memory, compute) | (MIG_SLICE, slice)."""
         cache_key = (gpu.id, part)
         info = self._transitions.get(cache_key)
@@ -237,8 +237,8 @@ class Interner:
         return info
 
     def node_after(
-        self, node: NodeInfo, positions: tuple[int, ...], part: tuple, cpu: int, memory: int
-    ) -> NodeInfo:
+        self, node: InternedNode, positions: tuple[int, ...], part: tuple, cpu: int, memory: int
+    ) -> InternedNode:
         gpus = list(node.gpus)
         for pos in positions:
             gpus[pos] = self.after(gpus[pos], part)
@@ -246,5 +246,5 @@ class Interner:
         return self.node(node.static, node.cpu_free - cpu, node.memory_free - memory, tuple(gpus))
 
 
-def _gpu_id(g: GpuInfo) -> int:
+def _gpu_id(g: InternedGpu) -> int:
     return g.id

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 
 from . import nvml
-from .simulate import SimulatedCollector
+from .synthetic import SimulatedCollector
 
 log = logging.getLogger("nvke-agent")
 MAX_BACKLOG = 3600  # samples kept while the control plane is unreachable

@@ -19,7 +19,7 @@ from upgrades.machine import (
     return_refusal,
     returned_to_service,
 )
-from upgrades.simulate import Durations, run_simulation
+from upgrades.virtual_fleet import Durations, run_simulation
 
 RUN = RunView(phase=Phase.RUNNING, target_version="2.0")
 STRATEGY = Strategy(max_unavailable=1, drain_timeout_s=60, validation_timeout_s=100)

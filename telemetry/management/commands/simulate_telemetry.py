@@ -2,7 +2,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from telemetry import simulator
+from telemetry import synthetic_load
 
 RELOAD_EVERY_S = 10  # claims come and go: re-read the layout now and then
 
@@ -21,8 +21,8 @@ class Command(BaseCommand):
         while not ticks or done < ticks:
             started = time.time()
             if started - loaded_at > RELOAD_EVERY_S:
-                gpus, loaded_at = simulator.layout(), started
-            count = simulator.tick(started, gpus)
+                gpus, loaded_at = synthetic_load.layout(), started
+            count = synthetic_load.tick(started, gpus)
             done += 1
             self.stdout.write(f"tick {done}: {count} samples in {time.time() - started:.3f}s")
             time.sleep(max(0.0, interval - (time.time() - started)))

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from nodepools.models import Claim
-from telemetry import rescale, simulator, store
+from telemetry import rescale, store, synthetic_load
 from telemetry.models import ClaimScaling
 
 from .conftest import gpu_of
@@ -22,7 +22,7 @@ def test_gpu_load_follows_its_claims(add_pool, claim_in):
         tenant=busy.tenant, claim=busy, profile="bursty", requested_compute_percent=50
     )
     now = (time.time() // 60) * 60 + 5  # inside a burst
-    simulator.tick(now)
+    synthetic_load.tick(now)
 
     loads = store.latest([gpu_of(steady).pk, gpu_of(busy).pk])
     usage = store.claim_states([steady.pk, busy.pk])
@@ -31,7 +31,7 @@ def test_gpu_load_follows_its_claims(add_pool, claim_in):
         assert loads[gpu_of(steady).pk]["util"] == pytest.approx(0.4 * 60 + 0.5 * 100, abs=2)
     else:
         assert loads[gpu_of(steady).pk]["util"] == pytest.approx(0.4 * 60, abs=2)
-    simulator.tick(now + 20)  # between bursts
+    synthetic_load.tick(now + 20)  # between bursts
     assert store.claim_states([busy.pk])[busy.pk]["usage"] == 40
 
 
@@ -46,9 +46,9 @@ def test_a_growing_claim_is_grown_and_a_bursty_one_is_not(add_pool, claim_in):
     Claim.objects.filter(pk=growing.pk).update(
         allocated_at=datetime.datetime.fromtimestamp(start - 300, datetime.UTC)
     )
-    gpus = simulator.layout()
+    gpus = synthetic_load.layout()
     for second in range(45):  # growing is past 100 % of its request; bursty bursts for 10 s
-        simulator.tick(start + second, gpus)
+        synthetic_load.tick(start + second, gpus)
     assert rescale.rescale() == [(growing.pk, "claim.grown")]
 
 
