@@ -504,8 +504,6 @@ def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
             "allocation": allocation,
             "isolation": ISOLATION_EXPLAINED.get(allocation.isolation, "") if allocation else "",
             "shares": shares,
-            "memory_held": sum(share.memory_mib for share in shares) if allocation else None,
-            "compute_held": sum(share.compute_milli for share in shares) if allocation else None,
             "live": live(
                 f"cluster={claim.cluster_id}",
                 refresh_on=f"claim:{claim.pk}",

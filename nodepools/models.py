@@ -319,6 +319,15 @@ class Allocation(models.Model):
     def __str__(self) -> str:
         return f"{self.claim} on {self.node}"
 
+    # What the claim holds over all its GPUs (the GPU-MEMORY and GPU-UTIL columns); prefetch `shares`.
+    @property
+    def memory_mib(self) -> int:
+        return sum(share.memory_mib for share in self.shares.all())
+
+    @property
+    def compute_milli(self) -> int:
+        return sum(share.compute_milli for share in self.shares.all())
+
 
 class GpuShare(models.Model):
     """One GPU's part of an allocation: memory, compute share, and the MIG slice if any."""

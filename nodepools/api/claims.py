@@ -114,11 +114,11 @@ class ClaimSerializer(serializers.ModelSerializer):
 
     def get_gpu_memory_display(self, claim: Claim) -> str:
         allocation = self._allocation(claim)
-        return human_mib(sum(s.memory_mib for s in allocation.shares.all())) if allocation else "-"
+        return human_mib(allocation.memory_mib) if allocation else "-"
 
     def get_gpu_util_display(self, claim: Claim) -> str:
         allocation = self._allocation(claim)
-        return f"{sum(s.compute_milli for s in allocation.shares.all()) // 10}%" if allocation else "-"
+        return f"{allocation.compute_milli // 10}%" if allocation else "-"
 
 
 class ClaimViewSet(
