@@ -7,10 +7,10 @@ from nvke.errors import Conflict
 from nvke.models import check_dns_label
 from nvke.providers import get_infrastructure, operations_for
 from nvke.providers.base import ClusterOperations, ClusterRef, ProviderError
-from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 
 from . import addons, quotas
+from .events import publish_cluster
 from .models import Cluster, ClusterAddon, KubernetesVersion, Region
 
 
@@ -32,21 +32,6 @@ def cluster_ref(cluster: Cluster) -> ClusterRef:
 def cluster_operations(cluster: Cluster) -> ClusterOperations:
     """The provider's operations bound to this (provisioned) cluster."""
     return operations_for(cluster_ref(cluster))
-
-
-def cluster_event(cluster: Cluster, type_: str = "cluster.status") -> dict:
-    return {
-        "type": type_,
-        "cluster": cluster.pk,
-        "name": cluster.name,
-        "status": cluster.status,
-        "reason": cluster.status_reason,
-        "message": cluster.status_message,
-    }
-
-
-def _publish(cluster: Cluster, type_: str = "cluster.status") -> None:
-    broadcast(cluster.tenant_id, cluster_event(cluster, type_), cluster_id=cluster.pk)
 
 
 def create_cluster(
@@ -74,7 +59,7 @@ def create_cluster(
             )
             cluster.set_condition("Ready", False, "Provisioning", "Creating the control plane.")
             cluster.save()
-            _publish(cluster)
+            publish_cluster(cluster)
             jobs.enqueue("clusters.tasks.provision_cluster", cluster.pk)
     except IntegrityError:  # a concurrent create won the name
         raise duplicate from None
@@ -111,7 +96,7 @@ def provision(cluster_id: int) -> None:
             cluster.status_reason, cluster.status_message = "", ""
             cluster.set_condition("Ready", True, "Provisioned", "The control plane is serving.")
         cluster.save()
-        _publish(cluster)
+        publish_cluster(cluster)
         if not failure:
             for pool_id in cluster.node_pools.values_list("pk", flat=True):
                 jobs.enqueue("nodepools.tasks.reconcile_pool", pool_id)
@@ -146,7 +131,7 @@ def delete_cluster(cluster: Cluster) -> Cluster:
         cluster.set_condition("Ready", False, "Deleting", cluster.status_message)
         cluster.save()
         cluster.node_pools.update(status="deleting")
-        _publish(cluster)
+        publish_cluster(cluster)
         jobs.enqueue("clusters.tasks.teardown_cluster", cluster.pk)
     return cluster
 
@@ -162,5 +147,5 @@ def teardown(cluster_id: int) -> None:
         provider.delete_pool(key, pool_name)
     provider.delete_cluster(key)
     with transaction.atomic():
-        _publish(cluster, "cluster.deleted")
+        publish_cluster(cluster, "cluster.deleted")
         cluster.delete()

@@ -19,7 +19,7 @@ from clusters import services as cluster_services
 from clusters.addons import BY_NAME as ADDON_CATALOG
 from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml
 from clusters.models import Cluster
-from nodepools import claims as claim_services
+from nodepools import allocator
 from nodepools import services as pool_services
 from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
 from nvke.errors import DomainError
@@ -431,7 +431,7 @@ def claim_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
     form = ClaimCreateForm(request.POST or None, cluster=cluster)
     if request.method == "POST" and form.is_valid():
         try:
-            claim = claim_services.create_claim(context=context, cluster=cluster, **form.claim_fields())
+            claim = allocator.create_claim(context=context, cluster=cluster, **form.claim_fields())
         except DomainError as error:
             add_domain_error(form, error)
         else:
@@ -519,7 +519,7 @@ def claim_release(request: HttpRequest, context: TenantContext, pk: int) -> Http
     claim = _get_claim(context, pk)
     require_change(context)
     if request.method == "POST":
-        claim_services.release_claim(claim)
+        allocator.release_claim(claim)
         messages.success(request, f"Claim {claim} is released.")
         return redirect("claim-list", pk=claim.cluster_id)
     return render(request, "frontend/claim_confirm_release.html", {"claim": claim})

@@ -9,13 +9,14 @@ from nvke import jobs
 from nvke.errors import Conflict, DomainError, Incompatible
 from nvke.models import check_dns_label
 from nvke.providers import get_infrastructure
-from nvke.providers.base import NodeInfo, PoolSpec, ProviderError
-from nvke.realtime import broadcast
+from nvke.providers.base import PoolSpec, ProviderError
 from nvke.tenancy.context import TenantContext
 
 from . import quotas
 from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
-from .models import Gpu, Node, NodePool, SharingMode
+from .events import publish_pool
+from .models import NodePool, SharingMode
+from .nodes import sync_nodes
 
 MUTABLE_FIELDS = (
     "node_count",
@@ -26,24 +27,6 @@ MUTABLE_FIELDS = (
     "mig_layout",
     "placement_policy",
 )
-
-
-def pool_event(pool: NodePool, type_: str = "pool.status") -> dict:
-    return {
-        "type": type_,
-        "pool": pool.pk,
-        "cluster": pool.cluster_id,
-        "name": pool.name,
-        "status": pool.status,
-        "reason": pool.status_reason,
-        "message": pool.status_message,
-        "nodes": pool.nodes.filter(status=Node.Status.READY).count() if pool.pk else 0,  # ready nodes
-        "node_count": pool.node_count,
-    }
-
-
-def _publish(pool: NodePool, type_: str = "pool.status") -> None:
-    broadcast(pool.tenant_id, pool_event(pool, type_), cluster_id=pool.cluster_id)
 
 
 def validate_pool(pool: NodePool) -> None:
@@ -91,7 +74,7 @@ def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePo
             quotas.check_pool(pool)
             pool.set_condition("Ready", False, "Provisioning", f"Creating {pool.node_count} nodes.")
             pool.save()
-            _publish(pool)
+            publish_pool(pool)
             jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)
     except IntegrityError:  # a concurrent create won the name
         raise duplicate from None
@@ -116,7 +99,7 @@ def update_pool(pool: NodePool, **changes) -> NodePool:
             pool.status = NodePool.Status.SCALING
             pool.set_condition("Ready", False, "Scaling", f"Scaling to {pool.node_count} nodes.")
         pool.save()
-        _publish(pool)
+        publish_pool(pool)
         jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)
     return pool
 
@@ -127,7 +110,7 @@ def delete_pool(pool: NodePool) -> NodePool:
         pool.status = NodePool.Status.DELETING
         pool.set_condition("Ready", False, "Deleting", "Removing the pool's nodes.")
         pool.save()
-        _publish(pool)
+        publish_pool(pool)
         jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)
     return pool
 
@@ -162,7 +145,7 @@ def reconcile(pool_id: int) -> None:
     if pool.status == NodePool.Status.DELETING:
         infrastructure.delete_pool(cluster_key(pool.cluster), pool.name)
         with transaction.atomic():
-            _publish(pool, "pool.deleted")
+            publish_pool(pool, "pool.deleted")
             pool.delete()
         return
     if pool.cluster.status != Cluster.Status.RUNNING:
@@ -188,34 +171,4 @@ def reconcile(pool_id: int) -> None:
             pool.status, pool.status_reason, pool.status_message = "ready", "", ""
             pool.set_condition("Ready", True, "NodesReady", f"{result.nodes} of {result.wanted} nodes ready.")
         pool.save()
-        _publish(pool)
-
-
-def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
-    """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove)."""
-    from .claims import topology_changed, unplace_claims_on
-    from .tasks import request_placement
-
-    existing = {node.name: node for node in pool.nodes.all()}
-    gone = Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported])
-    unplace_claims_on(gone)
-    gone.delete()
-    for info in reported:
-        node = existing.get(info.name) or Node(tenant_id=pool.tenant_id, pool=pool, name=info.name)
-        node.status = Node.Status.READY if info.ready else Node.Status.NOT_READY
-        node.cordoned = info.unschedulable
-        node.driver_version = info.driver_version
-        node.cpu_millicores = info.cpu_millicores
-        node.memory_mib = info.memory_mib
-        node.labels = info.labels
-        node.save()
-        have = {gpu.index: gpu for gpu in node.gpus.all()} if info.name in existing else {}
-        for gpu_info in info.gpus:
-            gpu = have.get(gpu_info.index) or Gpu(tenant_id=pool.tenant_id, node=node, index=gpu_info.index)
-            gpu.uuid = gpu_info.uuid.removeprefix("GPU-")
-            gpu.memory_mib = gpu_info.memory_mib
-            gpu.nvlink_domain = gpu_info.nvlink_domain
-            gpu.healthy = gpu_info.healthy
-            gpu.save()
-    topology_changed(pool.cluster_id)
-    request_placement(pool.cluster_id)
+        publish_pool(pool)

@@ -1,14 +1,9 @@
-import functools
-
-import redis
 from celery import shared_task
-from django.conf import settings
-from django.db import transaction
 
 from clusters.models import Cluster
 from clusters.tasks import provision_cluster, teardown_cluster
 
-from . import claims, services
+from . import allocator, services
 from .models import Claim, NodePool
 
 
@@ -28,37 +23,11 @@ def reconcile_all_pools() -> None:
         reconcile_pool.delay(pool_id)
 
 
-PASS_QUEUED_TTL_S = 30  # a lost pass is not waited for longer (beat resyncs on the same period)
-
-
-def request_placement(cluster_id: int) -> None:
-    """Once the transaction commits, ask the allocator queue for a pass over the cluster's pending claims.
-    While a pass is queued and not yet started, later requests ride on it instead of queueing their own."""
-    transaction.on_commit(lambda: _queue_pass(cluster_id))
-
-
-def _queue_pass(cluster_id: int) -> None:
-    if settings.REDIS_URL and not _redis().set(_queued_key(cluster_id), 1, nx=True, ex=PASS_QUEUED_TTL_S):
-        return  # a pass is queued and has not started: it will see this claim
-    place_pending_claims.delay(cluster_id)
-
-
-@functools.cache
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
-
-
-def _queued_key(cluster_id: int) -> str:
-    return f"nvke:allocator:pass-queued:{cluster_id}"
-
-
 @shared_task(acks_late=True)
 def place_pending_claims(cluster_id: int) -> None:
     """Capacity changed or claims were queued: place the cluster's pending claims in one pass."""
-    if settings.REDIS_URL:
-        # Before reading what is pending: a claim committed from now on queues the next pass.
-        _redis().delete(_queued_key(cluster_id))
-    claims.place_pending(cluster_id)
+    allocator.pass_started(cluster_id)
+    allocator.place_pending(cluster_id)
 
 
 @shared_task
@@ -71,5 +40,6 @@ def place_all_pending_claims() -> None:
 
 @shared_task
 def prune_allocation_log() -> None:
-    """Drop allocation-log entries older than any in-memory inventory can be (see claims.Snapshot)."""
-    claims.prune_log()
+    """Drop allocation-log entries older than any in-memory inventory can be (see
+    allocator.inventory.Snapshot)."""
+    allocator.prune_log()

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.db import transaction
 
 from clusters.services import cluster_key, cluster_operations
-from nodepools.claims import evict_claims, topology_changed
+from nodepools import nodes
+from nodepools.allocator import evict_claims
 from nodepools.models import Claim, Gpu, Node
 from nodepools.services import reconcile
 from nvke.providers import get_infrastructure
@@ -25,13 +26,10 @@ def fail_gpu(gpu_id: int, xid: int) -> list[int]:
     gpu = Gpu.objects.select_related("node__pool__cluster").get(pk=gpu_id)
     cluster_id = gpu.node.pool.cluster_id
     with transaction.atomic():
-        if not Gpu.objects.filter(pk=gpu_id, healthy=True).update(healthy=False):
+        claim_ids = nodes.fail_gpu(gpu)
+        if claim_ids is None:
             return []
         _tell_provider(gpu.node, failed_gpu=gpu.index)
-        topology_changed(cluster_id)
-        claim_ids = list(
-            Claim.objects.filter(allocation__shares__gpu_id=gpu_id).values_list("pk", flat=True).distinct()
-        )
         events.record(
             TelemetryEvent.Kind.GPU_UNHEALTHY,
             tenant_id=gpu.tenant_id,
@@ -78,10 +76,9 @@ def _flip(node_ids: list[int], old: str, new: str, message: str) -> list[int]:
     )
     for node in Node.objects.filter(pk__in=node_ids, status=old).select_related("pool__cluster"):
         with transaction.atomic():
-            if not Node.objects.filter(pk=node.pk, status=old).update(status=new):
+            if not nodes.set_ready(node, new == Node.Status.READY):
                 continue
             _tell_provider(node, ready=new == Node.Status.READY)
-            topology_changed(node.pool.cluster_id)
             events.record(
                 kind, tenant_id=node.tenant_id, cluster_id=node.pool.cluster_id, node=node, message=message
             )

@@ -9,13 +9,13 @@ request. A shorter spike changes nothing: any sample below the threshold ends th
 grow and are never throttled; one grown before still shrinks back when idle. Policies: telemetry.policy
 (a pool without one follows the platform defaults)."""
 
-import copy
 from dataclasses import dataclass
 
-from django.db.models import F, Sum
+from django.db import transaction
+from django.db.models import F
 
-from nodepools.claims import allocation_lock, evict_claims, find_placement, snapshot, topology_changed
-from nodepools.models import Claim, GpuShare
+from nodepools import allocator
+from nodepools.models import Claim, Gpu
 
 from . import events, store
 from .models import ClaimScaling, TelemetryEvent
@@ -66,51 +66,36 @@ def _set_state(claim: Claim, scaling: ClaimScaling, state: str, kind: str, messa
 def grow(claim: Claim, max_growth_percent: int | None = None) -> str:
     """Grow the claim's compute share one step, to at most `max_growth_percent` of its request (its
     pool's policy; the default when None); returns the event kind recorded ("" if the claim is gone or
-    no longer placed). Everything is read again under the cluster's allocation lock."""
+    no longer placed). The allocator resizes it in place, or moves it, under its lock."""
     if max_growth_percent is None:
         max_growth_percent = default().max_growth_percent
-    with allocation_lock(claim.cluster_id):
-        claim = (
-            Claim.objects.select_related("pool").filter(pk=claim.pk, status=Claim.Status.ALLOCATED).first()
+    scaling = _scaling(claim)
+    requested = scaling.requested_compute_percent
+    step = max(1, round(requested * GROWTH_STEP))
+    target = min(100, requested * max_growth_percent // 100, claim.compute_percent + step)
+    if target <= claim.compute_percent:
+        return _throttle(
+            claim, scaling, f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
         )
-        share = (
-            GpuShare.objects.select_related("gpu").filter(allocation__claim=claim).first() if claim else None
-        )
-        if share is None:
+    with transaction.atomic():
+        resized = allocator.resize_claim(claim.pk, compute_percent=target)
+        if resized is None:
             return ""
-        scaling = _scaling(claim)
-        requested = scaling.requested_compute_percent
-        step = max(1, round(requested * GROWTH_STEP))
-        target = min(100, requested * max_growth_percent // 100, claim.compute_percent + step)
-        if target <= claim.compute_percent:
-            return _throttle(
-                claim, scaling, f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
+        before = Gpu.objects.get(pk=resized.gpu_before)
+        if resized.refusal:
+            message = (
+                f"Claim {claim} needs {target}% compute; {before} is full and no GPU fits: {resized.refusal}"
             )
-        used = GpuShare.objects.filter(gpu=share.gpu).aggregate(total=Sum("compute_milli"))["total"]
-        if share.gpu.healthy and used - share.compute_milli + target * 10 <= 1000:
-            GpuShare.objects.filter(pk=share.pk).update(compute_milli=target * 10)
-            Claim.objects.filter(pk=claim.pk).update(compute_percent=target)
-            topology_changed(claim.cluster_id)
-            message = f"Claim {claim} grew from {claim.compute_percent}% to {target}% compute on {share.gpu}."
-            _set_state(claim, scaling, ClaimScaling.State.GROWN, TelemetryEvent.Kind.GROWN, message)
-            return TelemetryEvent.Kind.GROWN
-        probe = copy.copy(claim)
-        probe.compute_percent = target
-        placement, reason = find_placement(probe, snapshot(claim.cluster_id))
-        if placement is None:
-            message = f"Claim {claim} needs {target}% compute; {share.gpu} is full and no GPU fits: {reason}"
             return _throttle(claim, scaling, message)
-        Claim.objects.filter(pk=claim.pk).update(compute_percent=target)
-        evict_claims(claim.cluster_id, [claim.pk])
-        claim.refresh_from_db()
-        where = (
-            claim.allocation.shares.select_related("gpu").get().gpu
-            if claim.status == Claim.Status.ALLOCATED
-            else "nowhere yet (pending)"
-        )
-        message = f"Claim {claim} moved from {share.gpu} to {where} with {target}% compute."
-        _set_state(claim, scaling, ClaimScaling.State.GROWN, TelemetryEvent.Kind.MOVED, message)
-        return TelemetryEvent.Kind.MOVED
+        if resized.moved:
+            after = Gpu.objects.get(pk=resized.gpu_after)
+            message = f"Claim {claim} moved from {before} to {after} with {target}% compute."
+            kind = TelemetryEvent.Kind.MOVED
+        else:
+            message = f"Claim {claim} grew from {claim.compute_percent}% to {target}% compute on {before}."
+            kind = TelemetryEvent.Kind.GROWN
+        _set_state(claim, scaling, ClaimScaling.State.GROWN, kind, message)
+    return kind
 
 
 def _throttle(claim: Claim, scaling: ClaimScaling, message: str) -> str:
@@ -121,15 +106,13 @@ def _throttle(claim: Claim, scaling: ClaimScaling, message: str) -> str:
 
 def shrink(claim: Claim) -> str:
     """Back to the request, in place (a smaller share always fits where the bigger one was)."""
-    with allocation_lock(claim.cluster_id):
-        claim = Claim.objects.filter(pk=claim.pk, status=Claim.Status.ALLOCATED).first()
-        scaling = _scaling(claim) if claim else None
-        if scaling is None or claim.compute_percent <= scaling.requested_compute_percent:
+    scaling = ClaimScaling.objects.filter(claim_id=claim.pk).first()
+    if scaling is None or claim.compute_percent <= scaling.requested_compute_percent:
+        return ""
+    requested = scaling.requested_compute_percent
+    with transaction.atomic():
+        if allocator.resize_claim(claim.pk, compute_percent=requested) is None:
             return ""
-        requested = scaling.requested_compute_percent
-        GpuShare.objects.filter(allocation__claim=claim).update(compute_milli=requested * 10)
-        Claim.objects.filter(pk=claim.pk).update(compute_percent=requested)
-        topology_changed(claim.cluster_id)
         message = f"Claim {claim} was idle: back from {claim.compute_percent}% to its request, {requested}%."
         _set_state(claim, scaling, ClaimScaling.State.NORMAL, TelemetryEvent.Kind.SHRUNK, message)
     return TelemetryEvent.Kind.SHRUNK

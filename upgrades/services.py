@@ -9,9 +9,8 @@ from django.utils import timezone
 
 from audit.recorder import record
 from clusters.services import cluster_operations
-from nodepools import claims as allocator
+from nodepools import nodes as node_rows
 from nodepools.models import DriverRelease, Node, NodePool
-from nodepools.tasks import request_placement
 from nvke.errors import Conflict, DomainError, Incompatible, NotFound, ProviderFailed
 from nvke.providers.base import ProviderError
 from nvke.tenancy.context import TenantContext
@@ -407,9 +406,7 @@ def return_to_service(run: UpgradeRun, node_name: str, *, user=None) -> UpgradeR
             raise ProviderFailed(
                 f"Could not uncordon node {row.name}: {error.message}", field="node", reason=error.reason
             ) from None
-        Node.objects.filter(pk=node.pk).update(cordoned=False)
-        allocator.topology_changed(run.pool.cluster_id)  # schedulable again for every process
-        request_placement(run.pool.cluster_id)  # pending claims may fit on it now
+        node_rows.set_cordons(run.pool.cluster_id, {node.pk: False})  # pending claims may fit on it now
         after = returned_to_service(view)
         changes = {"cordoned": [view.cordoned, after.cordoned], "driver_touched": [row.driver_touched, False]}
         row.driver_touched, row.returned_at = after.driver_touched, timezone.now()

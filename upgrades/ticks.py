@@ -24,9 +24,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clusters.services import cluster_operations
-from nodepools import claims as allocator
+from nodepools import allocator
+from nodepools import nodes as node_rows
 from nodepools.models import Allocation, Claim, Gpu, Node, NodePool
-from nodepools.tasks import request_placement
 from nvke import jobs
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
@@ -162,17 +162,6 @@ def _observe(
         ready=status.ready and view.ready,
         install_failure=status.failure if view.state == State.VALIDATION_REQUIRED else "",
     )
-
-
-def _mirror(node: Node, status: DriverStatus) -> bool:
-    """Copy the provider's driver version and GPU health onto the rows; True when health changed."""
-    if node.driver_version != status.version:
-        Node.objects.filter(pk=node.pk).update(driver_version=status.version)
-    changed = False
-    if not status.gpus_healthy and all(gpu.healthy for gpu in node.gpus.all()):
-        Gpu.objects.filter(node=node).update(healthy=False)  # the simulator cannot tell which one
-        changed = True
-    return changed
 
 
 def tick(run_id: int, seq: int) -> int | None:
@@ -358,22 +347,20 @@ def _join_new_nodes(
 
 
 def _carry_out(run, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
-    """Cordons and uncordons first, then one topology reset (so evictions cannot land back on a
-    cordoned node), then evictions and installs: in the control plane now, at the provider after
-    commit (recorded on the rows)."""
-    cluster_id = run.pool.cluster_id
+    """Cordons and uncordons first, in one topology change (so evictions cannot land back on a cordoned
+    node), then evictions and installs: in the control plane now, at the provider after commit
+    (recorded on the rows)."""
     first = [s for s in steps if s.effect in (Effect.CORDON, Effect.UNCORDON)]
-    topology = False
+    cordons = {}
+    for step in first:
+        node = nodes[step.node]
+        cordons[node.pk] = node.cordoned = step.effect == Effect.CORDON
+        _want_cordon(rows[step.node], node.cordoned)
+    node_rows.set_cordons(run.pool.cluster_id, cordons)
     for step in first + [s for s in steps if s not in first]:
         row, node = rows[step.node], nodes.get(step.node)
         message = step.message
-        if step.effect in (Effect.CORDON, Effect.UNCORDON):
-            _set_cordon(node, row, step.effect == Effect.CORDON)
-            topology = True
-        elif step.effect == Effect.EVICT:
-            if topology:
-                allocator.topology_changed(cluster_id)
-                topology = False
+        if step.effect == Effect.EVICT:
             message = _evict(run, node, row)
             drain = seen[step.node].drain if step.node in seen else None
             if drain is not None and drain.blocked:  # waiting on a disruption budget: say so, retry
@@ -384,19 +371,13 @@ def _carry_out(run, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
             row.driver_wanted = run.target_release.version
             _writes.intents[row.pk] = row
         if step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
-            topology |= _mirror(node, seen[step.node].driver)
+            driver = seen[step.node].driver
+            node_rows.record_driver(node, version=driver.version, gpus_healthy=driver.gpus_healthy)
         _record(run, row, step.to, step.reason, message, now)
-    if topology:
-        allocator.topology_changed(cluster_id)
-    if any(s.effect == Effect.UNCORDON for s in steps):  # capacity is back: one placement pass
-        request_placement(cluster_id)
 
 
-def _set_cordon(node: Node, row: UpgradeNode, cordon: bool) -> None:
-    """The control plane's view changes now (the allocator places nothing on a cordoned node); the
-    provider follows after commit."""
-    Node.objects.filter(pk=node.pk).update(cordoned=cordon)
-    node.cordoned = cordon
+def _want_cordon(row: UpgradeNode, cordon: bool) -> None:
+    """The provider follows the control plane's cordon after commit."""
     row.cordon_wanted = cordon
     _writes.intents[row.pk] = row
 
@@ -424,8 +405,9 @@ def _fail_after_error(run, row, node, error: ProviderError, now) -> None:
         _record(run, row, State.FAILED, error.reason, kept_message(error.message), now)
         return
     if node is not None and node.cordoned and not row.pre_cordoned:
-        _set_cordon(node, row, False)  # called until it works, after commit
-        request_placement(run.pool.cluster_id)
+        node.cordoned = False
+        node_rows.set_cordons(run.pool.cluster_id, {node.pk: False})
+        _want_cordon(row, False)  # called until it works, after commit
     _record(run, row, State.FAILED, error.reason, error.message, now)
 
 

@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers
 
 from clusters.models import Cluster
-from nodepools import claims as service
+from nodepools import allocator
 from nodepools.filtersets import ClaimFilter
 from nodepools.models import Claim, NodePool
 from nvke.api.viewsets import TenantScopedViewSet
@@ -139,7 +139,7 @@ class ClaimViewSet(
     ordering_fields = ["name", "created_at", "priority"]
 
     def perform_create(self, serializer):
-        serializer.instance = service.create_claim(context=self.tenant_context, **serializer.validated_data)
+        serializer.instance = allocator.create_claim(context=self.tenant_context, **serializer.validated_data)
 
     def perform_destroy(self, instance):
-        service.release_claim(instance)
+        allocator.release_claim(instance)

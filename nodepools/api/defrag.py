@@ -8,7 +8,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from clusters.models import Cluster
-from nodepools import claims
+from nodepools import allocator
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.tenancy.roles import Action
 
@@ -41,13 +41,13 @@ class ClusterDefragViewSet(TenantScopedViewSet):
     @action(detail=True, methods=["get"], url_path="defrag-plan")
     def defrag_plan(self, request, pk=None):
         """Claim moves that would free the most whole GPUs (bounded by max_moves); nothing changes."""
-        return self._defrag(claims.plan_defrag, request.query_params)
+        return self._defrag(allocator.plan_defrag, request.query_params)
 
     @extend_schema(request=DefragRequestSerializer, responses=DefragPlanSerializer)
     @action(detail=True, methods=["post"])
     def defrag(self, request, pk=None):
         """Carry out a fresh plan; each move is a re-allocation of the claim."""
-        return self._defrag(claims.apply_defrag, request.data)
+        return self._defrag(allocator.apply_defrag, request.data)
 
     def _defrag(self, operation, data) -> Response:
         params = DefragRequestSerializer(data=data)

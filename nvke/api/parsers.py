@@ -1,6 +1,7 @@
 """Request parsers that refuse NUL characters. PostgreSQL text cannot hold them, so a NUL that reached
 a query (a slug lookup, a filter) was a server error; here it is a 400 naming the field."""
 
+from django.http import JsonResponse
 from rest_framework import parsers
 from rest_framework.exceptions import ValidationError
 
@@ -59,8 +60,6 @@ class RejectNulInQueryMiddleware:
 
     def __call__(self, request):
         if request.path.startswith("/api/") and (name := find_nul(request.GET)) is not None:
-            from django.http import JsonResponse
-
             return JsonResponse(
                 {
                     "code": "invalid",

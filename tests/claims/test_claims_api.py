@@ -1,9 +1,23 @@
 """Claims through the API: placement, isolation, pending reasons, refusals, release, tenancy."""
 
-import pytest
+import datetime
 
-from nodepools.models import Claim, GpuShare
+import pytest
+from django.utils import timezone
+
+from nodepools.allocator import (
+    allocation_lock,
+    create_claim,
+    evict_claims,
+    place_pending,
+    prune_log,
+    service,
+    topology_changed,
+)
+from nodepools.allocator.inventory import CACHE, LOG_RETENTION_S, Snapshot
+from nodepools.models import AllocationEvent, Claim, Gpu, GpuShare
 from nodepools.services import reconcile
+from nvke.tenancy.context import TenantContext
 
 pytestmark = pytest.mark.django_db
 
@@ -212,8 +226,6 @@ def test_node_detail_shows_each_gpus_allocation_snapshot(api, cluster, pools):
 
 def test_two_processes_snapshots_stay_in_step(api, cluster, pools):
     """Each process keeps its own inventory; the allocation log brings the other's changes in."""
-    from nodepools.claims import Snapshot, allocation_lock, snapshot
-
     with allocation_lock(cluster.pk):
         other = Snapshot(cluster.pk)  # another worker's copy, loaded before anything is placed
     placed = claim(api, cluster, "a", kind="whole", gpus=8, pool=pools["whole"].pk).data
@@ -225,12 +237,10 @@ def test_two_processes_snapshots_stay_in_step(api, cluster, pools):
     with allocation_lock(cluster.pk):
         assert other.catch_up()
         assert all(g.idle() for g in other.inventory.nodes[node].gpus)
-        assert snapshot(cluster.pk).inventory.placements == {}
+        assert CACHE.snapshot(cluster.pk).inventory.placements == {}
 
 
 def test_topology_change_forces_a_reload(api, cluster, pools):
-    from nodepools.claims import Snapshot, allocation_lock, topology_changed
-
     with allocation_lock(cluster.pk):
         other = Snapshot(cluster.pk)
     topology_changed(cluster.pk)
@@ -239,13 +249,6 @@ def test_topology_change_forces_a_reload(api, cluster, pools):
 
 
 def test_prune_keeps_recent_entries(api, cluster, pools):
-    import datetime
-
-    from django.utils import timezone
-
-    from nodepools.claims import LOG_RETENTION_S, prune_log
-    from nodepools.models import AllocationEvent
-
     claim(api, cluster, "a", kind="fraction", compute_percent=10)
     recent = AllocationEvent.objects.filter(cluster=cluster).count()
     assert recent >= 1 and prune_log() == 0
@@ -271,12 +274,11 @@ def test_pending_claim_is_placed_when_its_pool_scales_up(
 
 def test_a_rolled_back_placement_leaves_no_phantom_in_memory(api, cluster, pools, monkeypatch):
     """The process's inventory is dropped when the locked transaction fails after placing."""
-    from nodepools import claims as service
 
     def fail(*args, **kwargs):
         raise RuntimeError("broadcast failed")
 
-    monkeypatch.setattr(service, "_publish", fail)
+    monkeypatch.setattr(service, "publish_claim", fail)
     with pytest.raises(RuntimeError):
         claim(api, cluster, "doomed", kind="whole", gpus=8, pool=pools["whole"].pk)
     monkeypatch.undo()
@@ -289,9 +291,6 @@ def test_a_rolled_back_placement_leaves_no_phantom_in_memory(api, cluster, pools
 def test_queued_claims_are_placed_in_one_batch(
     owner, cluster, pools, django_capture_on_commit_callbacks, django_assert_max_num_queries
 ):
-    from nodepools.claims import create_claim, place_pending
-    from nvke.tenancy.context import TenantContext
-
     context = TenantContext(owner.memberships.get().tenant, "owner")
     queued = [
         create_claim(
@@ -314,9 +313,6 @@ def test_queued_claims_are_placed_in_one_batch(
 
 
 def test_evicted_claims_move_to_another_gpu_or_wait(api, cluster, pools):
-    from nodepools.claims import evict_claims, topology_changed
-    from nodepools.models import Gpu
-
     moved = claim(api, cluster, "moved", kind="fraction", gpu_memory="20Gi").data
     bystander = claim(api, cluster, "bystander", kind="fraction", gpu_memory="20Gi").data
     (share,) = moved["allocation"]["gpus"]

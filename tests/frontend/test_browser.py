@@ -7,11 +7,12 @@ import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from playwright.sync_api import expect
 
+from clusters.events import cluster_event
 from clusters.models import Cluster
-from clusters.services import cluster_event
-from nodepools.claims import create_claim, release_claim
+from nodepools.allocator import create_claim, release_claim
+from nodepools.events import pool_event
 from nodepools.models import Claim, GpuModel, NodePool
-from nodepools.services import pool_event, reconcile, update_pool
+from nodepools.services import reconcile, update_pool
 from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.models import Membership, Tenant

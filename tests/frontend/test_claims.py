@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from clusters.models import Cluster
-from nodepools.claims import create_claim
+from nodepools.allocator import create_claim
 from nodepools.models import Allocation, Claim, GpuShare, Node, NodePool
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from clusters.models import Cluster
-from nodepools.claims import create_claim
+from nodepools.allocator import create_claim
 from nodepools.models import Gpu
 from nodepools.services import reconcile
 from nvke.quantity import human_mib

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from nodepools.claims import create_claim
+from nodepools.allocator import create_claim
 from nodepools.models import Gpu, GpuShare, Node
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext

@@ -50,10 +50,10 @@ def test_worker_provisions_cluster_and_pool(api, catalog, celery_worker_process)
 def test_queued_claims_ride_on_one_queued_pass(owner, make_cluster, make_pool, celery_worker_process):
     """A burst of queued claims: a real worker on the allocator queue places them all, and claims that
     arrive while a pass is queued do not queue passes of their own."""
-    from nodepools.claims import create_claim
+    from nodepools.allocator import create_claim
+    from nodepools.allocator.queue import _queued_key, _redis
     from nodepools.models import Claim
     from nodepools.services import reconcile
-    from nodepools.tasks import _queued_key, _redis
     from nvke.tenancy.context import TenantContext
 
     tenant = owner.memberships.get().tenant

@@ -103,7 +103,7 @@ def add_pool(cluster, make_pool):
 @pytest.fixture
 def claim_in(cluster, tenant):
     """claim_in(name, compute_percent, pool=None): a fractional claim, placed at once."""
-    from nodepools.claims import create_claim
+    from nodepools.allocator import create_claim
     from nvke.tenancy.context import TenantContext
 
     def make(name: str, compute_percent: int, pool=None):

@@ -1,6 +1,6 @@
 import pytest
 
-from nodepools import claims as claims_service
+from nodepools import allocator as claims_service
 from nodepools.models import Allocation, Node
 from nodepools.services import reconcile
 from nvke.providers.simulator.models import SimNode

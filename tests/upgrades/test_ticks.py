@@ -2,7 +2,7 @@
 
 import pytest
 
-from nodepools import claims as claims_service
+from nodepools import allocator as claims_service
 from nodepools.models import Allocation, Claim, DriverRelease, Node
 from nvke.errors import Conflict
 from nvke.providers.simulator.models import SimFault, SimNode

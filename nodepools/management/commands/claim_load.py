@@ -9,7 +9,7 @@ import time
 from django.core.management.base import BaseCommand
 
 from clusters.models import Cluster
-from nodepools.claims import create_claim
+from nodepools.allocator import create_claim
 from nodepools.models import Claim, SharingMode
 from nvke.tenancy.context import TenantContext
 

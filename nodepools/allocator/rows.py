@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass
 
 from django.db import connection
 
-from .models import Allocation, AllocationEvent, Claim, GpuShare
+from .. import allocation as core
+from ..models import Allocation, AllocationEvent, Claim, GpuShare
+from .inventory import Snapshot, placement_json
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,36 @@ class Pass:
     outcomes: list[Outcome]
 
 
-def write(decided: Pass) -> int | None:
-    """Write the pass in the current transaction; returns the id of its last log entry, if any."""
-    if connection.vendor == "postgresql":
-        return _write_one_statement(decided)
-    return _write_with_orm(decided)
+def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outcomes: list[Outcome]) -> None:
+    """Rows for placements already applied to the snapshot (allocations, GPU shares, log entries) and the
+    claims' new status, in the current transaction: one statement on PostgreSQL however many claims."""
+    decided = Pass(
+        cluster_id=snap.cluster_id,
+        allocations=[
+            AllocationRow(claim.pk, p.node_id, p.isolation, claim.cpu_milli, claim.host_memory_mib)
+            for claim, p in placed
+        ],
+        shares=[
+            ShareRow(
+                claim_id=claim.pk,
+                gpu_id=snap.inventory.gpu_pk[p.node_id, index],
+                memory_mib=p.memory_mib,
+                compute_milli=p.compute_milli,
+                exclusive=claim.kind == Claim.Kind.WHOLE,
+                mig_profile=claim.mig_profile if p.mig_start is not None else "",
+                mig_start=p.mig_start,
+                mig_size=p.mig_size or None,
+            )
+            for claim, p in placed
+            for index in p.gpu_indexes
+        ],
+        log=[(claim.pk, placement_json(p)) for claim, p in placed],
+        outcomes=outcomes,
+    )
+    write = _write_one_statement if connection.vendor == "postgresql" else _write_with_orm
+    last = write(decided)
+    if last is not None:
+        snap.last_event = last
 
 
 _ONE_STATEMENT = """

@@ -1,0 +1,48 @@
+"""The allocator: the only writer of claims' placements (allocations, GPU shares, the allocation log).
+Around the pure placement core (`nodepools.allocation`):
+
+- `locks`: the cluster's allocation lock, and the order every lock is taken in;
+- `inventory`: a cluster's schedulable state, and the one per-process cache of it (`CACHE`);
+- `shapes`: claim validation, a claim's request, the empty nodes "can it ever fit?" is asked against;
+- `service`: create, release, place pending, evict, resize, topology changed;
+- `rows`: a placement pass written in one statement;
+- `defrag`: moves that free whole GPUs;
+- `queue`: placement passes run by a worker.
+
+Node and GPU rows are `nodepools.nodes`'s, which tells the allocator when they change."""
+
+from .defrag import PlannedMove, apply_defrag, plan_defrag
+from .inventory import load_inventory, prune_log
+from .locks import allocation_lock
+from .queue import pass_started, request_placement
+from .service import (
+    Resized,
+    create_claim,
+    evict_claims,
+    nodes_removed,
+    place_pending,
+    release_claim,
+    resize_claim,
+    topology_changed,
+)
+from .shapes import request_of
+
+__all__ = [
+    "PlannedMove",
+    "Resized",
+    "allocation_lock",
+    "apply_defrag",
+    "create_claim",
+    "evict_claims",
+    "load_inventory",
+    "nodes_removed",
+    "pass_started",
+    "place_pending",
+    "plan_defrag",
+    "prune_log",
+    "release_claim",
+    "request_of",
+    "request_placement",
+    "resize_claim",
+    "topology_changed",
+]

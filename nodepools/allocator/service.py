@@ -1,0 +1,268 @@
+"""The allocator service: create, release, place what is pending, evict, resize, and hear that the
+topology changed. The only writer of claims' status, allocations, GPU shares and the allocation log;
+every change runs under the cluster's allocation lock (see `locks`) and reads the inventory inside it."""
+
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from clusters.models import Cluster
+from nvke.errors import Conflict, DomainError
+from nvke.tenancy.context import TenantContext
+
+from .. import allocation as core
+from .. import quotas
+from ..allocation.state import fraction_fits, unplaceable
+from ..events import publish_claim
+from ..models import Allocation, AllocationEvent, Claim, GpuShare, Node, NodePool
+from .inventory import CACHE, Inventory, Snapshot, placement_json
+from .locks import allocation_lock
+from .queue import request_placement
+from .rows import Outcome, write_pass
+from .shapes import field_at_fault, pool_shape, request_of, validate_claim
+
+
+def create_claim(
+    *,
+    context: TenantContext,
+    cluster: Cluster,
+    name: str,
+    kind: str,
+    namespace: str = "default",
+    pool: NodePool | None = None,
+    gpus: int = 1,
+    nvlink_required: bool = False,
+    mig_profile: str = "",
+    gpu_memory_mib: int | None = None,
+    compute_percent: int | None = None,
+    cpu_milli: int = 0,
+    host_memory_mib: int = 0,
+    allowed_models: list[str] | None = None,
+    priority: int = 0,
+    place: bool = True,
+) -> Claim:
+    """Validate, refuse what can never fit (400), then place now or leave it pending with a reason.
+    With `place=False` the claim is queued: the allocator queue places it in its next batch."""
+    if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
+        raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no claims.", field="cluster")
+    claim = Claim(
+        tenant=context.tenant,
+        cluster=cluster,
+        pool=pool,
+        namespace=namespace,
+        name=name,
+        kind=kind,
+        gpus=gpus,
+        nvlink_required=nvlink_required,
+        mig_profile=mig_profile,
+        gpu_memory_mib=gpu_memory_mib,
+        compute_percent=compute_percent,
+        cpu_milli=cpu_milli,
+        host_memory_mib=host_memory_mib,
+        allowed_models=allowed_models or [],
+        priority=priority,
+    )
+    validate_claim(claim)
+    if reason := refusal_if_never_fits(claim):
+        raise DomainError(
+            f"This claim can never fit: {reason}", field=field_at_fault(reason), code="never_fits"
+        )
+    duplicate = Conflict(
+        f"Namespace {claim.namespace} of cluster {cluster.name} already has a claim named {claim.name!r}.",
+        field="name",
+        code="duplicate",
+    )
+    # One transaction: the tenant's claim quota (it locks the tenant row when a limit applies), the claim,
+    # and its placement, which takes the allocation lock only after the claim is written.
+    with transaction.atomic():
+        quotas.check_claim(context.tenant, claim)
+        try:
+            claim.save()
+        except IntegrityError:  # the name is taken; leaving the block rolls back
+            raise duplicate from None
+        CACHE.workload(cluster.pk).record(request_of(claim))
+        if not place:
+            request_placement(cluster.pk)
+            return claim
+        with allocation_lock(cluster.pk):
+            _place_all([claim], CACHE.snapshot(cluster.pk))
+    return claim
+
+
+def refusal_if_never_fits(claim: Claim) -> str | None:
+    """Why the claim can never fit: not even an empty node of its pool, or, when it names none, of any
+    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400)."""
+    if claim.pool_id:
+        return core.fits_ever(request_of(claim), [pool_shape(claim.pool)])
+    return CACHE.catalog_refusal(request_of(claim))
+
+
+def release_claim(claim: Claim) -> None:
+    """Free the claim's capacity at once; pending claims of the cluster get another try."""
+    with allocation_lock(claim.cluster_id):
+        snap = CACHE.snapshot(claim.cluster_id)
+        publish_claim(claim, "claim.released", pool=snap.pool_holding(claim.pk) or claim.pool_id)
+        Claim.objects.filter(pk=claim.pk).delete()
+        snap.remove(claim.pk)
+        request_placement(claim.cluster_id)
+
+
+def place_pending(cluster_id: int) -> int:
+    """Try every pending claim of the cluster, highest priority and oldest first; returns how many were
+    placed. One inventory load for the whole pass."""
+    with allocation_lock(cluster_id):
+        pending = list(
+            Claim.objects.filter(cluster_id=cluster_id, status=Claim.Status.PENDING)
+            .select_related("pool")
+            .order_by("-priority", "created_at")
+        )
+        if not pending:
+            return 0
+        return _place_all(pending, CACHE.snapshot(cluster_id))
+
+
+def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
+    """Take allocated claims off their GPUs (a drain, a failed GPU) and place them again at once where
+    they fit; the rest wait pending with the reason. The node or GPU they leave must be unschedulable
+    already (`nodepools.nodes` sees to it), or they land back on it. Returns how many were placed again."""
+    with allocation_lock(cluster_id):
+        snap = CACHE.snapshot(cluster_id)
+        claims = list(
+            Claim.objects.filter(cluster_id=cluster_id, pk__in=claim_ids, status=Claim.Status.ALLOCATED)
+            .select_related("pool")
+            .order_by("-priority", "created_at")
+        )
+        Allocation.objects.filter(claim__in=claims).delete()
+        for claim in claims:
+            snap.remove(claim.pk)
+        return _place_all(claims, snap)
+
+
+@dataclass(frozen=True)
+class Resized:
+    """What `resize_claim` did: `moved` to another GPU, or in place; `refusal` says why neither fits
+    (the claim keeps its share). `gpu_before`/`gpu_after`: the Gpu pks it was and is on."""
+
+    moved: bool = False
+    refusal: str = ""
+    gpu_before: int | None = None
+    gpu_after: int | None = None
+
+
+def resize_claim(claim_id: int, *, compute_percent: int) -> Resized | None:
+    """Give an allocated fraction a new compute share: in place when its GPU has the headroom, else on
+    another GPU where it fits, else not at all (with the reason). None if the claim is gone or is not
+    an allocated one-GPU fraction. The log records a remove and an add, so other processes catch up
+    without reloading their inventory."""
+    claim = Claim.objects.filter(pk=claim_id).only("cluster_id").first()
+    if claim is None:
+        return None
+    with allocation_lock(claim.cluster_id):
+        allocated = Claim.objects.select_related("pool").filter(status=Claim.Status.ALLOCATED)
+        claim = allocated.filter(pk=claim_id).first()
+        snap = CACHE.snapshot(claim.cluster_id) if claim else None
+        old = snap.inventory.placements.get(claim_id) if snap else None
+        if old is None or claim.kind != Claim.Kind.FRACTION or len(old.gpu_indexes) != 1:
+            return None
+        before = snap.inventory.gpu_pk[old.node_id, old.gpu_indexes[0]]
+        claim.compute_percent = compute_percent
+        request = request_of(claim)
+        grown = request.compute_milli - old.compute_milli
+        if grown <= 0 or fraction_fits(snap.gpu(old.node_id, old.gpu_indexes[0]), 0, grown):
+            new = replace(old, compute_milli=request.compute_milli, request=request)
+            snap.remove(claim_id)
+            snap.apply(claim_id, new)
+            GpuShare.objects.filter(allocation__claim_id=claim_id).update(compute_milli=new.compute_milli)
+            Claim.objects.filter(pk=claim_id).update(compute_percent=compute_percent)
+            _log_add(snap, claim_id, new)
+            return Resized(gpu_before=before, gpu_after=before)
+        placement, reason = find_placement(claim, snap)
+        if placement is None:
+            return Resized(refusal=reason, gpu_before=before)
+        Claim.objects.filter(pk=claim_id).update(compute_percent=compute_percent)
+        Allocation.objects.filter(claim_id=claim_id).delete()
+        snap.remove(claim_id)
+        snap.apply(claim_id, placement)
+        write_pass(snap, [(claim, placement)], [])
+        from_pool = snap.pool_of[old.node_id]
+        publish_claim(claim, "claim.moved", pool=snap.pool_holding(claim_id), from_pool=from_pool)
+        after = snap.inventory.gpu_pk[placement.node_id, placement.gpu_indexes[0]]
+        return Resized(moved=True, gpu_before=before, gpu_after=after)
+
+
+def _log_add(snap: Snapshot, claim_id: int, placement: core.Placement) -> None:
+    event = AllocationEvent.objects.create(
+        cluster_id=snap.cluster_id,
+        kind=AllocationEvent.Kind.ADD,
+        claim_id=claim_id,
+        placement=placement_json(placement),
+    )
+    snap.last_event = event.pk
+
+
+def topology_changed(cluster_id: int) -> None:
+    """Nodes or GPUs of the cluster changed (added, removed, cordoned, health): every process reloads
+    its inventory before the next placement. `nodepools.nodes` calls it inside the transaction that
+    made the change."""
+    with allocation_lock(cluster_id):
+        AllocationEvent.objects.create(cluster_id=cluster_id, kind=AllocationEvent.Kind.RESET)
+
+
+def nodes_removed(nodes: QuerySet[Node]) -> None:
+    """Claims on nodes about to disappear go back to pending (their allocations go with the nodes)."""
+    Claim.objects.filter(allocation__node__in=nodes).update(
+        status=Claim.Status.PENDING,
+        pending_reason="Its node was removed; waiting for capacity.",
+        allocated_at=None,
+    )
+
+
+# --- placing -----------------------------------------------------------------------------------------
+
+
+def _candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
+    pools = [p for p in inventory.pools if not claim.pool_id or p.pk == claim.pool_id]
+    # Whole GPUs go to exclusive pools first; sharing pools give them only idle GPUs.
+    return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
+
+
+def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None, str]:
+    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits."""
+    request = request_of(claim)
+    workload = CACHE.workload(claim.cluster_id)
+    counts: Counter[str] = Counter()
+    total = 0
+    for pool in _candidate_pools(claim, snap.inventory):
+        nodes = snap.inventory.pool_nodes[pool.pk]
+        total += len(nodes)
+        if not nodes:
+            continue
+        result = snap.fleets[pool.pk].place(request, pool.placement_policy, workload)
+        if result:
+            return result, ""
+        counts.update(result.counts)
+    if total == 0:
+        return None, "No ready GPU nodes in the cluster" + (" pool." if claim.pool_id else ".")
+    return None, unplaceable(counts, total).reason
+
+
+def _place_all(claims: list[Claim], snap: Snapshot) -> int:
+    """Place what fits, in order (each placement counts for the next), record why the rest wait, and
+    write it all in a handful of statements. Returns how many were placed."""
+    placed = []
+    now = timezone.now()
+    for claim in claims:
+        placement, reason = find_placement(claim, snap)
+        if placement is not None:
+            snap.apply(claim.pk, placement)
+            placed.append((claim, placement))
+            claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
+        else:
+            claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
+    write_pass(snap, placed, [Outcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
+    for claim in claims:
+        publish_claim(claim, pool=snap.pool_holding(claim.pk) or claim.pool_id)
+    return len(placed)

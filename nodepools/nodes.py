@@ -1,0 +1,85 @@
+"""Node and GPU rows: the only writer of a node's readiness, cordon and driver version and of a GPU's
+health. Each change tells the allocator (`allocator.topology_changed`) in the same transaction, so no
+placement lands on a node or GPU that has just left service. Upgrades and telemetry call these; the
+pool's reconcile mirrors the provider's nodes through `sync_nodes`."""
+
+from django.db import transaction
+
+from nvke.providers.base import NodeInfo
+
+from . import allocator
+from .models import Gpu, Node, NodePool
+
+
+def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
+    """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove); claims on
+    removed nodes turn pending, and pending claims get a placement pass."""
+    existing = {node.name: node for node in pool.nodes.all()}
+    gone = Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported])
+    allocator.nodes_removed(gone)
+    gone.delete()
+    for info in reported:
+        node = existing.get(info.name) or Node(tenant_id=pool.tenant_id, pool=pool, name=info.name)
+        node.status = Node.Status.READY if info.ready else Node.Status.NOT_READY
+        node.cordoned = info.unschedulable
+        node.driver_version = info.driver_version
+        node.cpu_millicores = info.cpu_millicores
+        node.memory_mib = info.memory_mib
+        node.labels = info.labels
+        node.save()
+        have = {gpu.index: gpu for gpu in node.gpus.all()} if info.name in existing else {}
+        for gpu_info in info.gpus:
+            gpu = have.get(gpu_info.index) or Gpu(tenant_id=pool.tenant_id, node=node, index=gpu_info.index)
+            gpu.uuid = gpu_info.uuid.removeprefix("GPU-")
+            gpu.memory_mib = gpu_info.memory_mib
+            gpu.nvlink_domain = gpu_info.nvlink_domain
+            gpu.healthy = gpu_info.healthy
+            gpu.save()
+    allocator.topology_changed(pool.cluster_id)
+    allocator.request_placement(pool.cluster_id)
+
+
+def set_cordons(cluster_id: int, cordons: dict[int, bool]) -> None:
+    """Cordon (True) or uncordon (False) nodes of the cluster, by Node pk: the allocator places nothing
+    on a cordoned node from now on. One topology change for them all; uncordoned nodes get a pass."""
+    if not cordons:
+        return
+    with transaction.atomic():
+        for cordoned in (True, False):
+            if pks := [pk for pk, wanted in cordons.items() if wanted is cordoned]:
+                Node.objects.filter(pk__in=pks).update(cordoned=cordoned)
+        allocator.topology_changed(cluster_id)
+    if not all(cordons.values()):  # capacity is back
+        allocator.request_placement(cluster_id)
+
+
+def set_ready(node: Node, ready: bool) -> bool:
+    """Ready or NotReady, from heartbeats; False if the node already was (another worker got there)."""
+    old, new = (
+        (Node.Status.NOT_READY, Node.Status.READY) if ready else (Node.Status.READY, Node.Status.NOT_READY)
+    )
+    with transaction.atomic():
+        if not Node.objects.filter(pk=node.pk, status=old).update(status=new):
+            return False
+        allocator.topology_changed(node.pool.cluster_id)
+    return True
+
+
+def fail_gpu(gpu: Gpu) -> list[int] | None:
+    """Take the GPU out of service; returns the ids of the claims on it (the caller moves them with
+    `allocator.evict_claims`), or None if it already was out (another worker got there)."""
+    with transaction.atomic():
+        if not Gpu.objects.filter(pk=gpu.pk, healthy=True).update(healthy=False):
+            return None
+        allocator.topology_changed(gpu.node.pool.cluster_id)
+        return list(gpu.shares.values_list("allocation__claim_id", flat=True).distinct())
+
+
+def record_driver(node: Node, *, version: str, gpus_healthy: bool) -> None:
+    """What the provider reports of a node's driver: its version, and whether its GPUs came up healthy
+    (the simulator cannot tell which one failed, so all of a failed node's GPUs leave service)."""
+    if node.driver_version != version:
+        Node.objects.filter(pk=node.pk).update(driver_version=version)
+        node.driver_version = version
+    if not gpus_healthy and Gpu.objects.filter(node=node, healthy=True).update(healthy=False):
+        allocator.topology_changed(node.pool.cluster_id)
