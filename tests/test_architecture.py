@@ -1,8 +1,9 @@
 """The house as drawn: the import contracts of .importlinter hold (apps layered frontend → upgrades and
 telemetry → nodepools → clusters → nvke; only the simulator imports its models; no cycles between the
-modules of any package). import-linter builds the import graph with grimp, which sees function-level
-imports too, so a lazy import cannot slip past. It runs in a child process: in the test process
-zope.interface (loaded with daphne) gives classes an attribute import-linter trips on."""
+modules of any package; only the allocator takes its lock). import-linter builds the import graph with
+grimp, which sees function-level imports too, so a lazy import cannot slip past. It runs in a child
+process: in the test process zope.interface (loaded with daphne) gives classes an attribute
+import-linter trips on."""
 
 import subprocess
 import sys
@@ -17,7 +18,9 @@ LINT = (
 )
 
 
-@pytest.mark.parametrize("contract", ["layers", "simulator-models-private", "no-cycles"])
+@pytest.mark.parametrize(
+    "contract", ["layers", "simulator-models-private", "no-cycles", "allocator-internals"]
+)
 def test_import_contract_is_kept(contract):
     result = subprocess.run(
         [sys.executable, "-c", LINT, str(ROOT / ".importlinter"), contract],

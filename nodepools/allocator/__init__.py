@@ -9,11 +9,11 @@ Around the pure placement core (`nodepools.allocation`):
 - `defrag`: moves that free whole GPUs;
 - `queue`: placement passes run by a worker.
 
-Node and GPU rows are `nodepools.nodes`'s, which tells the allocator when they change."""
+Node and GPU rows are `nodepools.nodes`'s, which tells the allocator when they change. Only the
+package itself takes the lock or touches its inventory and rows (the `allocator-internals` contract)."""
 
 from .defrag import PlannedMove, apply_defrag, plan_defrag
-from .inventory import load_inventory, prune_log
-from .locks import allocation_lock
+from .inventory import prune_log
 from .queue import pass_started, request_placement
 from .service import (
     Resized,
@@ -30,11 +30,9 @@ from .shapes import request_of
 __all__ = [
     "PlannedMove",
     "Resized",
-    "allocation_lock",
     "apply_defrag",
     "create_claim",
     "evict_claims",
-    "load_inventory",
     "nodes_removed",
     "pass_started",
     "place_pending",

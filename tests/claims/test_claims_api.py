@@ -6,7 +6,6 @@ import pytest
 from django.utils import timezone
 
 from nodepools.allocator import (
-    allocation_lock,
     create_claim,
     evict_claims,
     place_pending,
@@ -15,6 +14,7 @@ from nodepools.allocator import (
     topology_changed,
 )
 from nodepools.allocator.inventory import CACHE, LOG_RETENTION_S, Snapshot
+from nodepools.allocator.locks import allocation_lock
 from nodepools.models import AllocationEvent, Claim, Gpu, GpuShare
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext

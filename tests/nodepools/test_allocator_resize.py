@@ -4,8 +4,9 @@ follow from the log without reloading their inventory."""
 
 import pytest
 
-from nodepools.allocator import allocation_lock, create_claim, resize_claim
+from nodepools.allocator import create_claim, resize_claim
 from nodepools.allocator.inventory import Snapshot
+from nodepools.allocator.locks import allocation_lock
 from nodepools.models import AllocationEvent, Claim, GpuShare
 from nodepools.selectors import allocation_violations
 from nodepools.services import reconcile
