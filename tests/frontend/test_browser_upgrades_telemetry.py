@@ -337,7 +337,7 @@ def test_telemetry_charts_are_drawn_at_the_screens_pixel_density(
     page = browser_context_factory(device_scale_factor=2).new_page()  # a HiDPI ("retina") screen
     sign_in(page, owner)
     page.goto(f"/telemetry/gpus/{gpus[0]}/")
-    expect(page.locator("[data-telemetry-state]")).to_have_text("Live: 1 GPUs.")
+    expect(page.locator("[data-telemetry-state]")).to_have_text("Live: 1 GPU.")
     expect(page.locator('[data-value="util"]')).to_have_text("50 %")
     canvas = page.locator("[data-chart] canvas")
     # Twice as many canvas pixels as CSS pixels each way: not an upscaled, blurry 1x bitmap.
@@ -348,6 +348,20 @@ def test_telemetry_charts_are_drawn_at_the_screens_pixel_density(
     assert size["width"] == round(2 * size["css"]["width"]), size
     assert size["height"] == round(2 * size["css"]["height"]), size
     screenshot(page, "telemetry-gpu-hidpi")
+    # The cluster's heatmap too: its cells are drawn at twice the CSS pixels.
+    page.goto(f"/telemetry/clusters/{pool.cluster_id}/")
+    expect(page.locator("[data-telemetry-state]")).to_have_text(f"Live: {len(gpus)} GPUs.")
+    heatmap = page.locator("[data-heatmap]")
+    page.wait_for_function(  # drawn
+        "() => document.querySelector('[data-heatmap]').getContext('2d')"
+        ".getImageData(1, 1, 1, 1).data[3] === 255"
+    )
+    size = heatmap.evaluate(
+        "c => ({width: c.width, height: c.height, css: c.getBoundingClientRect().toJSON()})"
+    )
+    assert size["width"] == round(2 * size["css"]["width"]) and size["height"] == round(
+        2 * size["css"]["height"]
+    )
 
 
 def test_cluster_heatmap_recolours_a_gpu_without_reload(owner_page, telemetry_pool):

@@ -49,7 +49,8 @@
   function onHello(message) {
     gpus = {};
     message.gpus.forEach(function (gpu) { gpus[gpu.id] = gpu; });
-    setState("Live: " + message.gpus.length + " GPUs.");
+    var count = message.gpus.length;
+    setState("Live: " + count + (count === 1 ? " GPU." : " GPUs."));
     if (message.latest && message.latest.length) onFrame({ columns: message.columns, gpus: message.latest });
   }
 
@@ -190,15 +191,21 @@
     return String(value);
   }
 
+  // Laid out in CSS pixels, drawn at the screen's pixel density, as the uPlot charts are.
+  var HEATMAP_AREA_H = 120; // CSS pixels the cells of a fleet share, whatever its size
   function drawHeatmap(canvas) {
     var ids = Object.keys(gpus);
     var ctx = canvas.getContext("2d");
-    var w = canvas.width;
-    var cell = Math.max(4, Math.floor(Math.sqrt((w * canvas.height) / Math.max(1, ids.length))));
+    var ratio = window.devicePixelRatio || 1;
+    var w = canvas.clientWidth || canvas.width;
+    var cell = Math.max(4, Math.floor(Math.sqrt((w * HEATMAP_AREA_H) / Math.max(1, ids.length))));
     var perRow = Math.max(1, Math.floor(w / cell));
-    var rows = Math.ceil(ids.length / perRow);
-    if (canvas.height !== rows * cell) canvas.height = Math.max(cell, rows * cell);
-    ctx.clearRect(0, 0, w, canvas.height);
+    var h = Math.max(cell, Math.ceil(ids.length / perRow) * cell);
+    canvas.style.height = h + "px";
+    if (canvas.width !== Math.round(w * ratio)) canvas.width = Math.round(w * ratio);
+    if (canvas.height !== Math.round(h * ratio)) canvas.height = Math.round(h * ratio);
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, w, h);
     ids.forEach(function (id, i) {
       var gpu = gpus[id];
       ctx.fillStyle = gpu.latest ? colour(gpu.latest.util) : "#eaeef2";
@@ -206,9 +213,9 @@
     });
     canvas.onmousemove = function (e) {
       var rect = canvas.getBoundingClientRect();
-      var x = Math.floor((e.clientX - rect.left) * (w / rect.width) / cell);
-      var y = Math.floor((e.clientY - rect.top) * (canvas.height / rect.height) / cell);
-      var gpu = gpus[ids[y * perRow + x]];
+      var x = Math.floor((e.clientX - rect.left) / cell);
+      var y = Math.floor((e.clientY - rect.top) / cell);
+      var gpu = x < perRow ? gpus[ids[y * perRow + x]] : undefined;
       var caption = document.querySelector("[data-heatmap-caption]");
       if (gpu && caption) {
         caption.textContent = gpu.name + (gpu.latest ? ": " + format("util", gpu.latest.util) : ": no data yet");
