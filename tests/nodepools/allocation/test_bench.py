@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "allocator.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "allocator.py"
 
 
 @pytest.fixture(scope="module")
