@@ -22,6 +22,8 @@ Invariants the plan keeps (tests/upgrades check them at every tick):
 - a run never waits forever on its own failed nodes: when those kept cordoned hold the whole budget and
   nodes still wait, it ends failed and says so."""
 
+import math
+import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -73,6 +75,24 @@ class Phase(StrEnum):
 
 LIVE = frozenset({Phase.RUNNING, Phase.PAUSED, Phase.ABORTING})  # a tick has work to do
 FINISHED = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.ABORTED})
+
+
+MAX_UNAVAILABLE = re.compile(r"(?P<n>[0-9]{1,4})(?P<percent>%?)")
+
+
+def parse_max_unavailable(text: str) -> tuple[int, bool]:
+    """`max_unavailable` as people write it: a count of at least 1 ("2") or a percent of the pool from
+    1% to 100% ("10%"), as (n, percent). ValueError for anything else."""
+    match = MAX_UNAVAILABLE.fullmatch(str(text))
+    if not match or int(match["n"]) < 1 or (match["percent"] and int(match["n"]) > 100):
+        raise ValueError(f"max_unavailable {text!r} is neither a count nor a percent")
+    return int(match["n"]), bool(match["percent"])
+
+
+def max_unavailable_of(text: str, nodes: int) -> int:
+    """The budget in nodes of a pool of `nodes`: the count, or the percent rounded up; at least 1."""
+    n, percent = parse_max_unavailable(text)
+    return max(1, math.ceil(nodes * n / 100)) if percent else n
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,12 @@
 """Upgrade runs (one pool to one driver release), their per-node state rows and condition history, and
 fleet rollouts (one target over many pools in waves)."""
 
-import math
-
 from django.conf import settings
 from django.db import models
 
 from nvke.models import TenantScopedQuerySet
 
-from .machine import FINISHED, LIVE, FailedNodes, Phase, State, keeps_cordoned
+from .machine import FINISHED, LIVE, FailedNodes, Phase, State, keeps_cordoned, max_unavailable_of
 
 
 class FleetRollout(models.Model):
@@ -103,9 +101,7 @@ class UpgradeRun(models.Model):
 
     def max_unavailable_of(self, nodes: int) -> int:
         """The budget in nodes: a count, or a percent of the pool rounded up; at least 1."""
-        if self.max_unavailable.endswith("%"):
-            return max(1, math.ceil(nodes * int(self.max_unavailable[:-1]) / 100))
-        return max(1, int(self.max_unavailable))
+        return max_unavailable_of(self.max_unavailable, nodes)
 
 
 class UpgradeNode(models.Model):

@@ -1,8 +1,6 @@
 """Writes of driver upgrades: start a run (compatibility-checked), and the controls an operator has
 over it. Each runs in one transaction under the run's row lock; the next tick starts after commit."""
 
-import re
-
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -27,6 +25,7 @@ from .machine import (
     Phase,
     State,
     ended_message,
+    parse_max_unavailable,
     return_refusal,
     returned_to_service,
 )
@@ -44,7 +43,6 @@ STRATEGY_FIELDS = (
     "failure_budget",
     "failed_nodes",
 )
-MAX_UNAVAILABLE = re.compile(r"^(?P<n>[0-9]{1,4})(?P<pct>%?)$")
 
 
 COUNT_FIELDS = ("canary_nodes", "canary_bake_s", "drain_timeout_s", "validation_timeout_s", "failure_budget")
@@ -59,12 +57,13 @@ def validate_strategy(strategy: dict, nodes: int) -> None:
             raise DomainError(f"{name} is a whole number of at least 0.", field=name)
     if not isinstance(strategy.get("canary_approval", False), bool):
         raise DomainError("canary_approval is true or false.", field="canary_approval")
-    match = MAX_UNAVAILABLE.match(str(strategy.get("max_unavailable", "1")))
-    if not match or int(match["n"]) < 1 or (match["pct"] and int(match["n"]) > 100):
+    try:
+        parse_max_unavailable(strategy.get("max_unavailable", "1"))
+    except ValueError:
         raise DomainError(
             'max_unavailable is a count of at least 1 ("2") or a percent from 1% to 100% ("10%").',
             field="max_unavailable",
-        )
+        ) from None
     if strategy.get("canary_nodes", 0) > nodes:
         raise DomainError(
             f"canary_nodes {strategy['canary_nodes']} is more than the pool's {nodes} nodes.",

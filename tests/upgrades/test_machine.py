@@ -15,6 +15,8 @@ from upgrades.machine import (
     RunView,
     State,
     Strategy,
+    max_unavailable_of,
+    parse_max_unavailable,
     plan,
     return_refusal,
     returned_to_service,
@@ -529,3 +531,21 @@ def test_makespan_is_close_to_the_critical_path():
     outcome = run_simulation(50, Strategy(max_unavailable=5), durations)
     lower_bound = 10 * durations.per_node
     assert outcome.phase == Phase.COMPLETED and lower_bound <= outcome.makespan <= 1.1 * lower_bound
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed", "of_ten"),
+    [("1", (1, False), 1), ("3", (3, False), 3), ("10%", (10, True), 1), ("25%", (25, True), 3)],
+)
+def test_max_unavailable_is_a_count_or_a_percent_rounded_up(text, parsed, of_ten):
+    assert parse_max_unavailable(text) == parsed
+    assert max_unavailable_of(text, 10) == of_ten
+    assert max_unavailable_of(text, 0) == (1 if parsed[1] else parsed[0])  # a percent is at least 1
+
+
+@pytest.mark.parametrize(
+    "text", ["", "0", "0%", "101%", "-1", "1.5", "%", "x", "12345", "2\n", "10%\n", " 2"]
+)
+def test_max_unavailable_refuses_anything_else(text):
+    with pytest.raises(ValueError):
+        parse_max_unavailable(text)
