@@ -14,9 +14,9 @@ from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
 from upgrades import services
 from upgrades.compatibility import driver_options
+from upgrades.controller import kick_if_stale
 from upgrades.machine import FINISHED, FailedNodes, Phase, State
 from upgrades.models import UpgradeRun
-from upgrades.scheduling import kick_if_stale
 
 from .forms import add_domain_error
 from .views import live, require_change, tenant_view

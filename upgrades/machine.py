@@ -1,6 +1,6 @@
 """The per-node driver-upgrade state machine, pure: inputs are what the control plane observed, output
 is at most one step per node plus the run's next phase. No ORM, no clock, no provider: the Celery tick
-(upgrades/ticks.py), the tests and the benchmark all drive this one function.
+(upgrades/controller.py), the tests and the benchmark all drive this one function.
 
 Node states are the NVIDIA GPU Operator's; each names what is required next:
 

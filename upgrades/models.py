@@ -126,7 +126,7 @@ class UpgradeNode(models.Model):
         help_text="A person returned this failed node to service as it was, its driver not validated",
     )
     # What a tick asked the provider for: written in its transaction, carried out after it commits
-    # (ticks.call_provider), cleared once the provider accepted it (a drain: once it is seen finished).
+    # (controller.call_provider), cleared once the provider accepted it (a drain: once it is seen finished).
     # Until then every tick calls again, so a call lost between commit and call is only late.
     cordon_wanted = models.BooleanField(
         null=True, blank=True, help_text="A cordon (true) or uncordon (false) the provider has yet to accept"

@@ -15,6 +15,7 @@ from nvke.tenancy.context import TenantContext
 
 from . import events
 from .compatibility import upgrade_refusals
+from .controller import schedule_tick, strategy_of
 from .machine import (
     BEFORE_INSTALL,
     ENDED_REASONS,
@@ -30,8 +31,6 @@ from .machine import (
     returned_to_service,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
-from .scheduling import schedule_tick
-from .ticks import strategy_of
 
 STRATEGY_FIELDS = (
     "max_unavailable",

@@ -1,4 +1,13 @@
-"""One tick of an upgrade run, in three parts:
+"""The controller of upgrade runs: how a run's next tick gets going, what one tick does, and the
+provider calls it makes after commit. Celery's entry points (tasks.py) call it; it never imports
+them: it queues its own ticks and tells rollouts by task name (nvke.jobs).
+
+Scheduling. With a broker, the next tick is the Celery task re-queued with a countdown; in the
+embedded default (eager tasks, no broker, no beat) a self-requeueing task would recurse, so a daemon
+timer thread in this process runs the ticks instead. Beat's resync (tasks.resync_runs) restarts a
+chain that was lost.
+
+One tick, in three parts:
 
 1. read the provider (driver and drain status of the nodes in flight), outside any transaction;
 2. in one transaction holding the run's row lock: observe the rows, ask the pure machine for at most one
@@ -15,11 +24,13 @@ are idempotent. A run does not end while an intent is outstanding. The run's row
 make sure two workers never advance a run twice."""
 
 import datetime
+import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from django.db import transaction
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -28,6 +39,7 @@ from nodepools import allocator
 from nodepools import nodes as node_rows
 from nodepools.models import Allocation, Claim, Gpu, Node, NodePool
 from nvke import jobs
+from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
 from . import events
@@ -47,6 +59,52 @@ from .machine import (
     plan,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+
+log = logging.getLogger(__name__)
+
+
+# --- scheduling ------------------------------------------------------------------------------------
+
+
+def schedule_tick(run_id: int, seq: int, countdown: float | None = None) -> None:
+    """Run tick `seq` of the run after `countdown` seconds (default NVKE_UPGRADE_TICK_S)."""
+    delay = settings.NVKE_UPGRADE_TICK_S if countdown is None else countdown
+    if celery_app.conf.task_always_eager:
+        timer = threading.Timer(delay, _tick_in_thread, args=(run_id, seq))
+        timer.daemon = True
+        timer.name = f"nvke-upgrade-{run_id}"
+        timer.start()
+        return
+    jobs.task("upgrades.tasks.tick_run").apply_async((run_id, seq), countdown=delay)
+
+
+def stale_before() -> datetime.datetime:
+    """A live run not ticked since then has lost its chain of ticks."""
+    return timezone.now() - datetime.timedelta(seconds=max(5 * settings.NVKE_UPGRADE_TICK_S, 5))
+
+
+def kick_if_stale(run) -> None:
+    """Embedded default only (no beat): a live run whose ticks stopped, because the process restarted,
+    gets a ticker again when someone looks at it."""
+    if celery_app.conf.task_always_eager and run.status in LIVE:
+        if run.ticked_at is None or run.ticked_at < stale_before():
+            schedule_tick(run.pk, run.tick_seq, 0)
+
+
+def _tick_in_thread(run_id: int, seq: int) -> None:
+    close_old_connections()
+    try:
+        next_seq = tick(run_id, seq)
+    except Exception:
+        log.exception("upgrade run %s: tick %s failed; retrying", run_id, seq)
+        next_seq = seq
+    finally:
+        connection.close()
+    if next_seq is not None:
+        schedule_tick(run_id, next_seq)
+
+
+# --- one tick -------------------------------------------------------------------------------------
 
 
 def _ts(value: datetime.datetime | None) -> float | None:
