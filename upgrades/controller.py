@@ -49,6 +49,7 @@ from .machine import (
     LIVE,
     Effect,
     FailedNodes,
+    Move,
     NodeView,
     Phase,
     RunView,
@@ -57,6 +58,7 @@ from .machine import (
     keeps_cordoned,
     kept_message,
     plan,
+    tick_move,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
 
@@ -506,14 +508,22 @@ def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now)
 
 
 def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) -> None:
-    """A run-level transition, recorded in the history; a completed run moves the pool's release."""
-    run.status, run.reason, run.message = status, reason, message
-    UpgradeCondition.objects.create(
-        run=run, type="Run", reason=reason or status.title(), message=message or status
-    )
-    if status in (Phase.COMPLETED, Phase.FAILED, Phase.ABORTED):
-        run.finished_at = now
+    """The plan's phase change (a row of machine.LIFECYCLE); a completed run moves the pool's release,
+    and a rollout hears of a run of its that ended or paused."""
+    enter(run, tick_move(Phase(run.status), Phase(status), reason), now, message)
     if status == Phase.COMPLETED:
         NodePool.objects.filter(pk=run.pool_id).update(driver_release=run.target_release)
     if run.rollout_id and status in (Phase.COMPLETED, Phase.FAILED, Phase.PAUSED):
         jobs.enqueue("upgrades.tasks.advance_rollout", run.rollout_id)
+
+
+def enter(run: UpgradeRun, move: Move, now, message: str = "") -> None:
+    """Take the run along one row of machine.LIFECYCLE, a control's (services.control) or a tick's,
+    recorded in its history; the caller saves the run. `message`: a tick's, from its plan."""
+    message = message or move.message
+    if move.to is not None:
+        run.status = move.to
+        run.finished_at = now if move.to in FINISHED else None
+    if not move.history_only:
+        run.reason, run.message = move.reason, message
+    UpgradeCondition.objects.create(run=run, type="Run", reason=move.reason, message=message)
