@@ -18,6 +18,9 @@ One tick, in three parts:
    refused one is recorded on the row for the next tick (a refused cordon or install fails the node, a
    refused uncordon or drain is retried).
 
+Every phase change of a run, a tick's or an operator's control (services.control), is a row of
+machine.LIFECYCLE, recorded by `enter`.
+
 Crash safety: the transaction commits the decision and the intent together or not at all; a crash after
 the commit leaves the intent, and the next tick (the chain's or beat's resync) makes the call again. Calls
 are idempotent. A run does not end while an intent is outstanding. The run's row lock and `tick_seq`
@@ -47,6 +50,7 @@ from .machine import (
     ACTIVE,
     FINISHED,
     LIVE,
+    STRATEGY_FIELDS,
     Effect,
     FailedNodes,
     Move,
@@ -114,16 +118,7 @@ def _ts(value: datetime.datetime | None) -> float | None:
 
 
 def strategy_of(run: UpgradeRun, nodes: int) -> Strategy:
-    return Strategy(
-        max_unavailable=run.max_unavailable_of(nodes),
-        canary=run.canary_nodes,
-        canary_bake_s=run.canary_bake_s,
-        canary_approval=run.canary_approval,
-        drain_timeout_s=run.drain_timeout_s,
-        validation_timeout_s=run.validation_timeout_s,
-        failure_budget=run.failure_budget,
-        failed_nodes=FailedNodes(run.failed_nodes),
-    )
+    return Strategy.of({spec.name: getattr(run, spec.name) for spec in STRATEGY_FIELDS}, nodes)
 
 
 class _Writes(threading.local):

@@ -1,6 +1,10 @@
 """The per-node driver-upgrade state machine, pure: inputs are what the control plane observed, output
 is at most one step per node plus the run's next phase. No ORM, no clock, no provider: the Celery tick
-(upgrades/controller.py), the tests and the benchmark all drive this one function.
+(upgrades/controller.py), the tests and the benchmark all drive this one function. Beside it, as pure:
+the run's lifecycle (LIFECYCLE: every phase change, an operator's control or the plan's, with the
+phases it starts from; control_move and tick_move look them up) and the upgrade strategy
+(STRATEGY_FIELDS: each field's name, default, bounds and help, from which the run's model, the API and
+the forms make their fields; strategy_error checks values, parse_max_unavailable reads "N or N%").
 
 Node states are the NVIDIA GPU Operator's; each names what is required next:
 
@@ -24,6 +28,7 @@ Invariants the plan keeps (tests/upgrades check them at every tick):
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -284,6 +289,71 @@ def tick_move(phase: Phase, to: Phase, reason: str) -> Move:
     raise ValueError(f"no tick takes a {phase} run to {to} ({reason})")
 
 
+# --- the upgrade strategy: one list of its fields, from which the model, the API and the forms are made --
+
+
+@dataclass(frozen=True)
+class StrategyField:
+    """One field of the upgrade strategy as people set it (the run API, the start and rollout forms, a
+    rollout's JSON) and a run stores it. The run's model fields (models.strategy_field), the API
+    serializer's, the forms' (frontend/views_upgrades.py) and the validation (strategy_error) are made
+    from STRATEGY_FIELDS."""
+
+    name: str
+    default: bool | int | str  # its type is the field's: a flag, a whole number or a text
+    help: str
+    minimum: int = 0  # a whole number: the least value
+    max_length: int = 0  # a text: the longest
+    choices: tuple[tuple[str, str], ...] = ()  # a text: its values, with their labels in the forms
+    label: str = ""  # in the forms; empty: from the name
+    suggested: int | str | None = None  # what the forms start from, where it is not the default
+    form_minimum: int | None = None  # the forms' least value, where they ask for more than `minimum`
+    in_form: bool = True  # the forms offer it
+
+    @property
+    def kind(self) -> type:
+        """bool, int or str: what its default is."""
+        return bool if isinstance(self.default, bool) else int if isinstance(self.default, int) else str
+
+
+STRATEGY_FIELDS: tuple[StrategyField, ...] = (
+    StrategyField(
+        "max_unavailable",
+        "1",
+        'Nodes out of service at once: a count ("2") or a percent of the pool ("10%", rounded up).',
+        max_length=8,
+        suggested="10%",
+    ),
+    StrategyField("canary_nodes", 0, "Upgrade this many nodes first."),
+    StrategyField(
+        "canary_bake_s", 0, "Wait this long after the canary nodes.", label="Canary bake (s)", suggested=300
+    ),
+    StrategyField("canary_approval", False, "Wait for an approval after the canary instead."),
+    StrategyField(
+        "drain_timeout_s",
+        600,
+        "A node whose claims are not evicted by then fails.",
+        label="Drain timeout (s)",
+        form_minimum=1,
+    ),
+    StrategyField(
+        "validation_timeout_s",
+        900,
+        "A node not reporting the target driver with every GPU healthy by then fails.",
+        label="Validation timeout (s)",
+        in_form=False,
+    ),
+    StrategyField("failure_budget", 1, "Pause after this many failed nodes.", minimum=1),
+    StrategyField(
+        "failed_nodes",
+        FailedNodes.KEEP_CORDONED,
+        "A node whose new driver fails to install or validate: keep it out of service until a retry or "
+        "rollback validates a driver, or put it back into service at once.",
+        max_length=16,
+        choices=((FailedNodes.KEEP_CORDONED, "Keep cordoned"), (FailedNodes.UNCORDON, "Uncordon at once")),
+    ),
+)
+STRATEGY = {spec.name: spec for spec in STRATEGY_FIELDS}
 MAX_UNAVAILABLE = re.compile(r"(?P<n>[0-9]{1,4})(?P<percent>%?)")
 
 
@@ -302,16 +372,54 @@ def max_unavailable_of(text: str, nodes: int) -> int:
     return max(1, math.ceil(nodes * n / 100)) if percent else n
 
 
+def strategy_error(values: Mapping[str, object], nodes: int) -> tuple[str, str] | None:
+    """The first bad value of a strategy as given (a field left out takes its default), as (field,
+    message); None when all are good. Fleet rollouts pass their JSON as it came, so the types are
+    checked here too, not only by the run API's serializer. `nodes`: the pool's, for canary_nodes."""
+    given = {spec.name: values.get(spec.name, spec.default) for spec in STRATEGY_FIELDS}
+    for spec in STRATEGY_FIELDS:
+        value = given[spec.name]
+        if spec.kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            return spec.name, f"{spec.name} is a whole number of at least 0."
+    for spec in STRATEGY_FIELDS:
+        if spec.kind is bool and not isinstance(given[spec.name], bool):
+            return spec.name, f"{spec.name} is true or false."
+    try:
+        parse_max_unavailable(given["max_unavailable"])
+    except ValueError:
+        message = 'max_unavailable is a count of at least 1 ("2") or a percent from 1% to 100% ("10%").'
+        return "max_unavailable", message
+    if given["canary_nodes"] > nodes:
+        return "canary_nodes", f"canary_nodes {given['canary_nodes']} is more than the pool's {nodes} nodes."
+    for spec in STRATEGY_FIELDS:
+        if spec.kind is int and given[spec.name] < spec.minimum:
+            return spec.name, f"{spec.name} is at least {spec.minimum}."
+        if spec.choices and given[spec.name] not in [value for value, _ in spec.choices]:
+            return spec.name, f"{spec.name} is one of {', '.join(value for value, _ in spec.choices)}."
+    return None
+
+
 @dataclass(frozen=True)
 class Strategy:
+    """The strategy the plan follows: STRATEGY_FIELDS, max_unavailable resolved for the pool."""
+
     max_unavailable: int  # already resolved from a count or a percent of the pool
-    canary: int = 0  # the first N nodes go alone
-    canary_bake_s: float = 0  # then wait this long ...
-    canary_approval: bool = False  # ... or for an operator's approval
-    drain_timeout_s: float = 600
-    validation_timeout_s: float = 900
-    failure_budget: int = 1  # pause once this many nodes have failed
-    failed_nodes: FailedNodes = FailedNodes.KEEP_CORDONED
+    canary_nodes: int = STRATEGY["canary_nodes"].default  # the first N nodes go alone
+    canary_bake_s: float = STRATEGY["canary_bake_s"].default  # then wait this long ...
+    canary_approval: bool = STRATEGY["canary_approval"].default  # ... or for an operator's approval
+    drain_timeout_s: float = STRATEGY["drain_timeout_s"].default
+    validation_timeout_s: float = STRATEGY["validation_timeout_s"].default
+    failure_budget: int = STRATEGY["failure_budget"].default  # pause once this many nodes have failed
+    failed_nodes: FailedNodes = STRATEGY["failed_nodes"].default
+
+    @classmethod
+    def of(cls, values: Mapping[str, object], nodes: int) -> "Strategy":
+        """The strategy of a run as stored (each of STRATEGY_FIELDS; max_unavailable as written) for a
+        pool of `nodes`."""
+        given = {spec.name: values.get(spec.name, spec.default) for spec in STRATEGY_FIELDS}
+        given["max_unavailable"] = max_unavailable_of(given["max_unavailable"], nodes)
+        given["failed_nodes"] = FailedNodes(given["failed_nodes"])
+        return cls(**given)
 
 
 @dataclass(frozen=True)

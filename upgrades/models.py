@@ -6,7 +6,20 @@ from django.db import models
 
 from nvke.models import TenantScopedQuerySet
 
-from .machine import FINISHED, LIVE, FailedNodes, Phase, State, keeps_cordoned, max_unavailable_of
+from .machine import FINISHED, LIVE, STRATEGY, FailedNodes, Phase, State, keeps_cordoned, max_unavailable_of
+
+
+def strategy_field(name: str) -> models.Field:
+    """The run's column of one field of machine.STRATEGY_FIELDS: its default, bounds, choices and help."""
+    spec = STRATEGY[name]
+    if spec.kind is bool:
+        return models.BooleanField(default=spec.default, help_text=spec.help)
+    if spec.kind is int:
+        return models.PositiveIntegerField(default=spec.default, help_text=spec.help)
+    choices = [(str(value), str(value)) for value, _ in spec.choices] or None
+    return models.CharField(
+        max_length=spec.max_length, default=spec.default, choices=choices, help_text=spec.help
+    )
 
 
 class FleetRollout(models.Model):
@@ -48,22 +61,15 @@ class UpgradeRun(models.Model):
         FleetRollout, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
     wave = models.PositiveSmallIntegerField(default=0)
-    # strategy
-    max_unavailable = models.CharField(
-        max_length=8, default="1", help_text='A count ("2") or percent ("10%")'
-    )
-    canary_nodes = models.PositiveIntegerField(default=0)
-    canary_bake_s = models.PositiveIntegerField(default=0)
-    canary_approval = models.BooleanField(default=False)
-    drain_timeout_s = models.PositiveIntegerField(default=600)
-    validation_timeout_s = models.PositiveIntegerField(default=900)
-    failure_budget = models.PositiveIntegerField(default=1)
-    failed_nodes = models.CharField(
-        max_length=16,
-        choices=[(p.value, p.value) for p in FailedNodes],
-        default=FailedNodes.KEEP_CORDONED,
-        help_text="A node failing after its driver install: keep-cordoned or uncordon",
-    )
+    # strategy: machine.STRATEGY_FIELDS, stored as given (max_unavailable as written)
+    max_unavailable = strategy_field("max_unavailable")
+    canary_nodes = strategy_field("canary_nodes")
+    canary_bake_s = strategy_field("canary_bake_s")
+    canary_approval = strategy_field("canary_approval")
+    drain_timeout_s = strategy_field("drain_timeout_s")
+    validation_timeout_s = strategy_field("validation_timeout_s")
+    failure_budget = strategy_field("failure_budget")
+    failed_nodes = strategy_field("failed_nodes")
     # progress
     status = models.CharField(
         max_length=12, choices=[(p.value, p.value) for p in Phase], default=Phase.PENDING

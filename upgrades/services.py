@@ -1,5 +1,7 @@
-"""Writes of driver upgrades: start a run (compatibility-checked), and the controls an operator has
-over it. Each runs in one transaction under the run's row lock; the next tick starts after commit."""
+"""Writes of driver upgrades: start a run (compatibility-checked), the controls an operator has over it
+(each a row of machine.LIFECYCLE, looked up by control_move), and returning a node the run keeps
+cordoned to service. Each runs in one transaction under the run's row lock; the next tick starts after
+commit."""
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
@@ -21,6 +23,7 @@ from .machine import (
     ENDED_REASONS,
     FINISHED,
     LIVE,
+    STRATEGY_FIELDS,
     Control,
     FailedNodes,
     NodeView,
@@ -30,55 +33,19 @@ from .machine import (
     State,
     control_move,
     ended_message,
-    parse_max_unavailable,
     return_refusal,
     returned_to_service,
+    strategy_error,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
 
-STRATEGY_FIELDS = (
-    "max_unavailable",
-    "canary_nodes",
-    "canary_bake_s",
-    "canary_approval",
-    "drain_timeout_s",
-    "validation_timeout_s",
-    "failure_budget",
-    "failed_nodes",
-)
-
-
-COUNT_FIELDS = ("canary_nodes", "canary_bake_s", "drain_timeout_s", "validation_timeout_s", "failure_budget")
+STRATEGY_NAMES = tuple(spec.name for spec in STRATEGY_FIELDS)
 
 
 def validate_strategy(strategy: dict, nodes: int) -> None:
-    """Refuse a bad strategy value naming its field. Fleet rollouts pass their JSON as it came, so the
-    types are checked here too, not only by the run API's serializer."""
-    for name in COUNT_FIELDS:
-        value = strategy.get(name, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise DomainError(f"{name} is a whole number of at least 0.", field=name)
-    if not isinstance(strategy.get("canary_approval", False), bool):
-        raise DomainError("canary_approval is true or false.", field="canary_approval")
-    try:
-        parse_max_unavailable(strategy.get("max_unavailable", "1"))
-    except ValueError:
-        raise DomainError(
-            'max_unavailable is a count of at least 1 ("2") or a percent from 1% to 100% ("10%").',
-            field="max_unavailable",
-        ) from None
-    if strategy.get("canary_nodes", 0) > nodes:
-        raise DomainError(
-            f"canary_nodes {strategy['canary_nodes']} is more than the pool's {nodes} nodes.",
-            field="canary_nodes",
-        )
-    if strategy.get("failure_budget", 1) < 1:
-        raise DomainError("failure_budget is at least 1.", field="failure_budget")
-    if strategy.get("failed_nodes", FailedNodes.KEEP_CORDONED) not in list(FailedNodes):
-        raise DomainError(
-            f"failed_nodes is one of {', '.join(FailedNodes)}.",
-            field="failed_nodes",
-        )
+    """Refuse a bad strategy value naming its field (machine.strategy_error)."""
+    if error := strategy_error(strategy, nodes):
+        raise DomainError(error[1], field=error[0])
 
 
 def _refuse(pool: NodePool, target: DriverRelease, cuda: str, rollback: bool) -> None:
@@ -120,7 +87,7 @@ def create_run(
     if pool.status == NodePool.Status.DELETING:
         raise Conflict(f"Pool {pool.name} is being deleted.", field="pool", code="deleting")
     _refuse(pool, target_release, cuda, rollback=rollback_of is not None)
-    unknown = set(strategy) - set(STRATEGY_FIELDS)
+    unknown = set(strategy) - set(STRATEGY_NAMES)
     if unknown:
         raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field=sorted(unknown)[0])
     nodes = list(Node.objects.filter(pool=pool).order_by("name"))
@@ -288,7 +255,7 @@ def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> Up
     if run.status == Phase.PENDING:
         control(run, Control.ABORT)
     pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=run.pool_id)
-    strategy = {name: getattr(run, name) for name in STRATEGY_FIELDS}
+    strategy = {name: getattr(run, name) for name in STRATEGY_NAMES}
     strategy["canary_nodes"] = min(strategy["canary_nodes"], pool.nodes.count())
     if pool.driver_release_id == run.previous_release_id:  # it never completed: nodes may still differ
         pool.driver_release = run.target_release

@@ -94,7 +94,7 @@ def run_simulation(
                 name=f"n{i:05d}",
                 state=State.UPGRADE_REQUIRED,
                 entered_at=0,
-                canary=i < strategy.canary,
+                canary=i < strategy.canary_nodes,
                 pre_cordoned=i in pre_cordoned,
                 cordoned=i in pre_cordoned,
                 claims=claims.get(i, 0),

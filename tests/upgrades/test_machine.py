@@ -371,7 +371,7 @@ def test_nothing_starts_when_the_budget_is_used_by_nodes_already_unavailable():
 
 
 def test_canary_goes_first_then_bakes_then_the_rest():
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, canary_bake_s=30)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, canary_bake_s=30)
     nodes = [node(State.UPGRADE_REQUIRED, name=f"n{i}", canary=i == 0) for i in range(3)]
     assert [s.node for s in plan(RUN, nodes, strategy, 0).steps] == ["n0"]
     nodes[0] = replace(nodes[0], state=State.UNCORDON_REQUIRED)
@@ -384,7 +384,7 @@ def test_canary_goes_first_then_bakes_then_the_rest():
 
 
 def test_canary_waits_for_approval():
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, canary_approval=True)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, canary_approval=True)
     nodes = [node(State.DONE, name="n0", canary=True), node(State.UPGRADE_REQUIRED, name="n1")]
     waiting = plan(replace(RUN, canary_done_at=0), nodes, strategy, 10_000)
     assert waiting.steps == [] and "approval" in waiting.message
@@ -393,7 +393,7 @@ def test_canary_waits_for_approval():
 
 
 def test_failed_canary_pauses_the_run():
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, failure_budget=5)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, failure_budget=5)
     nodes = [
         node(State.VALIDATION_REQUIRED, name="n0", canary=True, install_failure="x"),
         node(State.UPGRADE_REQUIRED, name="n1"),
@@ -405,7 +405,7 @@ def test_failed_canary_pauses_the_run():
 def test_a_failed_canary_resumed_past_bakes_then_lets_the_rest_go():
     """Before, only an upgraded canary started the bake: a failed one, resumed past, kept the gate shut
     for ever (found by the property test once it resumed its pauses)."""
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, canary_bake_s=30, failure_budget=5)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, canary_bake_s=30, failure_budget=5)
     nodes = [
         node(State.VALIDATION_REQUIRED, name="n0", canary=True, install_failure="x", cordoned=True),
         node(State.UPGRADE_REQUIRED, name="n1"),
@@ -494,7 +494,7 @@ def test_simulated_runs_keep_the_invariants_at_every_tick(
 ):
     strategy = Strategy(
         max_unavailable=max_unavailable,
-        canary=canary,
+        canary_nodes=canary,
         canary_bake_s=7,
         drain_timeout_s=20,
         failure_budget=failure_budget,
