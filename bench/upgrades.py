@@ -7,7 +7,7 @@
    10% of it. Also the CPU time of the planner per node step.
 
 2. The control plane's CPU per node step on the real path (--db-nodes N): the Celery tick function
-   (upgrades/ticks.py) run in this process against PostgreSQL and the simulator provider, steps taking
+   (upgrades/controller.py) run in this process against PostgreSQL and the simulator provider, steps taking
    no simulated time, so the figure is the tick's own cost: ORM reads and writes, provider calls,
    history rows and websocket events (in-memory channel layer).
 
@@ -70,9 +70,9 @@ def database_ticks(nodes: int, percent: int) -> dict:
     from nvke.tenancy.context import TenantContext
     from nvke.tenancy.models import Tenant
     from upgrades import services
+    from upgrades.controller import tick
     from upgrades.models import UpgradeRun
     from upgrades.services import create_run
-    from upgrades.ticks import tick
 
     # This loop is the run's only chain of ticks: the embedded default's timer thread, which create_run
     # would start on commit, races it for the first tick.

@@ -14,9 +14,9 @@ from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
 from upgrades import services
 from upgrades.compatibility import driver_options
-from upgrades.machine import FINISHED, FailedNodes, Phase, State
+from upgrades.controller import kick_if_stale
+from upgrades.machine import FINISHED, STRATEGY_FIELDS, Phase, State, StrategyField
 from upgrades.models import UpgradeRun
-from upgrades.scheduling import kick_if_stale
 
 from .forms import add_domain_error
 from .views import live, require_change, tenant_view
@@ -24,35 +24,30 @@ from .views import live, require_change, tenant_view
 CONFIRMED_CONTROLS = {"abort", "rollback"}  # these ask first
 
 
-class StrategyForm(forms.Form):
-    """How a run goes: the strategy fields of upgrades.services.STRATEGY_FIELDS that people set."""
+def strategy_form_field(spec: StrategyField) -> forms.Field:
+    """The form field of one strategy field of upgrades.machine.STRATEGY_FIELDS."""
+    initial = spec.default if spec.suggested is None else spec.suggested
+    common = {"label": spec.label or None, "help_text": spec.help, "initial": initial}
+    if spec.kind is bool:
+        return forms.BooleanField(required=False, **common)
+    if spec.kind is int:
+        minimum = spec.minimum if spec.form_minimum is None else spec.form_minimum
+        return forms.IntegerField(min_value=minimum, **common)
+    if spec.choices:
+        return forms.ChoiceField(choices=spec.choices, **common)
+    return forms.CharField(max_length=spec.max_length, **common)
 
-    max_unavailable = forms.CharField(
-        max_length=8,
-        initial="10%",
-        help_text='Nodes out of service at once: a count ("2") or a percent ("10%").',
-    )
-    canary_nodes = forms.IntegerField(min_value=0, initial=0, help_text="Upgrade this many nodes first.")
-    canary_bake_s = forms.IntegerField(
-        min_value=0, initial=300, label="Canary bake (s)", help_text="Wait this long after the canary nodes."
-    )
-    canary_approval = forms.BooleanField(
-        required=False, help_text="Wait for an approval after the canary instead."
-    )
-    drain_timeout_s = forms.IntegerField(min_value=1, initial=600, label="Drain timeout (s)")
-    failure_budget = forms.IntegerField(
-        min_value=1, initial=1, help_text="Pause after this many failed nodes."
-    )
-    failed_nodes = forms.ChoiceField(
-        label="Failed nodes",
-        choices=[
-            (FailedNodes.KEEP_CORDONED, "Keep cordoned"),
-            (FailedNodes.UNCORDON, "Uncordon at once"),
-        ],
-        initial=FailedNodes.KEEP_CORDONED,
-        help_text="A node whose new driver fails to install or validate: keep it out of service until a "
-        "retry or rollback, or put it back into service at once.",
-    )
+
+# A class with a field per strategy field the forms offer; the start and rollout forms add theirs.
+StrategyForm = type(
+    "StrategyForm",
+    (forms.Form,),
+    {spec.name: strategy_form_field(spec) for spec in STRATEGY_FIELDS if spec.in_form}
+    | {
+        "__module__": __name__,
+        "__doc__": "How a run goes: the fields of upgrades.machine.STRATEGY_FIELDS that people set.",
+    },
+)
 
 
 class UpgradeStartForm(StrategyForm):

@@ -18,7 +18,7 @@ class UpgradeNodeInline(admin.TabularInline):
         "driver_touched",
         "returned_at",
         "from_version",
-        "cordon_wanted",  # calls the provider still owes (ticks.call_provider)
+        "cordon_wanted",  # calls the provider still owes (controller.call_provider)
         "drain_wanted",
         "driver_wanted",
         "call_error",

@@ -1,14 +1,25 @@
 """Upgrade runs (one pool to one driver release), their per-node state rows and condition history, and
 fleet rollouts (one target over many pools in waves)."""
 
-import math
-
 from django.conf import settings
 from django.db import models
 
 from nvke.models import TenantScopedQuerySet
 
-from .machine import FINISHED, LIVE, FailedNodes, Phase, State, keeps_cordoned
+from .machine import FINISHED, LIVE, STRATEGY, FailedNodes, Phase, State, keeps_cordoned, max_unavailable_of
+
+
+def strategy_field(name: str) -> models.Field:
+    """The run's column of one field of machine.STRATEGY_FIELDS: its default, bounds, choices and help."""
+    spec = STRATEGY[name]
+    if spec.kind is bool:
+        return models.BooleanField(default=spec.default, help_text=spec.help)
+    if spec.kind is int:
+        return models.PositiveIntegerField(default=spec.default, help_text=spec.help)
+    choices = [(str(value), str(value)) for value, _ in spec.choices] or None
+    return models.CharField(
+        max_length=spec.max_length, default=spec.default, choices=choices, help_text=spec.help
+    )
 
 
 class FleetRollout(models.Model):
@@ -50,22 +61,15 @@ class UpgradeRun(models.Model):
         FleetRollout, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
     wave = models.PositiveSmallIntegerField(default=0)
-    # strategy
-    max_unavailable = models.CharField(
-        max_length=8, default="1", help_text='A count ("2") or percent ("10%")'
-    )
-    canary_nodes = models.PositiveIntegerField(default=0)
-    canary_bake_s = models.PositiveIntegerField(default=0)
-    canary_approval = models.BooleanField(default=False)
-    drain_timeout_s = models.PositiveIntegerField(default=600)
-    validation_timeout_s = models.PositiveIntegerField(default=900)
-    failure_budget = models.PositiveIntegerField(default=1)
-    failed_nodes = models.CharField(
-        max_length=16,
-        choices=[(p.value, p.value) for p in FailedNodes],
-        default=FailedNodes.KEEP_CORDONED,
-        help_text="A node failing after its driver install: keep-cordoned or uncordon",
-    )
+    # strategy: machine.STRATEGY_FIELDS, stored as given (max_unavailable as written)
+    max_unavailable = strategy_field("max_unavailable")
+    canary_nodes = strategy_field("canary_nodes")
+    canary_bake_s = strategy_field("canary_bake_s")
+    canary_approval = strategy_field("canary_approval")
+    drain_timeout_s = strategy_field("drain_timeout_s")
+    validation_timeout_s = strategy_field("validation_timeout_s")
+    failure_budget = strategy_field("failure_budget")
+    failed_nodes = strategy_field("failed_nodes")
     # progress
     status = models.CharField(
         max_length=12, choices=[(p.value, p.value) for p in Phase], default=Phase.PENDING
@@ -103,9 +107,7 @@ class UpgradeRun(models.Model):
 
     def max_unavailable_of(self, nodes: int) -> int:
         """The budget in nodes: a count, or a percent of the pool rounded up; at least 1."""
-        if self.max_unavailable.endswith("%"):
-            return max(1, math.ceil(nodes * int(self.max_unavailable[:-1]) / 100))
-        return max(1, int(self.max_unavailable))
+        return max_unavailable_of(self.max_unavailable, nodes)
 
 
 class UpgradeNode(models.Model):
@@ -130,7 +132,7 @@ class UpgradeNode(models.Model):
         help_text="A person returned this failed node to service as it was, its driver not validated",
     )
     # What a tick asked the provider for: written in its transaction, carried out after it commits
-    # (ticks.call_provider), cleared once the provider accepted it (a drain: once it is seen finished).
+    # (controller.call_provider), cleared once the provider accepted it (a drain: once it is seen finished).
     # Until then every tick calls again, so a call lost between commit and call is only late.
     cordon_wanted = models.BooleanField(
         null=True, blank=True, help_text="A cordon (true) or uncordon (false) the provider has yet to accept"

@@ -13,7 +13,7 @@ from nvke.errors import Conflict, DomainError
 
 from . import events
 from .compatibility import upgrade_refusals
-from .machine import FINISHED, LIVE, Phase
+from .machine import FINISHED, LIVE, Phase, Refusal, rollout_move
 from .models import FleetRollout, UpgradeRun
 from .services import control, create_run, validate_strategy
 
@@ -169,9 +169,9 @@ def advance(rollout_id: int) -> None:
 def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
     """pause / resume / abort a rollout: it stops or restarts its waves and passes the control on to its
     live runs."""
-    allowed = {"pause": {Phase.RUNNING}, "resume": {Phase.PAUSED}, "abort": {Phase.RUNNING, Phase.PAUSED}}
-    if action not in allowed or rollout.status not in allowed[action]:
-        raise Conflict(f"Cannot {action} a rollout that is {rollout.status}.", code=f"cannot_{action}")
+    move = rollout_move(action, Phase(rollout.status))
+    if isinstance(move, Refusal):
+        raise Conflict(move.message, code=move.code)
     with transaction.atomic():
         rollout = FleetRollout.objects.select_for_update().get(pk=rollout.pk)
         for run in rollout.runs.filter(status__in=[*LIVE, Phase.PENDING]):
@@ -181,7 +181,7 @@ def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
                 control(run, "resume")
             elif action == "abort":
                 control(run, "abort")
-        rollout.status = {"pause": Phase.PAUSED, "resume": Phase.RUNNING, "abort": Phase.ABORTED}[action]
+        rollout.status = move.to
         rollout.save()
         events.publish_rollout(rollout)
     if action == "resume":

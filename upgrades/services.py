@@ -1,10 +1,10 @@
-"""Writes of driver upgrades: start a run (compatibility-checked), and the controls an operator has
-over it. Each runs in one transaction under the run's row lock; the next tick starts after commit."""
-
-import re
+"""Writes of driver upgrades: start a run (compatibility-checked), the controls an operator has over it
+(each a row of machine.LIFECYCLE, looked up by control_move), and returning a node the run keeps
+cordoned to service. Each runs in one transaction under the run's row lock; the next tick starts after
+commit."""
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from audit.recorder import record
@@ -17,66 +17,35 @@ from nvke.tenancy.context import TenantContext
 
 from . import events
 from .compatibility import upgrade_refusals
+from .controller import enter, schedule_tick, strategy_of
 from .machine import (
     BEFORE_INSTALL,
     ENDED_REASONS,
     FINISHED,
     LIVE,
+    STRATEGY_FIELDS,
+    Control,
     FailedNodes,
     NodeView,
     Phase,
+    Refusal,
+    RunFacts,
     State,
+    control_move,
     ended_message,
     return_refusal,
     returned_to_service,
+    strategy_error,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
-from .scheduling import schedule_tick
-from .ticks import strategy_of
 
-STRATEGY_FIELDS = (
-    "max_unavailable",
-    "canary_nodes",
-    "canary_bake_s",
-    "canary_approval",
-    "drain_timeout_s",
-    "validation_timeout_s",
-    "failure_budget",
-    "failed_nodes",
-)
-MAX_UNAVAILABLE = re.compile(r"^(?P<n>[0-9]{1,4})(?P<pct>%?)$")
-
-
-COUNT_FIELDS = ("canary_nodes", "canary_bake_s", "drain_timeout_s", "validation_timeout_s", "failure_budget")
+STRATEGY_NAMES = tuple(spec.name for spec in STRATEGY_FIELDS)
 
 
 def validate_strategy(strategy: dict, nodes: int) -> None:
-    """Refuse a bad strategy value naming its field. Fleet rollouts pass their JSON as it came, so the
-    types are checked here too, not only by the run API's serializer."""
-    for name in COUNT_FIELDS:
-        value = strategy.get(name, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise DomainError(f"{name} is a whole number of at least 0.", field=name)
-    if not isinstance(strategy.get("canary_approval", False), bool):
-        raise DomainError("canary_approval is true or false.", field="canary_approval")
-    match = MAX_UNAVAILABLE.match(str(strategy.get("max_unavailable", "1")))
-    if not match or int(match["n"]) < 1 or (match["pct"] and int(match["n"]) > 100):
-        raise DomainError(
-            'max_unavailable is a count of at least 1 ("2") or a percent from 1% to 100% ("10%").',
-            field="max_unavailable",
-        )
-    if strategy.get("canary_nodes", 0) > nodes:
-        raise DomainError(
-            f"canary_nodes {strategy['canary_nodes']} is more than the pool's {nodes} nodes.",
-            field="canary_nodes",
-        )
-    if strategy.get("failure_budget", 1) < 1:
-        raise DomainError("failure_budget is at least 1.", field="failure_budget")
-    if strategy.get("failed_nodes", FailedNodes.KEEP_CORDONED) not in list(FailedNodes):
-        raise DomainError(
-            f"failed_nodes is one of {', '.join(FailedNodes)}.",
-            field="failed_nodes",
-        )
+    """Refuse a bad strategy value naming its field (machine.strategy_error)."""
+    if error := strategy_error(strategy, nodes):
+        raise DomainError(error[1], field=error[0])
 
 
 def _refuse(pool: NodePool, target: DriverRelease, cuda: str, rollback: bool) -> None:
@@ -87,10 +56,6 @@ def _refuse(pool: NodePool, target: DriverRelease, cuda: str, rollback: bool) ->
             code=refusals[0].rule,
             rules=[{"rule": r.rule, "message": r.message} for r in refusals],
         )
-
-
-def _history(run: UpgradeRun, reason: str, message: str) -> None:
-    UpgradeCondition.objects.create(run=run, type="Run", reason=reason, message=message)
 
 
 def _left_touched(pool: NodePool) -> dict[int, UpgradeNode]:
@@ -122,7 +87,7 @@ def create_run(
     if pool.status == NodePool.Status.DELETING:
         raise Conflict(f"Pool {pool.name} is being deleted.", field="pool", code="deleting")
     _refuse(pool, target_release, cuda, rollback=rollback_of is not None)
-    unknown = set(strategy) - set(STRATEGY_FIELDS)
+    unknown = set(strategy) - set(STRATEGY_NAMES)
     if unknown:
         raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field=sorted(unknown)[0])
     nodes = list(Node.objects.filter(pool=pool).order_by("name"))
@@ -163,9 +128,14 @@ def create_run(
             )
             what = "Rollback" if rollback_of else "Upgrade"
             versions = f"from {pool.driver_release.version} to {target_release.version}"
-            _history(run, "Created", f"{what} of {len(nodes)} nodes {versions}.")
-            if start:
-                _history(run, "Started", "The run started.")
+            UpgradeCondition.objects.create(
+                run=run, type="Run", reason="Created", message=f"{what} of {len(nodes)} nodes {versions}."
+            )
+            if start:  # created running: the start's history, its reason and message left to the ticks
+                started = control_move(Control.START, RunFacts(Phase.PENDING))
+                UpgradeCondition.objects.create(
+                    run=run, type="Run", reason=started.reason, message=started.message
+                )
                 transaction.on_commit(lambda: schedule_tick(run.pk, run.tick_seq, 0))
             events.publish_run(run)
     except IntegrityError:  # a concurrent start won the pool
@@ -204,14 +174,15 @@ def _new_row(
 
 # --- controls ----------------------------------------------------------------------------------------
 
-CONTROLS = ("start", "pause", "resume", "abort", "retry", "approve", "rollback")
+CONTROLS = tuple(Control)
 
 
 def control(run: UpgradeRun, action: str, *, context: TenantContext | None = None, user=None) -> UpgradeRun:
-    """Apply a control; 409 with a code when the run's state does not allow it."""
+    """Apply a control: the row of machine.LIFECYCLE it takes from the run's phase; 409 with a code when
+    the run's state allows none."""
     if action not in CONTROLS:
         raise DomainError(f"Unknown control {action!r}; one of {', '.join(CONTROLS)}.", field="action")
-    if action == "rollback":
+    if action == Control.ROLLBACK:
         return rollback(run, context=context, user=user)
     with transaction.atomic():
         run = (
@@ -219,7 +190,23 @@ def control(run: UpgradeRun, action: str, *, context: TenantContext | None = Non
             .select_related("pool__cluster", "target_release")
             .get(pk=run.pk)
         )
-        globals()[f"_{action}"](run)
+        facts = _facts(run)
+        move = control_move(action, facts)
+        if isinstance(move, Refusal):
+            raise _conflict(run, move)
+        now = timezone.now()
+        if move.accepts_failed:
+            run.failed_accepted = facts.failed
+        if move.retries_failed:
+            if facts.failed_canary:
+                run.canary_done_at = None  # the canary goes again, and so does its bake
+            run.nodes.filter(state=State.FAILED).update(
+                state=State.UPGRADE_REQUIRED, reason="Retry", message="", entered_at=now, returned_at=None
+            )
+            run.failed_accepted = 0
+        if move.approves:
+            run.approved_at = now
+        enter(run, move, now)
         run.save()
         events.publish_run(run)
         if run.status in LIVE:
@@ -228,104 +215,47 @@ def control(run: UpgradeRun, action: str, *, context: TenantContext | None = Non
     return run
 
 
-def _refused(run: UpgradeRun, action: str, why: str = "") -> Conflict:
-    return Conflict(
-        f"Cannot {action} a run that is {run.status}" + (f": {why}" if why else "."),
-        code=f"cannot_{action}",
-        status=run.status,
+def _facts(run: UpgradeRun) -> RunFacts:
+    """What the controls look at, counted in one query (and two for the pool's other runs)."""
+    keep = run.failed_nodes != FailedNodes.UNCORDON
+    kept = Q(driver_touched=True) if keep else Q(pk__in=[])  # nodes whose cordon an abort keeps
+    failed = Q(state=State.FAILED)
+    counts = run.nodes.aggregate(
+        failed=Count("pk", filter=failed),
+        failed_canary=Count("pk", filter=failed & Q(canary=True)),
+        unsettled_canaries=Count("pk", filter=Q(canary=True) & ~Q(state__in=[State.DONE, State.FAILED])),
+        in_flight=Count("pk", filter=Q(state__in=list(BEFORE_INSTALL)) & ~kept),
+        kept=Count("pk", filter=kept & Q(state__in=[State.FAILED, State.UPGRADE_REQUIRED, *BEFORE_INSTALL])),
+    )
+    return RunFacts(
+        phase=Phase(run.status),
+        failed=counts["failed"],
+        failed_canary=counts["failed_canary"] > 0,
+        canaries_settled=counts["unsettled_canaries"] == 0,
+        canary_approval=run.canary_approval,
+        approved=run.approved_at is not None,
+        in_flight=counts["in_flight"],
+        kept=counts["kept"],
+        pool_busy=UpgradeRun.objects.filter(pool=run.pool, status__in=list(LIVE)).exists(),
+        taken_over=taken_over(run),
     )
 
 
-def _transition(run: UpgradeRun, status: str, reason: str, message: str) -> None:
-    run.status, run.reason, run.message = status, reason, message
-    _history(run, reason, message)
-
-
-def _start(run: UpgradeRun) -> None:
-    if run.status != Phase.PENDING:
-        raise _refused(run, "start")
-    _transition(run, Phase.RUNNING, "Started", "The run started.")
-
-
-def _pause(run: UpgradeRun) -> None:
-    if run.status != Phase.RUNNING:
-        raise _refused(run, "pause")
-    _transition(run, Phase.PAUSED, "Paused", "Paused by an operator; nodes in flight finish their upgrade.")
-
-
-def _resume(run: UpgradeRun) -> None:
-    if run.status != Phase.PAUSED:
-        raise _refused(run, "resume")
-    run.failed_accepted = run.nodes.filter(state=State.FAILED).count()
-    _transition(run, Phase.RUNNING, "Resumed", f"Resumed; {run.failed_accepted} failed nodes accepted.")
-
-
-def _abort(run: UpgradeRun) -> None:
-    if run.status == Phase.PENDING:
-        _transition(run, Phase.ABORTED, "Aborted", "Aborted before it started.")
-        run.finished_at = timezone.now()
-        return
-    if run.status not in (Phase.RUNNING, Phase.PAUSED):
-        raise _refused(run, "abort")
-    touched = run.nodes.filter(driver_touched=True)
-    if run.failed_nodes == FailedNodes.UNCORDON:
-        touched = touched.none()
-    in_flight = run.nodes.filter(state__in=list(BEFORE_INSTALL)).exclude(pk__in=touched).count()
-    kept = touched.filter(state__in=[State.FAILED, State.UPGRADE_REQUIRED, *BEFORE_INSTALL]).count()
-    _transition(
-        run,
-        Phase.ABORTING,
-        "Aborting",
-        f"Aborting: {in_flight} nodes not yet on the new driver go back into service; "
-        "installs under way finish"
-        + (f"; failed nodes kept cordoned (driver not validated): {kept}." if kept else "."),
-    )
-
-
-def _retry(run: UpgradeRun) -> None:
-    failed = run.nodes.filter(state=State.FAILED)
-    if run.status not in (Phase.RUNNING, Phase.PAUSED, Phase.FAILED) or not failed.exists():
-        raise _refused(
-            run, "retry", "it has no failed nodes to retry" if run.status != Phase.ABORTING else ""
-        )
-    if (
-        run.status == Phase.FAILED
-        and UpgradeRun.objects.filter(pool=run.pool, status__in=list(LIVE)).exists()
-    ):
-        raise Conflict("The pool has another upgrade in progress.", code="upgrade_in_progress")
-    if taken_over(run):  # a later run took over these nodes (and any cordon this run kept on them)
-        raise _refused(run, "retry", "a later run of the pool took its nodes over")
-    if failed.filter(canary=True).exists():
-        run.canary_done_at = None  # the canary goes again, and so does its bake
-    count = failed.update(
-        state=State.UPGRADE_REQUIRED, reason="Retry", message="", entered_at=timezone.now(), returned_at=None
-    )
-    run.failed_accepted, run.finished_at = 0, None
-    _transition(run, Phase.RUNNING, "Retry", f"Retrying {count} failed nodes.")
-
-
-def _approve(run: UpgradeRun) -> None:
-    canaries = run.nodes.filter(canary=True)
-    if run.status not in (Phase.RUNNING, Phase.PAUSED) or not run.canary_approval or run.approved_at:
-        raise _refused(run, "approve", "no canary is waiting for approval")
-    if canaries.exclude(state__in=[State.DONE, State.FAILED]).exists():
-        raise _refused(run, "approve", "its canary nodes are still upgrading")
-    run.approved_at = timezone.now()
-    if run.status == Phase.PAUSED:  # a canary failure paused it; approving goes on regardless
-        run.failed_accepted = run.nodes.filter(state=State.FAILED).count()
-        run.status = Phase.RUNNING
-    _history(run, "CanaryApproved", "Canary approved; the rest of the pool follows.")
+def _conflict(run: UpgradeRun, refusal: Refusal) -> Conflict:
+    details = {"status": run.status} if refusal.with_status else {}
+    return Conflict(refusal.message, code=refusal.code, **details)
 
 
 def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> UpgradeRun:
     """A new run, same strategy, back to the release the pool ran before `run`."""
     run = UpgradeRun.objects.select_related("pool__driver_release", "previous_release").get(pk=run.pk)
-    if run.status not in FINISHED and run.status != Phase.PENDING:
-        raise _refused(run, "rollback", "abort it first (installs under way finish), then roll back")
+    move = control_move(Control.ROLLBACK, RunFacts(Phase(run.status)))
+    if isinstance(move, Refusal):
+        raise _conflict(run, move)
     if run.status == Phase.PENDING:
-        control(run, "abort")
+        control(run, Control.ABORT)
     pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=run.pool_id)
-    strategy = {name: getattr(run, name) for name in STRATEGY_FIELDS}
+    strategy = {name: getattr(run, name) for name in STRATEGY_NAMES}
     strategy["canary_nodes"] = min(strategy["canary_nodes"], pool.nodes.count())
     if pool.driver_release_id == run.previous_release_id:  # it never completed: nodes may still differ
         pool.driver_release = run.target_release

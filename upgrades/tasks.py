@@ -4,24 +4,23 @@ re-queues the next one itself, and beat's resync restarts runs whose chain was l
 from celery import shared_task
 from django.db.models import Q
 
-from . import rollouts, ticks
+from . import controller, rollouts
 from .machine import LIVE
 from .models import FleetRollout, UpgradeRun
-from .scheduling import schedule_tick, stale_before
 
 
 @shared_task(acks_late=True)
 def tick_run(run_id: int, seq: int) -> None:
-    next_seq = ticks.tick(run_id, seq)
+    next_seq = controller.tick(run_id, seq)
     if next_seq is not None:
-        schedule_tick(run_id, next_seq)
+        controller.schedule_tick(run_id, next_seq)
 
 
 @shared_task
 def resync_runs() -> int:
     """Beat: give every live run whose ticks stopped (a worker died mid-tick) its next tick; and move
     fleet rollouts on. Returns how many runs were restarted."""
-    stale = stale_before()
+    stale = controller.stale_before()
     runs = UpgradeRun.objects.filter(status__in=list(LIVE)).filter(
         Q(ticked_at__isnull=True) | Q(ticked_at__lt=stale)
     )

@@ -19,6 +19,7 @@ from .machine import (
     plan,
     return_refusal,
     returned_to_service,
+    tick_move,
     unavailable_count,
 )
 
@@ -93,7 +94,7 @@ def run_simulation(
                 name=f"n{i:05d}",
                 state=State.UPGRADE_REQUIRED,
                 entered_at=0,
-                canary=i < strategy.canary,
+                canary=i < strategy.canary_nodes,
                 pre_cordoned=i in pre_cordoned,
                 cordoned=i in pre_cordoned,
                 claims=claims.get(i, 0),
@@ -145,6 +146,8 @@ def run_simulation(
                     view = replace(view, driver_version="2.0")
             node.view = view
             steps += 1
+        if result.phase != run.phase:  # as the controller records it: a row of the lifecycle table
+            tick_move(run.phase, result.phase, result.reason)
         run = replace(run, phase=result.phase, canary_done_at=result.canary_done_at)
         reason = result.reason or reason
         if result.reason == "Blocked":

@@ -142,7 +142,7 @@ def mark(page) -> None:
 
 def tick_once(run) -> bool:
     """One tick of an upgrade run, in this process; False once the run has settled."""
-    from upgrades.ticks import tick
+    from upgrades.controller import tick
 
     run.refresh_from_db()
     return tick(run.pk, run.tick_seq) is not None

@@ -295,7 +295,7 @@ def test_an_operator_retries_a_failed_run_of_the_rollout_after_a_confirmation(
 
 def test_an_operator_approves_a_canary_from_the_runs_page(staff, fleet, operator, instant_upgrades):
     from audit.models import AuditEntry
-    from upgrades.ticks import tick
+    from upgrades.controller import tick
 
     rollout = create(operator, pools_per_wave=1, canary_nodes=1, canary_approval=True)
     run = rollout.runs.get(pool=fleet["a"])

@@ -5,9 +5,9 @@ from nodepools.models import Allocation, Node
 from nodepools.services import reconcile
 from nvke.providers.simulator.models import SimNode
 from nvke.tenancy.context import TenantContext
+from upgrades.controller import tick
 from upgrades.machine import ACTIVE
 from upgrades.models import UpgradeRun
-from upgrades.ticks import tick
 
 
 @pytest.fixture(autouse=True)

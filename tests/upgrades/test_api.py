@@ -156,7 +156,7 @@ def test_approve_lets_the_rest_follow_the_canary(api, pool):
     run_id = create(api, pool, canary_nodes=1, canary_approval=True, max_unavailable="2").data["id"]
     assert control(api, run_id, "approve").data["code"] == "cannot_approve"  # canary not done yet
     run = UpgradeRun.objects.get(pk=run_id)
-    from upgrades.ticks import tick
+    from upgrades.controller import tick
 
     for _ in range(15):
         run.refresh_from_db()

@@ -8,16 +8,27 @@ from hypothesis import strategies as st
 
 from upgrades.machine import (
     KEPT_MESSAGE,
+    LIFECYCLE,
+    TICK,
+    Control,
     Effect,
     FailedNodes,
+    Move,
     NodeView,
     Phase,
+    Refusal,
+    RunFacts,
     RunView,
     State,
     Strategy,
+    control_move,
+    max_unavailable_of,
+    parse_max_unavailable,
     plan,
     return_refusal,
     returned_to_service,
+    rollout_move,
+    tick_move,
 )
 from upgrades.virtual_fleet import Durations, run_simulation
 
@@ -360,7 +371,7 @@ def test_nothing_starts_when_the_budget_is_used_by_nodes_already_unavailable():
 
 
 def test_canary_goes_first_then_bakes_then_the_rest():
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, canary_bake_s=30)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, canary_bake_s=30)
     nodes = [node(State.UPGRADE_REQUIRED, name=f"n{i}", canary=i == 0) for i in range(3)]
     assert [s.node for s in plan(RUN, nodes, strategy, 0).steps] == ["n0"]
     nodes[0] = replace(nodes[0], state=State.UNCORDON_REQUIRED)
@@ -373,7 +384,7 @@ def test_canary_goes_first_then_bakes_then_the_rest():
 
 
 def test_canary_waits_for_approval():
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, canary_approval=True)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, canary_approval=True)
     nodes = [node(State.DONE, name="n0", canary=True), node(State.UPGRADE_REQUIRED, name="n1")]
     waiting = plan(replace(RUN, canary_done_at=0), nodes, strategy, 10_000)
     assert waiting.steps == [] and "approval" in waiting.message
@@ -382,7 +393,7 @@ def test_canary_waits_for_approval():
 
 
 def test_failed_canary_pauses_the_run():
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, failure_budget=5)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, failure_budget=5)
     nodes = [
         node(State.VALIDATION_REQUIRED, name="n0", canary=True, install_failure="x"),
         node(State.UPGRADE_REQUIRED, name="n1"),
@@ -394,7 +405,7 @@ def test_failed_canary_pauses_the_run():
 def test_a_failed_canary_resumed_past_bakes_then_lets_the_rest_go():
     """Before, only an upgraded canary started the bake: a failed one, resumed past, kept the gate shut
     for ever (found by the property test once it resumed its pauses)."""
-    strategy = replace(STRATEGY, max_unavailable=3, canary=1, canary_bake_s=30, failure_budget=5)
+    strategy = replace(STRATEGY, max_unavailable=3, canary_nodes=1, canary_bake_s=30, failure_budget=5)
     nodes = [
         node(State.VALIDATION_REQUIRED, name="n0", canary=True, install_failure="x", cordoned=True),
         node(State.UPGRADE_REQUIRED, name="n1"),
@@ -483,7 +494,7 @@ def test_simulated_runs_keep_the_invariants_at_every_tick(
 ):
     strategy = Strategy(
         max_unavailable=max_unavailable,
-        canary=canary,
+        canary_nodes=canary,
         canary_bake_s=7,
         drain_timeout_s=20,
         failure_budget=failure_budget,
@@ -529,3 +540,132 @@ def test_makespan_is_close_to_the_critical_path():
     outcome = run_simulation(50, Strategy(max_unavailable=5), durations)
     lower_bound = 10 * durations.per_node
     assert outcome.phase == Phase.COMPLETED and lower_bound <= outcome.makespan <= 1.1 * lower_bound
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed", "of_ten"),
+    [("1", (1, False), 1), ("3", (3, False), 3), ("10%", (10, True), 1), ("25%", (25, True), 3)],
+)
+def test_max_unavailable_is_a_count_or_a_percent_rounded_up(text, parsed, of_ten):
+    assert parse_max_unavailable(text) == parsed
+    assert max_unavailable_of(text, 10) == of_ten
+    assert max_unavailable_of(text, 0) == (1 if parsed[1] else parsed[0])  # a percent is at least 1
+
+
+@pytest.mark.parametrize(
+    "text", ["", "0", "0%", "101%", "-1", "1.5", "%", "x", "12345", "2\n", "10%\n", " 2"]
+)
+def test_max_unavailable_refuses_anything_else(text):
+    with pytest.raises(ValueError):
+        parse_max_unavailable(text)
+
+
+# --- the run's lifecycle table ------------------------------------------------------------------------
+
+
+def test_each_control_and_phase_has_at_most_one_row():
+    rows = [(m.by, phase) for m in LIFECYCLE if m.by != TICK for phase in m.source]
+    assert len(rows) == len(set(rows))
+    assert {m.by for m in LIFECYCLE} == {*Control, TICK}
+
+
+@pytest.mark.parametrize(
+    ("control", "facts", "expected"),
+    [
+        (Control.START, RunFacts(Phase.PENDING), (Phase.RUNNING, "Started", "The run started.")),
+        (Control.START, RunFacts(Phase.RUNNING), ("cannot_start", "Cannot start a run that is running.")),
+        (Control.PAUSE, RunFacts(Phase.PAUSED), ("cannot_pause", "Cannot pause a run that is paused.")),
+        (
+            Control.RESUME,
+            RunFacts(Phase.PAUSED, failed=2),
+            (Phase.RUNNING, "Resumed", "Resumed; 2 failed nodes accepted."),
+        ),
+        (Control.ABORT, RunFacts(Phase.PENDING), (Phase.ABORTED, "Aborted", "Aborted before it started.")),
+        (
+            Control.ABORT,
+            RunFacts(Phase.RUNNING, in_flight=2, kept=1),
+            (
+                Phase.ABORTING,
+                "Aborting",
+                "Aborting: 2 nodes not yet on the new driver go back into service; installs under way "
+                "finish; failed nodes kept cordoned (driver not validated): 1.",
+            ),
+        ),
+        (Control.ABORT, RunFacts(Phase.ABORTING), ("cannot_abort", "Cannot abort a run that is aborting.")),
+        (
+            Control.RETRY,
+            RunFacts(Phase.FAILED, failed=3),
+            (Phase.RUNNING, "Retry", "Retrying 3 failed nodes."),
+        ),
+        (
+            Control.RETRY,
+            RunFacts(Phase.RUNNING),
+            ("cannot_retry", "Cannot retry a run that is running: it has no failed nodes to retry"),
+        ),
+        (
+            Control.RETRY,
+            RunFacts(Phase.ABORTING, failed=1),
+            ("cannot_retry", "Cannot retry a run that is aborting."),
+        ),
+        (
+            Control.RETRY,
+            RunFacts(Phase.FAILED, failed=1, pool_busy=True),
+            ("upgrade_in_progress", "The pool has another upgrade in progress."),
+        ),
+        (
+            Control.RETRY,
+            RunFacts(Phase.PAUSED, failed=1, taken_over=True),
+            (
+                "cannot_retry",
+                "Cannot retry a run that is paused: a later run of the pool took its nodes over",
+            ),
+        ),
+        (
+            Control.APPROVE,
+            RunFacts(Phase.RUNNING, canary_approval=True, canaries_settled=False),
+            ("cannot_approve", "Cannot approve a run that is running: its canary nodes are still upgrading"),
+        ),
+        (
+            Control.APPROVE,
+            RunFacts(Phase.PAUSED, canary_approval=True),
+            (Phase.RUNNING, "CanaryApproved", "Canary approved; the rest of the pool follows."),
+        ),
+        (
+            Control.ROLLBACK,
+            RunFacts(Phase.RUNNING),
+            (
+                "cannot_rollback",
+                "Cannot rollback a run that is running: abort it first (installs under way finish), then "
+                "roll back",
+            ),
+        ),
+        (Control.ROLLBACK, RunFacts(Phase.FAILED), (None, "", "")),
+    ],
+)
+def test_control_move_is_the_row_its_phase_allows_or_why_not(control, facts, expected):
+    move = control_move(control, facts)
+    if isinstance(move, Refusal):
+        assert (move.code, move.message) == expected
+    else:
+        assert isinstance(move, Move) and (move.to, move.reason, move.message) == expected
+
+
+def test_approving_a_paused_run_accepts_its_failures_and_leaves_its_message():
+    move = control_move(Control.APPROVE, RunFacts(Phase.PAUSED, canary_approval=True))
+    assert move.approves and move.accepts_failed and move.history_only
+
+
+def test_every_phase_change_of_the_plan_is_a_row_of_the_table():
+    assert tick_move(Phase.RUNNING, Phase.PAUSED, "FailureBudgetExhausted").to == Phase.PAUSED
+    with pytest.raises(ValueError):
+        tick_move(Phase.ABORTING, Phase.COMPLETED, "AllNodesUpgraded")
+
+
+def test_a_rollout_has_its_own_three_controls():
+    assert rollout_move("pause", Phase.RUNNING).to == Phase.PAUSED
+    refused = rollout_move("resume", Phase.COMPLETED)
+    assert (refused.code, refused.message, refused.with_status) == (
+        "cannot_resume",
+        "Cannot resume a rollout that is completed.",
+        False,
+    )

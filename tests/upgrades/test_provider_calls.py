@@ -9,9 +9,9 @@ from clusters.services import cluster_ref
 from nodepools.models import DriverRelease, Node
 from nvke.providers.simulator.models import SimFault, SimNode
 from nvke.providers.simulator.provider import SimulatorOperations
-from upgrades import services, ticks
+from upgrades import controller, services
+from upgrades.controller import tick
 from upgrades.models import UpgradeNode
-from upgrades.ticks import tick
 
 from .conftest import drive
 
@@ -75,7 +75,7 @@ def test_every_provider_call_of_a_run_is_made_outside_any_transaction(
     RecordingOperations.calls = []
     monkeypatch.setattr(services, "schedule_tick", lambda *args: None)  # this test drives the ticks
     monkeypatch.setattr(
-        ticks, "cluster_operations", lambda cluster: RecordingOperations(cluster_ref(cluster))
+        controller, "cluster_operations", lambda cluster: RecordingOperations(cluster_ref(cluster))
     )
     run = drive(start(context, pool, max_unavailable="1"))
     assert run.status == "completed"
@@ -119,7 +119,7 @@ def test_a_call_lost_after_commit_is_made_by_the_next_tick(context, make_upgrade
     run = start(context, pool)
     once(run)  # upgrade-required → cordon-required
     with monkeypatch.context() as lost:
-        lost.setattr(ticks, "call_provider", lambda ops, run_id: None)
+        lost.setattr(controller, "call_provider", lambda ops, run_id: None)
         once(run)  # cordon-required → wait-for-jobs-required, cordon recorded; the call never made
     assert (row_of(run).state, row_of(run).cordon_wanted) == ("wait-for-jobs-required", True)
     assert Node.objects.get(pk=node.pk).cordoned  # the allocator already stays off it

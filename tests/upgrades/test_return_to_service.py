@@ -152,7 +152,7 @@ def test_names_not_in_the_run_nodes_not_kept_and_a_second_return_are_refused(api
 
 
 def test_a_node_the_run_is_still_moving_is_refused(api, context, make_upgrade_pool):
-    from upgrades.ticks import tick
+    from upgrades.controller import tick
 
     pool = make_upgrade_pool(nodes=2)
     run = start(context, pool, max_unavailable="1")

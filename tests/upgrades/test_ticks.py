@@ -7,9 +7,9 @@ from nodepools.models import Allocation, Claim, DriverRelease, Node
 from nvke.errors import Conflict
 from nvke.providers.simulator.models import SimFault, SimNode
 from upgrades import services
+from upgrades.controller import tick
 from upgrades.machine import KEPT_MESSAGE
 from upgrades.models import UpgradeRun
-from upgrades.ticks import tick
 
 from .conftest import drive
 

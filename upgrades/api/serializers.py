@@ -4,20 +4,26 @@ from nodepools.api.serializers import DriverCompatibilitySerializer
 from nodepools.models import NodePool
 from nvke.tenancy.context import resolve_tenant
 
+from ..machine import STRATEGY_FIELDS, StrategyField
 from ..models import FleetRollout, UpgradeCondition, UpgradeNode, UpgradeRun
 
 __all__ = ["DriverCompatibilitySerializer"]
 
-STRATEGY = [
-    "max_unavailable",
-    "canary_nodes",
-    "canary_bake_s",
-    "canary_approval",
-    "drain_timeout_s",
-    "validation_timeout_s",
-    "failure_budget",
-    "failed_nodes",
-]
+STRATEGY = [spec.name for spec in STRATEGY_FIELDS]
+
+
+def strategy_field(spec: StrategyField) -> serializers.Field:
+    """The API's field of one strategy field: its type, default and help. The values themselves are
+    checked by the service (machine.strategy_error), as those of a rollout's JSON are."""
+    if spec.kind is bool:
+        return serializers.BooleanField(default=spec.default, help_text=spec.help)
+    if spec.kind is int:
+        return serializers.IntegerField(
+            default=spec.default, min_value=0, max_value=2**31 - 1, help_text=spec.help
+        )
+    return serializers.CharField(
+        default=str(spec.default), max_length=spec.max_length, allow_blank=True, help_text=spec.help
+    )
 
 
 class UpgradeNodeSerializer(serializers.ModelSerializer):
@@ -52,16 +58,6 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
     pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.none())
     target_release = serializers.CharField(source="target_release.version", max_length=24)
     previous_release = serializers.CharField(source="previous_release.version", read_only=True)
-    max_unavailable = serializers.CharField(
-        default="1", max_length=8, help_text='A count ("2") or percent ("10%")'
-    )
-    failed_nodes = serializers.CharField(
-        default="keep-cordoned",
-        allow_blank=True,  # refused by the service, like every other strategy value
-        max_length=16,
-        help_text="A node that fails after its driver install: keep-cordoned (out of service until a "
-        "retry or rollback validates a driver) or uncordon (back into service at once)",
-    )
     cuda = serializers.CharField(
         write_only=True,
         required=False,
@@ -103,6 +99,9 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
             "reason": {"read_only": True},
             "message": {"read_only": True},
         }
+
+    def get_fields(self):
+        return {**super().get_fields(), **{spec.name: strategy_field(spec) for spec in STRATEGY_FIELDS}}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

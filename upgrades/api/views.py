@@ -16,8 +16,8 @@ from nvke.tenancy.context import resolve_tenant
 
 from .. import rollouts, services
 from ..compatibility import driver_options
+from ..controller import kick_if_stale
 from ..models import FleetRollout, UpgradeRun
-from ..scheduling import kick_if_stale
 from .serializers import (
     STRATEGY,
     DriverCompatibilitySerializer,

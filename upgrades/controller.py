@@ -1,4 +1,13 @@
-"""One tick of an upgrade run, in three parts:
+"""The controller of upgrade runs: how a run's next tick gets going, what one tick does, and the
+provider calls it makes after commit. Celery's entry points (tasks.py) call it; it never imports
+them: it queues its own ticks and tells rollouts by task name (nvke.jobs).
+
+Scheduling. With a broker, the next tick is the Celery task re-queued with a countdown; in the
+embedded default (eager tasks, no broker, no beat) a self-requeueing task would recurse, so a daemon
+timer thread in this process runs the ticks instead. Beat's resync (tasks.resync_runs) restarts a
+chain that was lost.
+
+One tick, in three parts:
 
 1. read the provider (driver and drain status of the nodes in flight), outside any transaction;
 2. in one transaction holding the run's row lock: observe the rows, ask the pure machine for at most one
@@ -9,17 +18,22 @@
    refused one is recorded on the row for the next tick (a refused cordon or install fails the node, a
    refused uncordon or drain is retried).
 
+Every phase change of a run, a tick's or an operator's control (services.control), is a row of
+machine.LIFECYCLE, recorded by `enter`.
+
 Crash safety: the transaction commits the decision and the intent together or not at all; a crash after
 the commit leaves the intent, and the next tick (the chain's or beat's resync) makes the call again. Calls
 are idempotent. A run does not end while an intent is outstanding. The run's row lock and `tick_seq`
 make sure two workers never advance a run twice."""
 
 import datetime
+import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from django.db import transaction
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -28,6 +42,7 @@ from nodepools import allocator
 from nodepools import nodes as node_rows
 from nodepools.models import Allocation, Claim, Gpu, Node, NodePool
 from nvke import jobs
+from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
 from . import events
@@ -35,8 +50,10 @@ from .machine import (
     ACTIVE,
     FINISHED,
     LIVE,
+    STRATEGY_FIELDS,
     Effect,
     FailedNodes,
+    Move,
     NodeView,
     Phase,
     RunView,
@@ -45,8 +62,55 @@ from .machine import (
     keeps_cordoned,
     kept_message,
     plan,
+    tick_move,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+
+log = logging.getLogger(__name__)
+
+
+# --- scheduling ------------------------------------------------------------------------------------
+
+
+def schedule_tick(run_id: int, seq: int, countdown: float | None = None) -> None:
+    """Run tick `seq` of the run after `countdown` seconds (default NVKE_UPGRADE_TICK_S)."""
+    delay = settings.NVKE_UPGRADE_TICK_S if countdown is None else countdown
+    if celery_app.conf.task_always_eager:
+        timer = threading.Timer(delay, _tick_in_thread, args=(run_id, seq))
+        timer.daemon = True
+        timer.name = f"nvke-upgrade-{run_id}"
+        timer.start()
+        return
+    jobs.task("upgrades.tasks.tick_run").apply_async((run_id, seq), countdown=delay)
+
+
+def stale_before() -> datetime.datetime:
+    """A live run not ticked since then has lost its chain of ticks."""
+    return timezone.now() - datetime.timedelta(seconds=max(5 * settings.NVKE_UPGRADE_TICK_S, 5))
+
+
+def kick_if_stale(run) -> None:
+    """Embedded default only (no beat): a live run whose ticks stopped, because the process restarted,
+    gets a ticker again when someone looks at it."""
+    if celery_app.conf.task_always_eager and run.status in LIVE:
+        if run.ticked_at is None or run.ticked_at < stale_before():
+            schedule_tick(run.pk, run.tick_seq, 0)
+
+
+def _tick_in_thread(run_id: int, seq: int) -> None:
+    close_old_connections()
+    try:
+        next_seq = tick(run_id, seq)
+    except Exception:
+        log.exception("upgrade run %s: tick %s failed; retrying", run_id, seq)
+        next_seq = seq
+    finally:
+        connection.close()
+    if next_seq is not None:
+        schedule_tick(run_id, next_seq)
+
+
+# --- one tick -------------------------------------------------------------------------------------
 
 
 def _ts(value: datetime.datetime | None) -> float | None:
@@ -54,16 +118,7 @@ def _ts(value: datetime.datetime | None) -> float | None:
 
 
 def strategy_of(run: UpgradeRun, nodes: int) -> Strategy:
-    return Strategy(
-        max_unavailable=run.max_unavailable_of(nodes),
-        canary=run.canary_nodes,
-        canary_bake_s=run.canary_bake_s,
-        canary_approval=run.canary_approval,
-        drain_timeout_s=run.drain_timeout_s,
-        validation_timeout_s=run.validation_timeout_s,
-        failure_budget=run.failure_budget,
-        failed_nodes=FailedNodes(run.failed_nodes),
-    )
+    return Strategy.of({spec.name: getattr(run, spec.name) for spec in STRATEGY_FIELDS}, nodes)
 
 
 class _Writes(threading.local):
@@ -448,14 +503,22 @@ def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now)
 
 
 def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) -> None:
-    """A run-level transition, recorded in the history; a completed run moves the pool's release."""
-    run.status, run.reason, run.message = status, reason, message
-    UpgradeCondition.objects.create(
-        run=run, type="Run", reason=reason or status.title(), message=message or status
-    )
-    if status in (Phase.COMPLETED, Phase.FAILED, Phase.ABORTED):
-        run.finished_at = now
+    """The plan's phase change (a row of machine.LIFECYCLE); a completed run moves the pool's release,
+    and a rollout hears of a run of its that ended or paused."""
+    enter(run, tick_move(Phase(run.status), Phase(status), reason), now, message)
     if status == Phase.COMPLETED:
         NodePool.objects.filter(pk=run.pool_id).update(driver_release=run.target_release)
     if run.rollout_id and status in (Phase.COMPLETED, Phase.FAILED, Phase.PAUSED):
         jobs.enqueue("upgrades.tasks.advance_rollout", run.rollout_id)
+
+
+def enter(run: UpgradeRun, move: Move, now, message: str = "") -> None:
+    """Take the run along one row of machine.LIFECYCLE, a control's (services.control) or a tick's,
+    recorded in its history; the caller saves the run. `message`: a tick's, from its plan."""
+    message = message or move.message
+    if move.to is not None:
+        run.status = move.to
+        run.finished_at = now if move.to in FINISHED else None
+    if not move.history_only:
+        run.reason, run.message = move.reason, message
+    UpgradeCondition.objects.create(run=run, type="Run", reason=move.reason, message=message)
