@@ -256,6 +256,12 @@ def _row(table: tuple[Move, ...], control: str, phase: Phase) -> Move | None:
     return next((m for m in table if m.by == control and phase in m.source), None)
 
 
+def takes(control: str, phase: Phase) -> bool:
+    """Whether a row of LIFECYCLE takes `control` from `phase` (its guards aside): a rollout passes its
+    controls on only to the runs they apply to."""
+    return _row(LIFECYCLE, control, phase) is not None
+
+
 def control_move(control: str, run: RunFacts) -> Move | Refusal:
     """The row of LIFECYCLE that `control` takes from the run's phase, its message filled in; or why the
     control is refused: `cannot_<control>`, or a guard's own code."""

@@ -13,7 +13,7 @@ from nvke.errors import Conflict, DomainError
 
 from . import events
 from .compatibility import upgrade_refusals
-from .machine import FINISHED, LIVE, Phase, Refusal, rollout_move
+from .machine import FINISHED, LIVE, Phase, Refusal, rollout_move, takes
 from .models import FleetRollout, UpgradeRun
 from .services import control, create_run, validate_strategy
 
@@ -175,12 +175,8 @@ def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
     with transaction.atomic():
         rollout = FleetRollout.objects.select_for_update().get(pk=rollout.pk)
         for run in rollout.runs.filter(status__in=[*LIVE, Phase.PENDING]):
-            if action == "pause" and run.status == Phase.RUNNING:
-                control(run, "pause")
-            elif action == "resume" and run.status == Phase.PAUSED:
-                control(run, "resume")
-            elif action == "abort":
-                control(run, "abort")
+            if takes(action, Phase(run.status)):  # a run aborting on its own already is left to it
+                control(run, action)
         rollout.status = move.to
         rollout.save()
         events.publish_rollout(rollout)

@@ -4,9 +4,11 @@ tenancy (404) and roles (403), history, fleet rollouts for operators."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from nodepools.models import Node
+from nodepools.models import DriverRelease, Node
 from nvke.providers.simulator.models import SimFault
+from upgrades.controller import tick
 from upgrades.models import UpgradeRun
+from upgrades.rollouts import control_rollout, create_rollout
 
 from .conftest import drive
 
@@ -326,3 +328,19 @@ def test_operators_retry_and_approve_one_run_of_a_rollout_as_themselves(
         ["failed", "running"],
     )
     assert drive(UpgradeRun.objects.get(pk=run.pk)).status == "completed"
+
+
+def test_a_rollout_aborts_while_one_of_its_runs_is_aborting_already(api, make_upgrade_pool):
+    """A tenant may abort their own run of a rollout; the operator's abort of the whole rollout then
+    passes on to the runs still going and leaves that one to finish aborting."""
+    first = make_upgrade_pool(nodes=2, name="a")
+    make_upgrade_pool(nodes=2, name="b", cluster=first.cluster)
+    rollout = create_rollout(target_release=DriverRelease.objects.get(version=TARGET), pools_per_wave=2)
+    mine, theirs = rollout.runs.order_by("pool__name")
+    for run in (mine, theirs):
+        tick(run.pk, UpgradeRun.objects.get(pk=run.pk).tick_seq)  # under way: nodes in flight
+    assert control(api, mine.pk, "abort").data["status"] == "aborting"  # the tenant's own abort
+
+    assert control_rollout(rollout, "abort").status == "aborted"
+    assert UpgradeRun.objects.get(pk=theirs.pk).status == "aborting"  # passed on
+    assert UpgradeRun.objects.get(pk=mine.pk).status == "aborting"  # left to finish
