@@ -20,7 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from nodepools.models import DriverRelease, GpuModel, NodePool
 from nvke.errors import DomainError
 from upgrades import rollouts, services
-from upgrades.machine import Phase, State
+from upgrades.machine import Phase, Refusal, State, rollout_move
 from upgrades.models import FleetRollout, UpgradeRun
 
 from .forms import add_domain_error, driver_label
@@ -184,9 +184,9 @@ def run_actions(run: UpgradeRun, failed: int) -> list[str]:
 
 
 def _offered(rollout: FleetRollout, control: str) -> bool:
-    """The buttons worth showing; control_rollout still has the last word (409 when the state moved on)."""
-    allowed = {"pause": {Phase.RUNNING}, "resume": {Phase.PAUSED}, "abort": {Phase.RUNNING, Phase.PAUSED}}
-    return rollout.status in allowed[control]
+    """The buttons worth showing: what the rollout's lifecycle table allows from its phase;
+    control_rollout still has the last word (409 when the state moved on)."""
+    return not isinstance(rollout_move(control, Phase(rollout.status)), Refusal)
 
 
 @staff_view
