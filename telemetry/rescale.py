@@ -49,6 +49,12 @@ def decide(
     return decisions
 
 
+def _requested(claim: Claim) -> int:
+    """The compute share the claim asked for: its scaling row's, or, never resized, its own."""
+    row = ClaimScaling.objects.filter(claim=claim).values_list("requested_compute_percent", flat=True)
+    return row.first() or claim.compute_percent
+
+
 def _scaling(claim: Claim) -> ClaimScaling:
     scaling, _ = ClaimScaling.objects.get_or_create(
         claim=claim,
@@ -66,22 +72,28 @@ def _set_state(claim: Claim, scaling: ClaimScaling, state: str, kind: str, messa
 def grow(claim: Claim, max_growth_percent: int | None = None) -> str:
     """Grow the claim's compute share one step, to at most `max_growth_percent` of its request (its
     pool's policy; the default when None); returns the event kind recorded ("" if the claim is gone or
-    no longer placed). The allocator resizes it in place, or moves it, under its lock."""
+    no longer placed). The allocator decides the step on the claim as it stands under its lock and
+    resizes it in place or moves it; the lock is held until this commits."""
     if max_growth_percent is None:
         max_growth_percent = default().max_growth_percent
-    scaling = _scaling(claim)
-    requested = scaling.requested_compute_percent
-    step = max(1, round(requested * GROWTH_STEP))
-    target = min(100, requested * max_growth_percent // 100, claim.compute_percent + step)
-    if target <= claim.compute_percent:
-        return _throttle(
-            claim, scaling, f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
-        )
+
+    def one_step(current: Claim) -> int | None:  # None: at its limit (a lower limit never shrinks it)
+        requested = _requested(current)
+        step = max(1, round(requested * GROWTH_STEP))
+        target = min(100, requested * max_growth_percent // 100, current.compute_percent + step)
+        return target if target > current.compute_percent else None
+
     with transaction.atomic():
-        resized = allocator.resize_claim(claim.pk, compute_percent=target)
+        resized = allocator.resize_claim(claim.pk, compute_percent=one_step)
         if resized is None:
             return ""
+        claim, scaling = resized.claim, _scaling(resized.claim)
         before = Gpu.objects.get(pk=resized.gpu_before)
+        if resized.asked is None:
+            return _throttle(
+                claim, scaling, f"Claim {claim} is at its limit of {claim.compute_percent}% compute."
+            )
+        target = resized.asked
         if resized.refusal:
             message = (
                 f"Claim {claim} needs {target}% compute; {before} is full and no GPU fits: {resized.refusal}"
@@ -106,15 +118,18 @@ def _throttle(claim: Claim, scaling: ClaimScaling, message: str) -> str:
 
 def shrink(claim: Claim) -> str:
     """Back to the request, in place (a smaller share always fits where the bigger one was)."""
-    scaling = ClaimScaling.objects.filter(claim_id=claim.pk).first()
-    if scaling is None or claim.compute_percent <= scaling.requested_compute_percent:
-        return ""
-    requested = scaling.requested_compute_percent
+
+    def back(current: Claim) -> int | None:
+        requested = _requested(current)
+        return requested if current.compute_percent > requested else None
+
     with transaction.atomic():
-        if allocator.resize_claim(claim.pk, compute_percent=requested) is None:
+        resized = allocator.resize_claim(claim.pk, compute_percent=back)
+        if resized is None or not resized.changed:
             return ""
+        claim, requested = resized.claim, resized.compute_percent
         message = f"Claim {claim} was idle: back from {claim.compute_percent}% to its request, {requested}%."
-        _set_state(claim, scaling, ClaimScaling.State.NORMAL, TelemetryEvent.Kind.SHRUNK, message)
+        _set_state(claim, _scaling(claim), ClaimScaling.State.NORMAL, TelemetryEvent.Kind.SHRUNK, message)
     return TelemetryEvent.Kind.SHRUNK
 
 

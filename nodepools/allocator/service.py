@@ -2,7 +2,9 @@
 topology changed. The only writer of claims' status, allocations, GPU shares and the allocation log;
 every change runs under the cluster's allocation lock (see `locks`) and reads the inventory inside it."""
 
+import copy
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from django.db import IntegrityError, transaction
@@ -143,20 +145,32 @@ def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
 
 @dataclass(frozen=True)
 class Resized:
-    """What `resize_claim` did: `moved` to another GPU, or in place; `refusal` says why neither fits
-    (the claim keeps its share). `gpu_before`/`gpu_after`: the Gpu pks it was and is on."""
+    """What `resize_claim` found and did. `claim`: the claim as it stood under the lock, before;
+    `asked`: the share asked for (None: left as it is); `compute_percent`: the share it holds now;
+    `moved`: to another GPU (else in place, or not at all); `refusal`: why no GPU fits the share asked
+    for (the claim keeps its own); `gpu_before`/`gpu_after`: the Gpu pks it was and is on."""
 
+    claim: Claim
+    asked: int | None
+    compute_percent: int
+    gpu_before: int
+    gpu_after: int
     moved: bool = False
     refusal: str = ""
-    gpu_before: int | None = None
-    gpu_after: int | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.compute_percent != self.claim.compute_percent
 
 
-def resize_claim(claim_id: int, *, compute_percent: int) -> Resized | None:
+def resize_claim(claim_id: int, *, compute_percent: int | Callable[[Claim], int | None]) -> Resized | None:
     """Give an allocated fraction a new compute share: in place when its GPU has the headroom, else on
-    another GPU where it fits, else not at all (with the reason). None if the claim is gone or is not
-    an allocated one-GPU fraction. The log records a remove and an add, so other processes catch up
-    without reloading their inventory."""
+    another GPU where it fits, else not at all (with the reason). `compute_percent` is the share, or a
+    function of the claim as it stands under the lock that gives it (None: leave it), so a decision
+    made from the claim's current share is made on what is current. None if the claim is gone or is
+    not an allocated one-GPU fraction. The lock is held until the caller's transaction commits, so the
+    claim stays as the answer says until then. The log records a remove and an add, so other
+    processes catch up without reloading their inventory."""
     claim = Claim.objects.filter(pk=claim_id).only("cluster_id").first()
     if claim is None:
         return None
@@ -168,29 +182,34 @@ def resize_claim(claim_id: int, *, compute_percent: int) -> Resized | None:
         if old is None or claim.kind != Claim.Kind.FRACTION or len(old.gpu_indexes) != 1:
             return None
         before = snap.inventory.gpu_pk[old.node_id, old.gpu_indexes[0]]
-        claim.compute_percent = compute_percent
-        request = request_of(claim)
+        asked = compute_percent(claim) if callable(compute_percent) else compute_percent
+        unchanged = Resized(claim, asked, claim.compute_percent, before, before)
+        if asked is None or asked == claim.compute_percent:
+            return unchanged
+        resized = copy.copy(claim)
+        resized.compute_percent = asked
+        request = request_of(resized)
         grown = request.compute_milli - old.compute_milli
         if grown <= 0 or fraction_fits(snap.gpu(old.node_id, old.gpu_indexes[0]), 0, grown):
             new = replace(old, compute_milli=request.compute_milli, request=request)
             snap.remove(claim_id)
             snap.apply(claim_id, new)
             GpuShare.objects.filter(allocation__claim_id=claim_id).update(compute_milli=new.compute_milli)
-            Claim.objects.filter(pk=claim_id).update(compute_percent=compute_percent)
+            Claim.objects.filter(pk=claim_id).update(compute_percent=asked)
             _log_add(snap, claim_id, new)
-            return Resized(gpu_before=before, gpu_after=before)
-        placement, reason = find_placement(claim, snap)
+            return replace(unchanged, compute_percent=asked)
+        placement, reason = find_placement(resized, snap)
         if placement is None:
-            return Resized(refusal=reason, gpu_before=before)
-        Claim.objects.filter(pk=claim_id).update(compute_percent=compute_percent)
+            return replace(unchanged, refusal=reason)
+        Claim.objects.filter(pk=claim_id).update(compute_percent=asked)
         Allocation.objects.filter(claim_id=claim_id).delete()
         snap.remove(claim_id)
         snap.apply(claim_id, placement)
-        write_pass(snap, [(claim, placement)], [])
+        write_pass(snap, [(resized, placement)], [])
         from_pool = snap.pool_of[old.node_id]
-        publish_claim(claim, "claim.moved", pool=snap.pool_holding(claim_id), from_pool=from_pool)
+        publish_claim(resized, "claim.moved", pool=snap.pool_holding(claim_id), from_pool=from_pool)
         after = snap.inventory.gpu_pk[placement.node_id, placement.gpu_indexes[0]]
-        return Resized(moved=True, gpu_before=before, gpu_after=after)
+        return replace(unchanged, compute_percent=asked, moved=True, gpu_after=after)
 
 
 def _log_add(snap: Snapshot, claim_id: int, placement: core.Placement) -> None:

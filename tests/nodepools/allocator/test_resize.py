@@ -93,3 +93,26 @@ def test_shrinks_in_place_and_a_pending_or_gone_claim_is_not_resized(context, cl
     assert share_of(claim).compute_milli == 300
     Claim.objects.filter(pk=claim.pk).delete()
     assert resize_claim(claim.pk, compute_percent=40) is None
+
+
+def test_a_function_decides_on_the_claim_as_it_stands_under_the_lock(context, cluster):
+    claim = fraction(context, cluster, "c", 20)
+    Claim.objects.filter(pk=claim.pk).update(compute_percent=30)  # changed since the caller read it
+    seen = []
+
+    def step(current: Claim) -> int | None:
+        seen.append(current.compute_percent)
+        return None  # leave it
+
+    left = resize_claim(claim.pk, compute_percent=step)
+    assert seen == [30] and (left.asked, left.compute_percent, left.changed) == (None, 30, False)
+    assert share_of(claim).compute_milli == 200  # nothing written
+
+    grown = resize_claim(claim.pk, compute_percent=lambda current: current.compute_percent + 10)
+    assert (grown.claim.compute_percent, grown.asked, grown.compute_percent, grown.changed) == (
+        30,
+        40,
+        40,
+        True,
+    )
+    assert share_of(claim).compute_milli == 400
