@@ -12,6 +12,7 @@ import base64
 import yaml
 
 from clusters.models import Cluster
+from nvke.errors import DomainError
 
 HEADER = """\
 # kubeconfig for NVKE cluster {name} ({region}), Kubernetes {version}.
@@ -55,3 +56,58 @@ def kubeconfig_yaml(cluster: Cluster, username: str) -> str:
         filename=kubeconfig_filename(cluster),
     )
     return header + yaml.safe_dump(config, sort_keys=False)
+
+
+def parse_kubeconfig(text: str) -> tuple[str, str, str]:
+    """(endpoint, bearer token, CA bundle PEM) of a kubeconfig's current context, for attaching a cluster.
+    NVKE keeps a bearer token only: client certificates, exec plugins and auth providers are refused,
+    because NVKE cannot renew what they hand out."""
+
+    def refuse(message: str) -> DomainError:
+        return DomainError(message, field="kubeconfig", code="invalid_kubeconfig")
+
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise refuse(f"The kubeconfig is not YAML: {error}") from None
+    if not isinstance(config, dict) or config.get("kind", "Config") != "Config":
+        raise refuse("The kubeconfig is not a kubectl Config document.")
+    contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
+    context = contexts.get(config.get("current-context")) or (
+        next(iter(contexts.values())) if contexts else None
+    )
+    if context is None:
+        raise refuse("The kubeconfig has no context to use.")
+    cluster = next(
+        (
+            c.get("cluster") or {}
+            for c in config.get("clusters") or []
+            if c.get("name") == context.get("cluster")
+        ),
+        None,
+    )
+    user = next(
+        (u.get("user") or {} for u in config.get("users") or [] if u.get("name") == context.get("user")), None
+    )
+    if not cluster or not cluster.get("server"):
+        raise refuse(
+            f"The kubeconfig's context names cluster {context.get('cluster')!r}, which has no server."
+        )
+    if user is None or not user.get("token"):
+        kinds = sorted(
+            set(user or {}) & {"client-certificate-data", "client-certificate", "exec", "auth-provider"}
+        )
+        raise refuse(
+            "The kubeconfig's user has no bearer token"
+            + (f" (it uses {', '.join(kinds)})" if kinds else "")
+            + ": apply NVKE's RBAC manifest and use its service account's token."
+        )
+    ca = ""
+    if data := cluster.get("certificate-authority-data"):
+        try:
+            ca = base64.b64decode(data, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            raise refuse("certificate-authority-data is not base64 of a PEM bundle.") from None
+    elif cluster.get("certificate-authority"):
+        raise refuse("The kubeconfig points to a CA file on disk: embed it as certificate-authority-data.")
+    return cluster["server"], user["token"], ca

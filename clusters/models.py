@@ -42,15 +42,31 @@ class Cluster(Conditions):
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="clusters")
     name = models.CharField(max_length=63, validators=[dns_label])
-    kubernetes_version = models.ForeignKey(KubernetesVersion, on_delete=models.PROTECT)
-    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="clusters")
-    control_plane_nodes = models.PositiveSmallIntegerField(choices=[(1, "1"), (3, "3 (highly available)")])
+    attached = models.BooleanField(
+        default=False,
+        help_text="An existing cluster a tenant attached (the Kubernetes provider drives it); NVKE never "
+        "provisions or deletes it.",
+    )
+    # An attached cluster has neither: NVKE did not choose its version or its machines' region.
+    kubernetes_version = models.ForeignKey(KubernetesVersion, on_delete=models.PROTECT, null=True, blank=True)
+    region = models.ForeignKey(
+        Region, on_delete=models.PROTECT, related_name="clusters", null=True, blank=True
+    )
+    control_plane_nodes = models.PositiveSmallIntegerField(
+        choices=[(0, "0 (not managed by NVKE)"), (1, "1"), (3, "3 (highly available)")]
+    )
+    observed = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What NVKE last found on an attached cluster: version, features, GPU stack, GPU nodes.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     endpoint = models.CharField(max_length=200, blank=True)
     admin_token = EncryptedTextField(
         blank=True,
         editable=False,
-        help_text="Cluster-admin bearer token from provisioning; encrypted, shown only in kubeconfigs.",
+        help_text="Bearer token: cluster-admin from provisioning (shown only in kubeconfigs), or NVKE's "
+        "service account token on an attached cluster (never shown). Encrypted.",
     )
     ca_bundle = models.TextField(
         blank=True,

@@ -1,12 +1,15 @@
-"""Cluster lifecycle: create, provision (via the provider), delete. Writes only; reads are selectors."""
+"""Cluster lifecycle: create, provision (via the provider), attach, delete. Writes only."""
+
+import re
 
 from django.db import IntegrityError, transaction
 
 from nvke import jobs
-from nvke.errors import Conflict
+from nvke.errors import Conflict, DomainError
 from nvke.models import check_dns_label
 from nvke.providers import get_infrastructure, operations_for
-from nvke.providers.base import ClusterOperations, ClusterRef, ProviderError
+from nvke.providers.base import ClusterOperations, ClusterRef, Infrastructure, ProviderError
+from nvke.providers.kubernetes import attach
 from nvke.tenancy.context import TenantContext
 
 from . import addons, quotas
@@ -26,12 +29,18 @@ def cluster_ref(cluster: Cluster) -> ClusterRef:
         endpoint=cluster.endpoint,
         token=cluster.admin_token,
         ca_bundle=cluster.ca_bundle,
+        provider="kubernetes" if cluster.attached else "",
     )
 
 
 def cluster_operations(cluster: Cluster) -> ClusterOperations:
-    """The provider's operations bound to this (provisioned) cluster."""
+    """The provider's operations bound to this (provisioned or attached) cluster."""
     return operations_for(cluster_ref(cluster))
+
+
+def cluster_infrastructure(cluster: Cluster) -> Infrastructure:
+    """What makes and removes the cluster's machines (adopts and releases them, when attached)."""
+    return get_infrastructure(cluster_ref(cluster))
 
 
 def create_cluster(
@@ -66,12 +75,76 @@ def create_cluster(
     return cluster
 
 
+# Where each refused check points in the attach form (None: the cluster itself, not a field).
+ATTACH_FIELDS = {
+    "Unreachable": "endpoint",
+    "TLSError": "ca_bundle",
+    "Unauthorized": "token",
+    "Forbidden": "token",
+}
+
+
+def attach_cluster(
+    *, context: TenantContext, name: str, endpoint: str, token: str, ca_bundle: str = ""
+) -> Cluster:
+    """Attach a running cluster: check it through the Kubernetes provider (attach.inspect), and save it
+    only if every check passed. A refusal raises a DomainError whose code is the first failed check's
+    reason and whose details list every failed check; nothing is written."""
+    check_dns_label(name)
+    duplicate = Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
+    if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
+        raise duplicate
+    if not endpoint.startswith("https://"):
+        raise DomainError("The API endpoint must be an https:// URL.", field="endpoint", code="invalid")
+    ref = ClusterRef(name=name, endpoint=endpoint, token=token, ca_bundle=ca_bundle, provider="kubernetes")
+    try:
+        facts = attach.inspect(ref)
+    except attach.AttachRefused as refused:
+        first = refused.failures[0]
+        raise DomainError(
+            first.message,
+            field=ATTACH_FIELDS.get(first.reason),
+            code=_snake(first.reason),
+            checks=[{"check": f.check, "reason": f.reason, "message": f.message} for f in refused.failures],
+        ) from None
+    try:
+        with transaction.atomic():
+            quotas.check_cluster(context.tenant)
+            cluster = Cluster(
+                tenant=context.tenant,
+                name=name,
+                attached=True,
+                control_plane_nodes=0,
+                status=Cluster.Status.RUNNING,
+                endpoint=endpoint,
+                admin_token=token,
+                ca_bundle=ca_bundle,
+                observed=facts.as_json(),
+            )
+            cluster.set_condition(
+                "Ready", True, "Attached", f"Kubernetes {facts.version} passed every check."
+            )
+            cluster.set_condition(
+                "Reachable", True, "Answered", f"The API server answered as {facts.version}."
+            )
+            cluster.save()
+            publish_cluster(cluster)
+    except IntegrityError:
+        raise duplicate from None
+    return cluster
+
+
+def _snake(reason: str) -> str:
+    """TLSError → tls_error, NoGpuOperator → no_gpu_operator."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", reason).lower()
+
+
 def provision(cluster_id: int) -> None:
     """One idempotent step: ask the provider for the control plane, record the outcome."""
     cluster = Cluster.objects.select_related("region").filter(pk=cluster_id).first()
     if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
         return
-    provider = get_infrastructure()
+    provider = cluster_infrastructure(cluster)
     key = cluster_key(cluster)
     try:
         access = provider.provision_cluster(key, cluster.region.name, cluster.control_plane_nodes)
@@ -141,7 +214,7 @@ def teardown(cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.DELETING).first()
     if cluster is None:
         return
-    provider = get_infrastructure()
+    provider = cluster_infrastructure(cluster)
     key = cluster_key(cluster)
     for pool_name in cluster.node_pools.values_list("name", flat=True):
         provider.delete_pool(key, pool_name)

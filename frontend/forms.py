@@ -46,6 +46,45 @@ class ClusterCreateForm(forms.Form):
         self.fields["region"].label_from_instance = lambda region: f"{region.display_name} ({region.name})"
 
 
+class ClusterAttachForm(forms.Form):
+    """A running cluster to attach: its kubeconfig file, or endpoint, token and CA bundle."""
+
+    name = forms.CharField(
+        max_length=63, validators=[dns_label], help_text="How NVKE names it, e.g. on-prem-a."
+    )
+    kubeconfig = forms.FileField(
+        required=False,
+        help_text="A kubeconfig whose current context uses NVKE's service account token. Or fill in the "
+        "three fields below instead.",
+    )
+    endpoint = forms.URLField(
+        required=False, assume_scheme="https", label="API endpoint", help_text="e.g. https://10.0.0.1:6443"
+    )
+    token = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput,
+        label="Bearer token",
+        help_text="NVKE's service account token.",
+    )
+    ca_bundle = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        label="CA bundle (PEM)",
+        help_text="The CA that signs the endpoint's certificate; empty when it is publicly trusted.",
+    )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("kubeconfig"):
+            if data.get("endpoint") or data.get("token"):
+                raise forms.ValidationError("Give a kubeconfig or an endpoint and token, not both.")
+        else:
+            for field in ("endpoint", "token"):
+                if not data.get(field):
+                    self.add_error(field, "Required without a kubeconfig.")
+        return data
+
+
 def driver_label(driver: DriverRelease) -> str:
     return (
         f"{driver.version} (R{driver.branch} {driver.get_branch_type_display()}, CUDA {driver.cuda_version})"
@@ -73,9 +112,17 @@ class PoolCreateForm(forms.Form):
         label="MIG layout",
         help_text="Comma-separated MIG profiles created on every GPU, e.g. 3g.40gb, 3g.40gb (mig mode only).",
     )
+    node_selector = forms.CharField(
+        required=False,
+        label="Node selector",
+        help_text="Labels a node must carry to join the pool, e.g. zone=a, team=ml. NVKE adopts Ready nodes "
+        "with this GPU model and count, and labels and taints them nvke.io/pool.",
+    )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, attached: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        if not attached:  # NVKE makes the nodes of a cluster it provisioned: there is nothing to select
+            del self.fields["node_selector"]
         # Branches past end of life are refused by the service anyway; do not offer them.
         today = timezone.localdate()
         drivers = self.fields["driver_release"]
@@ -86,6 +133,12 @@ class PoolCreateForm(forms.Form):
 
     def clean_mig_layout(self) -> list[str]:
         return [name.strip() for name in self.cleaned_data["mig_layout"].split(",") if name.strip()]
+
+    def clean_node_selector(self) -> dict[str, str]:
+        pairs = [pair.strip() for pair in self.cleaned_data["node_selector"].split(",") if pair.strip()]
+        if bad := [pair for pair in pairs if "=" not in pair]:
+            raise forms.ValidationError(f"{bad[0]!r} is not key=value.")
+        return dict((key.strip(), value.strip()) for key, _, value in (pair.partition("=") for pair in pairs))
 
 
 class PoolScaleForm(forms.Form):

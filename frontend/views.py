@@ -17,12 +17,13 @@ from django.views.decorators.http import require_POST
 
 from clusters import services as cluster_services
 from clusters.addons import BY_NAME as ADDON_CATALOG
-from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml
+from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml, parse_kubeconfig
 from clusters.models import Cluster
 from nodepools import allocator
 from nodepools import services as pool_services
 from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
 from nvke.errors import DomainError
+from nvke.providers.kubernetes import rbac
 from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant
 from nvke.tenancy.models import Membership
 from nvke.tenancy.roles import Action
@@ -31,6 +32,7 @@ from telemetry.models import ClaimScaling, TelemetryEvent
 
 from .forms import (
     ClaimCreateForm,
+    ClusterAttachForm,
     ClusterCreateForm,
     PoolCreateForm,
     PoolRescalingForm,
@@ -152,6 +154,44 @@ def cluster_create(request: HttpRequest, context: TenantContext) -> HttpResponse
 
 
 @tenant_view
+def cluster_attach(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    require_change(context)
+    form = ClusterAttachForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            if data["kubeconfig"]:
+                text = data["kubeconfig"].read().decode("utf-8", errors="replace")
+                endpoint, token, ca_bundle = parse_kubeconfig(text)
+            else:
+                endpoint, token, ca_bundle = data["endpoint"], data["token"], data["ca_bundle"]
+            cluster = cluster_services.attach_cluster(
+                context=context, name=data["name"], endpoint=endpoint, token=token, ca_bundle=ca_bundle
+            )
+        except DomainError as error:
+            add_domain_error(form, error)
+            checks = error.details.get("checks", [])
+        else:
+            messages.success(request, f"Cluster {cluster.name} is attached: every check passed.")
+            return redirect("cluster-detail", pk=cluster.pk)
+    else:
+        checks = []
+    return render(
+        request,
+        "frontend/cluster_attach.html",
+        {"form": form, "checks": checks, "manifest": rbac.manifest()},
+        status=400 if form.errors else 200,
+    )
+
+
+@tenant_view
+def cluster_rbac_manifest(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    response = HttpResponse(rbac.manifest(), content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="nvke-rbac.yaml"'
+    return response
+
+
+@tenant_view
 def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
     cluster = get_object_or_404(
         Cluster.objects.restrict(context).select_related("region", "kubernetes_version"), pk=pk
@@ -201,6 +241,7 @@ def cluster_kubeconfig(request: HttpRequest, context: TenantContext, pk: int) ->
         pk=pk,
         status=Cluster.Status.RUNNING,
         endpoint__gt="",
+        attached=False,  # NVKE holds only its service account's token for an attached cluster
     )
     require_change(context)
     response = HttpResponse(
@@ -233,7 +274,7 @@ def cluster_delete(request: HttpRequest, context: TenantContext, pk: int) -> Htt
 def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
     cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
     require_change(context)
-    form = PoolCreateForm(request.POST or None)
+    form = PoolCreateForm(request.POST or None, attached=cluster.attached)
     if request.method == "POST" and form.is_valid():
         try:
             pool = pool_services.create_pool(context=context, cluster=cluster, **form.cleaned_data)

@@ -171,6 +171,11 @@ class NodePool(Conditions):
         default=list, blank=True, help_text="MIG profiles created on every GPU (mig mode); empty = on demand"
     )
     placement_policy = models.CharField(max_length=8, choices=PlacementPolicy.choices, default="fgd")
+    node_selector = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Attached clusters: labels a node must carry to join the pool, besides its GPU model.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -1,14 +1,15 @@
 """Node pool lifecycle: create, update (scale), delete, and the reconcile step that drives the provider
 towards the desired node count and mirrors what it reports into Node and Gpu rows."""
 
+import re
+
 from django.db import IntegrityError, transaction
 
 from clusters.models import Cluster
-from clusters.services import cluster_key, cluster_operations
+from clusters.services import cluster_infrastructure, cluster_key, cluster_operations
 from nvke import jobs
 from nvke.errors import Conflict, DomainError, Incompatible
 from nvke.models import check_dns_label
-from nvke.providers import get_infrastructure
 from nvke.providers.base import PoolSpec, ProviderError
 from nvke.tenancy.context import TenantContext
 
@@ -17,6 +18,12 @@ from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
 from .events import publish_pool
 from .models import NodePool, SharingMode
 from .nodes import sync_nodes
+
+# Kubernetes label syntax: an optional DNS-subdomain prefix and a name of up to 63 characters.
+LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 MUTABLE_FIELDS = (
     "node_count",
@@ -46,6 +53,16 @@ def validate_pool(pool: NodePool) -> None:
         )
     if refusal := sharing_refusal(model, pool.sharing_mode):
         raise Incompatible(refusal.message, field="sharing_mode", code=refusal.rule)
+    if pool.node_selector and not pool.cluster.attached:
+        raise DomainError(
+            "node_selector applies only to an attached cluster's pools: NVKE makes the nodes of the others.",
+            field="node_selector",
+        )
+    for key, value in pool.node_selector.items():
+        if not (LABEL_KEY.fullmatch(key) and LABEL_VALUE.fullmatch(value)):
+            raise DomainError(
+                f"{key}={value} is not a valid label.", field="node_selector", code="invalid_label"
+            )
     if pool.sharing_mode != SharingMode.MIG and pool.mig_layout:
         raise DomainError("mig_layout applies only to sharing_mode mig.", field="mig_layout")
     if refusal := mig_layout_refusal(model, pool.mig_layout):
@@ -119,7 +136,7 @@ def pool_spec(pool: NodePool) -> PoolSpec:
     model = pool.gpu_model
     return PoolSpec(
         cluster=cluster_key(pool.cluster),
-        region=pool.cluster.region.name,
+        region=pool.cluster.region.name if pool.cluster.region else "",
         name=pool.name,
         gpu_model=model.name,
         gpu_memory_mib=model.memory_mib,
@@ -129,6 +146,8 @@ def pool_spec(pool: NodePool) -> PoolSpec:
         cpu_millicores_per_node=model.host_cpus_per_gpu * pool.gpus_per_node * 1000,
         memory_mib_per_node=model.host_memory_gib_per_gpu * pool.gpus_per_node * 1024,
         labels={"nvke.io/pool": pool.name, "nvke.io/sharing-mode": pool.sharing_mode},
+        gpu_product=model.product_name,
+        node_selector=pool.node_selector,
     )
 
 
@@ -141,7 +160,7 @@ def reconcile(pool_id: int) -> None:
     )
     if pool is None:
         return
-    infrastructure = get_infrastructure()
+    infrastructure = cluster_infrastructure(pool.cluster)
     if pool.status == NodePool.Status.DELETING:
         infrastructure.delete_pool(cluster_key(pool.cluster), pool.name)
         with transaction.atomic():

@@ -9,12 +9,11 @@ replaces silent nodes if it can (`Infrastructure.repair_node`)."""
 from django.conf import settings
 from django.db import transaction
 
-from clusters.services import cluster_key, cluster_operations
+from clusters.services import cluster_infrastructure, cluster_key, cluster_operations
 from nodepools import nodes
 from nodepools.allocator import evict_claims
 from nodepools.models import Claim, Gpu, Node
 from nodepools.services import reconcile
-from nvke.providers import get_infrastructure
 
 from . import events, store
 from .models import TelemetryEvent
@@ -93,8 +92,8 @@ def repair_nodes(now: float) -> list[str]:
     limit = settings.TELEMETRY_NODE_REPAIR_S
     due = [node for node, ts in store.heartbeats().items() if now - ts > limit]
     replaced = []
-    infrastructure = get_infrastructure()
     for node in Node.objects.filter(pk__in=due, status=Node.Status.NOT_READY).select_related("pool__cluster"):
+        infrastructure = cluster_infrastructure(node.pool.cluster)
         if not infrastructure.repair_node(cluster_key(node.pool.cluster), node.pool.name, node.name):
             continue
         with transaction.atomic():

@@ -157,6 +157,8 @@ class Seen:
 
 DRAINING = frozenset({State.POD_DELETION_REQUIRED, State.DRAIN_REQUIRED})
 RETRIED = frozenset({"uncordon", "drain"})  # refused, these are called again; a cordon or install fails
+# Refusals no retry can get past: a pod covered by several PodDisruptionBudgets is never evicted.
+HOPELESS = frozenset({"EvictionMisconfigured"})
 
 
 def _outstanding(row: UpgradeNode) -> bool:
@@ -361,7 +363,7 @@ def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, No
         call = row.call_error["call"]
         row.call_error = {}
         _writes.intents[row.pk] = row
-        if call in RETRIED:
+        if call in RETRIED and error.reason not in HOPELESS:
             _note(run, row, error.reason, error.message)
         else:
             _fail_after_error(run, row, nodes.get(row.name), error, now)

@@ -9,13 +9,14 @@ from rest_framework.response import Response
 
 from clusters import services
 from clusters.filtersets import ClusterFilter
-from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml
+from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml, parse_kubeconfig
 from clusters.models import Cluster
 from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
+from nvke.providers.kubernetes import rbac
 from nvke.tenancy.roles import Action
 
-from .serializers import ClusterSerializer
+from .serializers import AttachClusterSerializer, ClusterSerializer
 
 
 class ClusterViewSet(
@@ -48,6 +49,43 @@ class ClusterViewSet(
         cluster = services.delete_cluster(self.get_object())
         return Response(self.get_serializer(cluster).data, status=status.HTTP_202_ACCEPTED)
 
+    def get_serializer_class(self):
+        return AttachClusterSerializer if self.action == "attach" else ClusterSerializer
+
+    @extend_schema(request=AttachClusterSerializer, responses={201: ClusterSerializer})
+    @action(detail=False, methods=["post"])
+    def attach(self, request):
+        """Attach a running cluster (kubeconfig, or endpoint + token + CA bundle). NVKE checks it first —
+        reachable with that CA, token accepted, Kubernetes 1.30+, every permission of its RBAC manifest,
+        GPU Operator and GPU feature discovery present — and saves nothing unless every check passes:
+        a refusal is a 400 whose code names the first failed check and whose details list them all."""
+        serializer = AttachClusterSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if data.get("kubeconfig"):
+            endpoint, token, ca_bundle = parse_kubeconfig(data["kubeconfig"])
+        else:
+            endpoint, token, ca_bundle = data["endpoint"], data["token"], data.get("ca_bundle", "")
+        cluster = services.attach_cluster(
+            context=self.tenant_context,
+            name=data["name"],
+            endpoint=endpoint,
+            token=token,
+            ca_bundle=ca_bundle,
+        )
+        return Response(ClusterSerializer(cluster, context=self.get_serializer_context()).data, status=201)
+
+    @extend_schema(
+        responses={
+            (200, "application/yaml"): OpenApiResponse(OpenApiTypes.OBJECT, description="a v1 List of objects")
+        }
+    )
+    @action(detail=False, methods=["get"], url_path="rbac-manifest")
+    def rbac_manifest(self, request):
+        """The manifest a cluster admin applies before attaching: NVKE's service account, a least-privilege
+        ClusterRole and a token Secret."""
+        return HttpResponse(rbac.manifest(), content_type="application/yaml; charset=utf-8")
+
     @property
     def read_action(self) -> Action:
         """The kubeconfig holds the cluster-admin token: members and up, like a write."""
@@ -67,6 +105,8 @@ class ClusterViewSet(
         if read_only_token(request):
             raise PermissionDenied(READ_ONLY_TOKEN)
         cluster = self.get_object()
+        if cluster.attached:
+            raise NotFound("An attached cluster's kubeconfig is the one it was attached with: NVKE has none.")
         if cluster.status != Cluster.Status.RUNNING or not cluster.endpoint:
             raise NotFound("The cluster is not running yet: it has no kubeconfig.")
         response = HttpResponse(

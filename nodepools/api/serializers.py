@@ -126,6 +126,12 @@ class NodePoolSerializer(serializers.ModelSerializer):
     mig_layout = serializers.ListField(
         child=serializers.CharField(max_length=24), required=False, max_length=7
     )
+    node_selector = serializers.DictField(
+        child=serializers.CharField(max_length=63, allow_blank=True),
+        required=False,
+        help_text="Attached clusters only: labels a node must carry to join the pool (besides the GPU "
+        "model and count, matched from GPU feature discovery's labels).",
+    )
     nodes_ready = serializers.SerializerMethodField()
 
     class Meta:
@@ -143,6 +149,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "sharing_mode",
             "mig_layout",
             "placement_policy",
+            "node_selector",
             "status",
             "status_reason",
             "status_message",

@@ -1,5 +1,6 @@
-"""The provider registry: NVKE_PROVIDER names one pair of implementations (infrastructure, cluster
-operations); `register` adds another (the Kubernetes and Cluster API providers)."""
+"""The provider registry: each cluster is driven by one pair of implementations (infrastructure, cluster
+operations). A cluster NVKE provisioned uses the pair NVKE_PROVIDER names; a cluster a tenant attached
+uses "kubernetes". `register` adds another pair (the Cluster API provider)."""
 
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ PROVIDERS: dict[str, ProviderPaths] = {
         "nvke.providers.simulator.provider.SimulatorInfrastructure",
         "nvke.providers.simulator.provider.SimulatorOperations",
     ),
+    "kubernetes": ProviderPaths(
+        "nvke.providers.kubernetes.infrastructure.KubernetesInfrastructure",
+        "nvke.providers.kubernetes.operations.KubernetesOperations",
+    ),
 }
 
 
@@ -29,20 +34,19 @@ def register(name: str, infrastructure: str, operations: str) -> None:
     PROVIDERS[name] = ProviderPaths(infrastructure, operations)
 
 
-def _paths() -> ProviderPaths:
+def _paths(cluster: ClusterRef) -> ProviderPaths:
+    name = cluster.provider or settings.NVKE_PROVIDER
     try:
-        return PROVIDERS[settings.NVKE_PROVIDER]
+        return PROVIDERS[name]
     except KeyError:
-        raise RuntimeError(
-            f"Unknown NVKE_PROVIDER {settings.NVKE_PROVIDER!r}; known: {sorted(PROVIDERS)}"
-        ) from None
+        raise RuntimeError(f"Unknown provider {name!r}; known: {sorted(PROVIDERS)}") from None
 
 
-def get_infrastructure() -> Infrastructure:
-    """The infrastructure half of the provider named by settings.NVKE_PROVIDER."""
-    return import_string(_paths().infrastructure)()
+def get_infrastructure(cluster: ClusterRef) -> Infrastructure:
+    """The infrastructure half of the cluster's provider."""
+    return import_string(_paths(cluster).infrastructure)(cluster)
 
 
 def operations_for(cluster: ClusterRef) -> ClusterOperations:
     """The provider's operations on one cluster, bound to its endpoint, token and CA."""
-    return import_string(_paths().operations)(cluster)
+    return import_string(_paths(cluster).operations)(cluster)

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 
 
 class ProviderError(Exception):
-    """An operation the provider refused or failed; `reason` is a CamelCase condition reason."""
+    """An operation the provider refused or failed; `reason` is a CamelCase condition reason. A provider
+    that speaks HTTP also gives the answer's `status` code (0 when there was no answer)."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, *, status: int = 0):
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class PoolSpec:
     cpu_millicores_per_node: int
     memory_mib_per_node: int
     labels: dict[str, str] = field(default_factory=dict)
+    gpu_product: str = ""  # as NVML names it (NVIDIA H100 80GB HBM3): how an attached node is matched
+    node_selector: dict[str, str] = field(default_factory=dict)  # attached clusters: which nodes may join
 
 
 @dataclass(frozen=True)
@@ -88,13 +92,16 @@ class ClusterAccess:
 
 @dataclass(frozen=True)
 class ClusterRef:
-    """One cluster as operations reach it: its name, API endpoint, bearer token and CA bundle. Neither
-    the token nor the CA bundle appears in a repr, so a ref in a log line or a traceback leaks nothing."""
+    """One cluster as operations reach it: its name, API endpoint, bearer token and CA bundle, and the
+    provider that drives it (empty: the one NVKE_PROVIDER names, which provisioned it; "kubernetes" for
+    a cluster a tenant attached). Neither the token nor the CA bundle appears in a repr, so a ref in a
+    log line or a traceback leaks nothing."""
 
     name: str
     endpoint: str
     token: str = field(repr=False)
     ca_bundle: str = field(default="", repr=False)
+    provider: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,11 @@ class DrainStatus:
 
 class Infrastructure(ABC):
     """Clusters and pools as machines: create, scale, delete (a cloud's API, or Cluster API objects in
-    a management cluster)."""
+    a management cluster; on an attached cluster, adopting and releasing its nodes). Bound to the
+    cluster it acts for, which a provider that reaches clusters by name alone may ignore."""
+
+    def __init__(self, cluster: ClusterRef):
+        self.cluster = cluster
 
     @abstractmethod
     def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:

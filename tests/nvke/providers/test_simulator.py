@@ -31,7 +31,7 @@ def spec(name="p", region="eu-west-1", model="h200-sxm-141gb", gpus=8, cluster="
 
 @pytest.fixture
 def sim(catalog) -> SimulatorInfrastructure:
-    infrastructure = get_infrastructure()
+    infrastructure = get_infrastructure(ClusterRef(name="", endpoint="", token=""))
     assert isinstance(infrastructure, SimulatorInfrastructure)
     access = infrastructure.provision_cluster("c1", "eu-west-1", 1)
     assert infrastructure.provision_cluster("c1", "eu-west-1", 1) == access  # idempotent

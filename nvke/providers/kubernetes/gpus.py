@@ -1,0 +1,116 @@
+"""GPU nodes as NVKE sees them, read from a Node's GPU feature discovery labels and, where NVIDIA's DRA
+driver runs, its ResourceSlices (device names, UUIDs, memory). Pure mapping of the API's JSON shapes."""
+
+import re
+import uuid
+
+from nvke.providers.base import GpuInfo, NodeInfo
+
+POOL_LABEL = "nvke.io/pool"
+DRIVER_LABEL = "nvke.io/driver"  # the driver version NVKE wants on the node (an NVIDIADriver selects it)
+DRA_DRIVER = "gpu.nvidia.com"
+PRODUCT = "nvidia.com/gpu.product"
+COUNT = "nvidia.com/gpu.count"
+MEMORY = "nvidia.com/gpu.memory"  # MiB
+DRIVER_FULL = "nvidia.com/cuda.driver-version.full"
+DRIVER_DEPRECATED = (
+    "nvidia.com/cuda.driver.major",
+    "nvidia.com/cuda.driver.minor",
+    "nvidia.com/cuda.driver.rev",
+)
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)([a-zA-Z]*)$")
+_SUFFIX = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def quantity(value: str | int | None) -> float:
+    """A Kubernetes quantity ("64", "63500m", "527Gi") as a plain number (cores, bytes)."""
+    text = str(value or "0")
+    if text.endswith("m"):
+        return float(text[:-1]) / 1000
+    match = _QUANTITY.match(text)
+    if not match or match.group(2) not in _SUFFIX:
+        raise ValueError(f"{text!r} is not a quantity")
+    return float(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+def product_label(product_name: str) -> str:
+    """GFD's spelling of a product name: spaces become dashes, other characters it strips."""
+    return re.sub(r"[^A-Za-z0-9._-]", "", product_name.replace(" ", "-"))
+
+
+def base_product(label: str) -> str:
+    """The product without the suffixes GFD adds for sharing and the single MIG strategy."""
+    return re.sub(r"(-SHARED|-MIG-.*)$", "", label)
+
+
+def driver_version(labels: dict[str, str]) -> str:
+    if full := labels.get(DRIVER_FULL):
+        return full
+    parts = [labels.get(key, "") for key in DRIVER_DEPRECATED]
+    return ".".join(p for p in parts if p)
+
+
+def is_ready(node: dict) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def node_info(cluster: str, node: dict, slices: list[dict]) -> NodeInfo:
+    """One Node (and the DRA ResourceSlices published for it) as the provider seam's NodeInfo."""
+    meta, status = node["metadata"], node.get("status", {})
+    labels = meta.get("labels") or {}
+    allocatable = status.get("allocatable") or {}
+    return NodeInfo(
+        name=meta["name"],
+        pool=labels.get(POOL_LABEL, ""),
+        ready=is_ready(node),
+        unschedulable=bool(node.get("spec", {}).get("unschedulable")),
+        driver_version=driver_version(labels),
+        cpu_millicores=int(quantity(allocatable.get("cpu")) * 1000),
+        memory_mib=int(quantity(allocatable.get("memory")) // 2**20),
+        labels=labels,
+        gpus=gpus_from_slices(slices) or gpus_from_labels(cluster, meta["name"], labels),
+    )
+
+
+def gpus_from_slices(slices: list[dict]) -> tuple[GpuInfo, ...]:
+    """Whole GPUs NVIDIA's DRA driver publishes (`gpu-<minor>` devices; MIG devices are left out)."""
+    gpus = []
+    for piece in slices:
+        for device in piece.get("spec", {}).get("devices") or []:
+            attributes = device.get("attributes") or {}
+            if not re.fullmatch(r"gpu-\d+", device["name"]):
+                continue
+            index = attributes.get("index", {}).get("int", int(device["name"].split("-")[1]))
+            memory = device.get("capacity", {}).get("memory", {}).get("value", "0")
+            gpus.append(
+                GpuInfo(
+                    index=int(index),
+                    uuid=attributes.get("uuid", {}).get("string", ""),
+                    memory_mib=int(quantity(memory) // 2**20),
+                )
+            )
+    return tuple(sorted(gpus, key=lambda gpu: gpu.index))
+
+
+def gpus_from_labels(cluster: str, node: str, labels: dict[str, str]) -> tuple[GpuInfo, ...]:
+    """Without DRA only the count and memory are known; each GPU gets a UUID that stays the same for
+    the same cluster, node and index, so a resync does not renumber it."""
+    count, memory = int(labels.get(COUNT, "0") or 0), int(labels.get(MEMORY, "0") or 0)
+    return tuple(
+        GpuInfo(
+            index=i, uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"nvke:{cluster}/{node}/{i}")), memory_mib=memory
+        )
+        for i in range(count)
+    )
