@@ -1,5 +1,6 @@
 """Cluster lifecycle: create, provision (via the provider), attach, delete. Writes only."""
 
+import copy
 import re
 
 from django.db import IntegrityError, transaction
@@ -132,6 +133,24 @@ def attach_cluster(
     except IntegrityError:
         raise duplicate from None
     return cluster
+
+
+def record_observation(cluster_id: int, *, reachable: bool, reason: str, message: str, **observed) -> bool:
+    """What kube_sync found on an attached cluster: the Reachable condition and facts merged into
+    `observed` (GPU nodes, nodes outside every pool). Saved and published only when something changed;
+    True when it did."""
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().filter(pk=cluster_id, attached=True).first()
+        if cluster is None:
+            return False
+        before = (copy.deepcopy(cluster.conditions), dict(cluster.observed))
+        cluster.set_condition("Reachable", reachable, reason, message)
+        cluster.observed = {**cluster.observed, **observed}
+        if (cluster.conditions, cluster.observed) == before:
+            return False
+        cluster.save(update_fields=["conditions", "observed", "updated_at"])
+        publish_cluster(cluster)
+    return True
 
 
 def _snake(reason: str) -> str:

@@ -77,7 +77,9 @@ class ClusterViewSet(
 
     @extend_schema(
         responses={
-            (200, "application/yaml"): OpenApiResponse(OpenApiTypes.OBJECT, description="a v1 List of objects")
+            (200, "application/yaml"): OpenApiResponse(
+                OpenApiTypes.OBJECT, description="a v1 List of objects"
+            )
         }
     )
     @action(detail=False, methods=["get"], url_path="rbac-manifest")

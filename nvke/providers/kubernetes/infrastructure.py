@@ -34,8 +34,8 @@ class KubernetesInfrastructure(Infrastructure):
         mine = self.ops.nodes(f"{gpus.POOL_LABEL}={spec.name}")
         if len(mine) > count:
             # Release NotReady nodes first, then the last by name, so a scale-down is predictable.
-            extra = sorted(mine, key=lambda n: (gpus.is_ready(n), n["metadata"]["name"]))[: len(mine) - count]
-            for node in sorted(extra, key=lambda n: n["metadata"]["name"], reverse=True):
+            by_name = sorted(mine, key=lambda n: n["metadata"]["name"], reverse=True)
+            for node in sorted(by_name, key=gpus.is_ready)[: len(mine) - count]:
                 self._release(node["metadata"]["name"], spec.name)
             return ScaleResult(nodes=count, wanted=count)
         short = count - len(mine)

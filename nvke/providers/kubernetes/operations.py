@@ -147,7 +147,9 @@ class KubernetesOperations(ClusterOperations):
             if not evictable(pod) or meta.get("deletionTimestamp"):
                 continue
             eviction = client.V1Eviction(
-                metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"])
+                api_version="policy/v1",
+                kind="Eviction",
+                metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
             )
             try:
                 call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], eviction)
@@ -280,6 +282,8 @@ class KubernetesOperations(ClusterOperations):
                 return ""
             raise
         for condition in (driver.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == "ConflictingNodeSelector" and condition.get("status") == "True":
+            # The operator reports it as an Error condition with that reason (older ones: as the type).
+            conflicting = "ConflictingNodeSelector" in (condition.get("type"), condition.get("reason"))
+            if conflicting and condition.get("status") == "True":
                 return condition.get("message") or "Another NVIDIADriver selects this node too."
         return ""

@@ -1,0 +1,144 @@
+"""kube_sync: keeps NVKE's view of every attached cluster true between calls. One `ClusterSync` per
+cluster list-watches its GPU Nodes and ResourceSlices (nvke.providers.kubernetes.watch) and, after any
+change, reconciles the cluster's pools — level-triggered, so a missed or repeated event changes nothing:
+nodes that joined or left, went NotReady or were cordoned reach the Node and Gpu rows (and through them
+the allocator and the websockets), and a pool short of nodes adopts a new matching one. It records the
+cluster's Reachable condition and the GPU nodes outside every pool.
+
+Clusters are sharded over processes by a stable hash of their id (`--shard 2/4`), so more clusters are
+served by more processes. One cluster's failure stays in its own threads: the others carry on."""
+
+import logging
+import threading
+import zlib
+
+from django.db import close_old_connections, connection
+
+from clusters.models import Cluster
+from clusters.services import cluster_operations, record_observation
+from nvke.providers.base import ProviderError
+from nvke.providers.kubernetes import gpus
+from nvke.providers.kubernetes.watch import ClusterWatch
+
+from .models import NodePool
+from .services import reconcile
+
+log = logging.getLogger(__name__)
+
+
+def shard_of(cluster_id: int, shards: int) -> int:
+    """The shard that serves a cluster: the same in every process and on every restart."""
+    return zlib.crc32(str(cluster_id).encode()) % shards
+
+
+class ClusterSync:
+    def __init__(
+        self, cluster: Cluster, *, debounce_s: float = 1.0, resync_s: float = 300.0, watch_timeout_s: int = 60
+    ):
+        self.cluster_id, self.debounce_s = cluster.pk, debounce_s
+        self.dirty, self.stop = threading.Event(), threading.Event()
+        self.watch = ClusterWatch(
+            cluster_operations(cluster),
+            changed=self.dirty.set,
+            failed=self._failed,
+            dra=bool(cluster.observed.get("features", {}).get("dra")),
+            resync_s=resync_s,
+            watch_timeout_s=watch_timeout_s,
+        )
+        self.refresher = threading.Thread(
+            target=self._refresh_loop, daemon=True, name=f"kube-sync-{cluster.pk}"
+        )
+
+    def start(self) -> "ClusterSync":
+        self.watch.start()
+        self.refresher.start()
+        return self
+
+    def close(self, timeout: float | None = None) -> None:
+        self.stop.set()
+        self.dirty.set()
+        self.watch.close(timeout)
+        self.refresher.join(timeout)
+
+    def _failed(self, error: ProviderError) -> None:
+        self._db(
+            record_observation, self.cluster_id, reachable=False, reason=error.reason, message=error.message
+        )
+
+    def _refresh_loop(self) -> None:
+        while not self.stop.is_set():
+            self.dirty.wait()
+            if self.stop.is_set():
+                break
+            self.dirty.clear()
+            self._db(self.refresh)
+            self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
+
+    def refresh(self) -> None:
+        """Reconcile every pool of the cluster and record what the watch sees."""
+        for pool_id in (
+            NodePool.objects.filter(cluster_id=self.cluster_id)
+            .exclude(status="deleting")
+            .values_list("pk", flat=True)
+        ):
+            try:
+                reconcile(pool_id)
+            except ProviderError as error:  # the next change (or resync) tries again
+                self._failed(error)
+                return
+        nodes = self.watch.nodes
+        outside = sorted(
+            name
+            for name, node in nodes.items()
+            if gpus.POOL_LABEL not in (node["metadata"].get("labels") or {})
+        )
+        record_observation(
+            self.cluster_id,
+            reachable=True,
+            reason="Watching",
+            message=f"Watching {len(nodes)} GPU nodes.",
+            gpu_nodes=len(nodes),
+            unpooled_nodes=outside,
+        )
+
+    @staticmethod
+    def _db(function, *args, **kwargs) -> None:
+        """Run with a fresh database connection of this thread, closed afterwards; a failure is logged,
+        never the end of the thread."""
+        close_old_connections()
+        try:
+            function(*args, **kwargs)
+        except Exception:
+            log.exception("kube_sync: %s failed", getattr(function, "__name__", function))
+        finally:
+            connection.close()
+
+
+def attached_clusters(shard: int, shards: int) -> dict[int, Cluster]:
+    clusters = Cluster.objects.filter(attached=True, status=Cluster.Status.RUNNING)
+    return {c.pk: c for c in clusters if shard_of(c.pk, shards) == shard}
+
+
+def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float = 30.0, **options) -> None:
+    """Serve this shard's attached clusters until `stop`: a cluster attached or detached is picked up
+    within `poll_s`; a cluster whose endpoint or token changed gets fresh watches."""
+    syncs: dict[int, tuple[tuple, ClusterSync]] = {}
+    try:
+        while not stop.is_set():
+            close_old_connections()
+            wanted = attached_clusters(shard, shards)
+            connection.close()
+            for pk, cluster in wanted.items():
+                key = (cluster.endpoint, cluster.admin_token, cluster.ca_bundle)
+                if pk in syncs and syncs[pk][0] == key:
+                    continue
+                if pk in syncs:
+                    syncs.pop(pk)[1].close()
+                syncs[pk] = (key, ClusterSync(cluster, **options).start())
+                log.info("kube_sync: watching cluster %s (%s)", cluster.name, pk)
+            for pk in set(syncs) - set(wanted):
+                syncs.pop(pk)[1].close()
+            stop.wait(poll_s)
+    finally:
+        for _, sync in syncs.values():
+            sync.close()

@@ -1,0 +1,187 @@
+"""List-watch of one resource on one cluster, as client-go's reflector does it: list, then watch from the
+list's resourceVersion with bookmarks (which move the resourceVersion on without an event); a 410 Gone
+(the server forgot that resourceVersion) lists again; a broken stream or a failed call waits a jittered,
+growing backoff and carries on from the last resourceVersion; every `resync_s` a full list refreshes
+the view even if no event was lost. The caller gets the listed objects and each event; it never blocks
+for longer than one watch timeout after `stop` is set."""
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import urllib3
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+from nvke.providers.base import ProviderError
+
+from . import gpus
+from .client import api_error, call
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Backoff:
+    """Seconds to wait after the n-th failure in a row: doubling from `first` up to `most`, each drawn
+    from its upper half, so clusters that failed together do not come back together."""
+
+    first: float = 0.5
+    most: float = 30.0
+    failures: int = 0
+
+    def next(self) -> float:
+        self.failures += 1
+        ceiling = min(self.most, self.first * 2 ** (self.failures - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class ListWatch:
+    def __init__(
+        self,
+        list_fn: Callable,
+        *,
+        on_list: Callable[[list[dict]], None],
+        on_event: Callable[[str, dict], None],
+        on_error: Callable[[ProviderError], None],
+        stop: threading.Event,
+        resync_s: float = 300.0,
+        watch_timeout_s: int = 60,
+        **selectors: str,
+    ):
+        self.list_fn, self.selectors = list_fn, selectors
+        self.on_list, self.on_event, self.on_error = on_list, on_event, on_error
+        self.stop, self.resync_s, self.watch_timeout_s = stop, resync_s, watch_timeout_s
+        self.backoff = Backoff()
+        self.resource_version: str | None = None
+        self.listed_at = 0.0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                if self.resource_version is None or time.monotonic() - self.listed_at > self.resync_s:
+                    self._list()
+                self._watch()
+                self.backoff.reset()
+            except ProviderError as error:
+                if error.status == 410:  # expired: what we have is too old to watch from
+                    self.resource_version = None
+                    continue
+                self.on_error(error)
+                self.stop.wait(self.backoff.next())
+            except Exception:  # a bug must not end the watch: log it and carry on after the backoff
+                log.exception("list-watch of %s failed", getattr(self.list_fn, "__name__", self.list_fn))
+                self.on_error(ProviderError("WatchFailed", "The watch failed unexpectedly; retrying."))
+                self.stop.wait(self.backoff.next())
+
+    def _list(self) -> None:
+        listed = call(self.list_fn, _preload_content=False, **self.selectors)
+        body = _json(listed)
+        self.resource_version = body["metadata"]["resourceVersion"]
+        self.listed_at = time.monotonic()
+        self.on_list(body.get("items") or [])
+
+    def _watch(self) -> None:
+        stream = watch.Watch().stream(
+            self.list_fn,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout_s,
+            _request_timeout=(5, self.watch_timeout_s + 10),
+            **self.selectors,
+        )
+        try:
+            for event in stream:  # raw_object: the API's JSON, as the mapping code reads it
+                obj = event["raw_object"]
+                self.resource_version = obj["metadata"]["resourceVersion"]
+                if event["type"] != "BOOKMARK":
+                    self.on_event(event["type"], obj)
+                if self.stop.is_set() or time.monotonic() - self.listed_at > self.resync_s:
+                    return
+        except ApiException as error:
+            raise api_error(error) from None
+        except (urllib3.exceptions.HTTPError, ConnectionError) as error:
+            raise ProviderError("Unreachable", f"The watch broke off: {error}") from None
+
+
+def _json(response) -> dict:
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
+
+
+class ClusterWatch:
+    """The watches kube_sync keeps on one attached cluster: its GPU Nodes (GFD's product label) and, where
+    DRA is served, NVIDIA's ResourceSlices. It keeps the GPU nodes it has seen (`nodes`) and calls
+    `changed()` after every list and event and `failed(error)` after every failed call, from its own
+    threads; `close()` stops them."""
+
+    def __init__(
+        self,
+        ops,
+        *,
+        changed: Callable[[], None],
+        failed: Callable[[ProviderError], None],
+        dra: bool,
+        resync_s: float = 300.0,
+        watch_timeout_s: int = 60,
+    ):
+        self.stop = threading.Event()
+        self.changed, self._lock, self._nodes = changed, threading.Lock(), {}
+        common = dict(on_error=failed, stop=self.stop, resync_s=resync_s, watch_timeout_s=watch_timeout_s)
+        self.watches = [
+            ListWatch(
+                ops.core.list_node,
+                on_list=self._listed_nodes,
+                on_event=self._node_event,
+                label_selector=gpus.PRODUCT,
+                **common,
+            )
+        ]
+        if dra:
+            self.watches.append(
+                ListWatch(
+                    ops.resource.list_resource_slice,
+                    on_list=lambda items: changed(),
+                    on_event=lambda kind, obj: changed(),
+                    field_selector=f"spec.driver={gpus.DRA_DRIVER}",
+                    **common,
+                )
+            )
+        self.threads = [threading.Thread(target=w.run, daemon=True, name="kube-watch") for w in self.watches]
+
+    @property
+    def nodes(self) -> dict[str, dict]:
+        with self._lock:
+            return dict(self._nodes)
+
+    def _listed_nodes(self, items: list[dict]) -> None:
+        with self._lock:
+            self._nodes = {node["metadata"]["name"]: node for node in items}
+        self.changed()
+
+    def _node_event(self, kind: str, node: dict) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(node["metadata"]["name"], None)
+            else:
+                self._nodes[node["metadata"]["name"]] = node
+        self.changed()
+
+    def start(self) -> "ClusterWatch":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def close(self, timeout: float | None = None) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout)
