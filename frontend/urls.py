@@ -14,6 +14,7 @@ urlpatterns = [
     path("clusters/attach/rbac.yaml", views.cluster_rbac_manifest, name="cluster-rbac-manifest"),
     path("clusters/<int:pk>/", views.cluster_detail, name="cluster-detail"),
     path("clusters/<int:pk>/kubeconfig/", views.cluster_kubeconfig, name="cluster-kubeconfig"),
+    path("clusters/<int:pk>/agent-manifest/", views.cluster_agent_manifest, name="cluster-agent-manifest"),
     path("clusters/<int:pk>/delete/", views.cluster_delete, name="cluster-delete"),
     path("clusters/<int:pk>/pools/new/", views.pool_create, name="pool-create"),
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),

@@ -4,6 +4,7 @@ tenant-restricted querysets, then render or redirect. Another tenant's object is
 from collections.abc import Callable
 from functools import wraps
 
+import yaml
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -28,6 +29,7 @@ from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant
 from nvke.tenancy.models import Membership
 from nvke.tenancy.roles import Action
 from telemetry import policy as rescaling_policy
+from telemetry.agent_manifest import agent_manifest
 from telemetry.models import ClaimScaling, TelemetryEvent
 
 from .forms import (
@@ -188,6 +190,23 @@ def cluster_attach(request: HttpRequest, context: TenantContext) -> HttpResponse
 def cluster_rbac_manifest(request: HttpRequest, context: TenantContext) -> HttpResponse:
     response = HttpResponse(rbac.manifest(), content_type="application/yaml; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="nvke-rbac.yaml"'
+    return response
+
+
+@tenant_view
+@require_POST
+def cluster_agent_manifest(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    """Download the nvke-agent install for an attached cluster; it issues fresh node tokens, so it is
+    for owners and admins, as node tokens are."""
+    if not context.allows(Action.MANAGE):
+        raise PermissionDenied("Only owners and admins issue node tokens.")
+    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk, attached=True)
+    body = agent_manifest(cluster, request.build_absolute_uri("/"))
+    response = HttpResponse(
+        yaml.safe_dump(body, sort_keys=False), content_type="application/yaml; charset=utf-8"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{cluster.name}-nvke-agent.yaml"'
+    response["Cache-Control"] = "no-store"
     return response
 
 

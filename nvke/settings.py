@@ -295,8 +295,11 @@ FATAL_XIDS_DEFAULT = "48,62,63,64,74,79,92,94,95,119,120"  # DBE, GSP, row remap
 TELEMETRY_FATAL_XIDS = [int(x) for x in env_list("NVKE_TELEMETRY_FATAL_XIDS", FATAL_XIDS_DEFAULT)]
 METRICS_TOKEN = os.environ.get("NVKE_METRICS_TOKEN", "")  # /metrics answers only with this bearer token
 
-# Which provider runs clusters: "simulator" (default) or "kubernetes".
+# Which provider provisions the clusters NVKE creates: "simulator" (the default). Clusters a tenant
+# attaches always use the Kubernetes provider (nvke/providers/kubernetes/).
 NVKE_PROVIDER = os.environ.get("NVKE_PROVIDER", "simulator")
+# The image attached clusters run nvke-agent from (telemetry/agent_manifest.py): NVKE's own image.
+NVKE_AGENT_IMAGE = os.environ.get("NVKE_AGENT_IMAGE", "nvke:latest")
 
 LOGGING = {
     "version": 1,

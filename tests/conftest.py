@@ -19,6 +19,8 @@ from tests.integration.processes import (
     process_env,
 )
 
+pytest_plugins = ["tests.kubeapi.fixtures"]  # kubeapi, kube_client: the fake Kubernetes API server
+
 
 @pytest.fixture(autouse=True)
 def fresh_rescaling_policies():
@@ -184,3 +186,39 @@ def asgi_server(transactional_db):
         yield server
     finally:
         server.stop()
+
+
+# --- attached clusters (the fake Kubernetes API server of tests/kubeapi) ---
+
+
+@pytest.fixture
+def gpu_cluster(kubeapi):
+    """The fake API server as a GPU cluster: the GPU Operator (NVIDIADriver mode) and three H100 nodes."""
+    from tests.kubeapi import objects
+
+    objects.gpu_operator(kubeapi)
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        kubeapi.create(objects.gpu_node(name, count=8))
+    kubeapi.settle()
+    kubeapi.clear_requests()
+    return kubeapi
+
+
+@pytest.fixture
+def attach(owner, catalog):
+    """attach(server, name) -> a Cluster of tenant 'acme' attached through the service, as a tenant would."""
+    from clusters.services import attach_cluster
+    from nvke.tenancy.context import TenantContext
+
+    membership = owner.memberships.get()
+
+    def run(server, name: str = "onprem") -> Cluster:
+        return attach_cluster(
+            context=TenantContext(membership.tenant, membership.role),
+            name=name,
+            endpoint=server.url,
+            token=server.token,
+            ca_bundle=server.ca_bundle,
+        )
+
+    return run

@@ -133,7 +133,9 @@ class _Writes(threading.local):
         self.intents: dict[int, UpgradeNode] = {}  # rows whose provider intent changed (fewer: cheaper)
         self.conditions: list[UpgradeCondition] = []
 
-    def flush(self) -> None:
+    def flush(self) -> dict[str, str]:
+        """Write it all; the state of every row written, by node name (what the provider mirrors)."""
+        states = {row.name: row.state for row in self.rows.values()}
         UpgradeNode.objects.bulk_update(
             self.rows.values(), ["state", "entered_at", "reason", "message", "driver_touched"]
         )
@@ -142,6 +144,7 @@ class _Writes(threading.local):
         )
         UpgradeCondition.objects.bulk_create(self.conditions)
         self.reset()
+        return states
 
 
 _writes = _Writes()
@@ -228,14 +231,20 @@ def tick(run_id: int, seq: int) -> int | None:
     if run is None or run.tick_seq != seq or run.status not in LIVE:
         return None  # another chain owns the run, or it has settled
     ops = cluster_operations(run.pool.cluster)
-    ticked, next_seq = _decide(run_id, seq, read_provider(ops, run_id))
+    ticked, next_seq, states = _decide(run_id, seq, read_provider(ops, run_id))
     if ticked:
         call_provider(ops, run_id)
+        for node, state in states.items():
+            try:
+                ops.report_upgrade_state(node, state)
+            except ProviderError as error:  # for people watching; the next step's report makes up for it
+                log.warning("upgrade run %s: %s's state not mirrored: %s", run_id, node, error.message)
     return next_seq
 
 
-def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | None]:
-    """The tick's transaction: (whether it ran, the next tick's number or None)."""
+def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | None, dict[str, str]]:
+    """The tick's transaction: (whether it ran, the next tick's number or None, the states of the node
+    rows it wrote)."""
     with transaction.atomic():
         run = (
             UpgradeRun.objects.select_for_update(of=("self",))
@@ -244,7 +253,7 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             .first()
         )
         if run is None or run.tick_seq != seq or run.status not in LIVE:
-            return False, None  # another chain ticked it while the provider was read
+            return False, None, {}  # another chain ticked it while the provider was read
         now = timezone.now()
         _writes.reset()  # nothing left over from a tick that failed in this thread
         pool = run.pool
@@ -281,7 +290,7 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         )
         by_name = {row.name: row for row in rows}
         _carry_out(run, result.steps, by_name, nodes, seen, now)
-        _writes.flush()
+        states = _writes.flush()
 
         if result.canary_done_at is not None and run.canary_done_at is None:
             run.canary_done_at = datetime.datetime.fromtimestamp(result.canary_done_at, tz=datetime.UTC)
@@ -309,8 +318,8 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         events.publish_run(run, Counter(r.state for r in rows))
         idle = run.status == Phase.PAUSED and not any(r.state in ACTIVE or _outstanding(r) for r in rows)
         if run.status in LIVE and not idle:
-            return True, run.tick_seq
-        return True, None  # settled; resume re-queues a paused run
+            return True, run.tick_seq, states
+        return True, None, states  # settled; resume re-queues a paused run
 
 
 def call_provider(ops: ClusterOperations, run_id: int) -> None:

@@ -17,6 +17,7 @@ from nodepools.api.views import (
 from nvke.tenancy.api.views import ApiTokenViewSet, MembershipViewSet, me
 from telemetry.api.views import (
     ClaimScalingViewSet,
+    ClusterAgentViewSet,
     GpuTelemetryViewSet,
     IngestView,
     NodeTokenViewSet,
@@ -28,6 +29,7 @@ from upgrades.api.views import DriverOptionsView, FleetRolloutViewSet, UpgradeRu
 router = DefaultRouter()
 # Before the clusters' own viewset: the API root lists the last registration of a prefix.
 router.register("clusters", ClusterDefragViewSet, basename="cluster-defrag")
+router.register("clusters", ClusterAgentViewSet, basename="cluster-agent")
 router.register("clusters", ClusterViewSet)
 router.register("node-pools", NodePoolViewSet)
 router.register("nodes", NodeViewSet)

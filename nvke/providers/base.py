@@ -220,6 +220,12 @@ class ClusterOperations(ABC):
     def driver_status(self, node: str) -> DriverStatus:
         return DriverStatus(version=self.driver_version(node))
 
+    def report_upgrade_state(self, node: str, state: str) -> None:
+        """Show a driver upgrade's state for the node where the cluster's own tools see it (the GPU
+        Operator's `nvidia.com/gpu-driver-upgrade-state` label on Kubernetes). Informational: by default
+        nothing."""
+        return None
+
     def record_health(self, node: str, *, ready: bool | None = None, failed_gpu: int | None = None) -> None:
         """The control plane's verdict from telemetry (a node silent or back, a GPU with a fatal XID).
         A real cluster learns health from its own agents, so by default this does nothing; the simulator

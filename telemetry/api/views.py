@@ -1,18 +1,23 @@
 """Telemetry API: node-token ingestion, node tokens, GPUs with their latest values and history,
 claim usage profiles, pools' rescaling policies and the log of rescaling and health decisions."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+import yaml
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clusters.models import Cluster
 from nodepools.models import Gpu, NodePool
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
 from nvke.tenancy.roles import Action
 from telemetry import ingest, policy, selectors
+from telemetry.agent_manifest import agent_manifest
 from telemetry.models import ClaimScaling, NodeToken, TelemetryEvent
 
 from .serializers import (
@@ -156,3 +161,33 @@ class PoolRescalingViewSet(mixins.UpdateModelMixin, ReadOnlyTenantViewSet):
         serializer.is_valid(raise_exception=True)
         policy.set_pool_policy(pool, serializer.validated_data, reset=not partial)
         return Response(self.get_serializer(self.get_object()).data)
+
+
+class ClusterAgentViewSet(TenantScopedViewSet):
+    """nvke-agent for an attached cluster's nodes."""
+
+    queryset = Cluster.objects.all()
+    write_action = Action.MANAGE  # it issues node tokens, as the node-token API does
+
+    @extend_schema(
+        request=None,
+        responses={(200, "application/yaml"): OpenApiResponse(OpenApiTypes.OBJECT, description="a v1 List")},
+    )
+    @action(detail=True, methods=["post"], url_path="agent-manifest")
+    def agent_manifest(self, request, pk=None):
+        """Issue a fresh node token for every node of the cluster's pools (old tokens stop working) and
+        return the manifest that installs nvke-agent as a DaemonSet with them: `kubectl apply -f` it.
+        Only for attached clusters (NVKE runs the agents of the ones it provisions); owners and admins."""
+        cluster = self.get_object()
+        if not cluster.attached:
+            raise DomainError(
+                "Only an attached cluster installs nvke-agent from a manifest.",
+                field="cluster",
+                code="not_attached",
+            )
+        body = agent_manifest(cluster, request.build_absolute_uri("/"))
+        response = HttpResponse(
+            yaml.safe_dump(body, sort_keys=False), content_type="application/yaml; charset=utf-8"
+        )
+        response["Cache-Control"] = "no-store"  # it holds the node tokens
+        return response

@@ -29,6 +29,7 @@ MERGE = "application/merge-patch+json"
 DRIVER_COMPONENT = ("app.kubernetes.io/component", "nvidia-driver")  # the GPU Operator's driver pods
 VALIDATOR_APP = "nvidia-operator-validator"
 MIRROR = "kubernetes.io/config.mirror"
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 MAX_RESTARTS = 10  # the GPU Operator fails a driver pod restarted more often than this
 DRIVER_GROUP, DRIVER_VERSION, DRIVERS = "nvidia.com", "v1alpha1", "nvidiadrivers"
 
@@ -135,6 +136,11 @@ class KubernetesOperations(ClusterOperations):
 
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
         self.patch_node(node, {"metadata": {"labels": labels}})
+
+    def report_upgrade_state(self, node: str, state: str) -> None:
+        """Mirror the state in the GPU Operator's label, whose values NVKE's states share, for anyone
+        watching with kubectl (`kubectl get nodes -L nvidia.com/gpu-driver-upgrade-state`)."""
+        self.set_node_labels(node, {UPGRADE_STATE_LABEL: state})
 
     def drain(self, node: str) -> None:
         """Cordon, then ask for the eviction of every evictable pod not already going. Budgets that refuse

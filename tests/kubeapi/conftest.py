@@ -1,0 +1,1 @@
+from tests.kubeapi.fixtures import kube_client, kubeapi  # noqa: F401

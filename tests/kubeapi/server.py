@@ -1,0 +1,586 @@
+"""FakeKubeApi: the store behind an HTTPS server on 127.0.0.1 that speaks kube-apiserver's REST dialect well
+enough for the unchanged official client: discovery, CRUD, patches, watches, subresources, auth and faults."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import select
+import socket
+import ssl
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from . import resources, subresources
+from .actors import Actors
+from .errors import ApiError, bad_request, conflict
+from .objects import namespace
+from .resources import Registry, ResourceType
+from .selectors import SelectorError, parse_field_selector, parse_label_selector
+from .store import PATCH_TYPES, Store
+from .tls import OTHER_CA_BUNDLE, server_material
+
+__all__ = ["OTHER_CA_BUNDLE", "FakeKubeApi"]
+
+
+def _found(document: dict[str, Any] | None) -> dict[str, Any]:
+    if document is None:
+        raise ApiError(404, "the server could not find the requested resource", details={})
+    return document
+
+
+DEFAULT_MESSAGES = {
+    429: "Too many requests, please try again later.",
+    503: "the server is currently unable to handle the request",
+}
+
+
+@dataclass
+class Fault:
+    action: str  # fail, drop or conflict
+    method: str
+    pattern: re.Pattern
+    remaining: int
+    status: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class Faults:
+    """Answers to inject for the next matching requests (matched on method and path, not the query)."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+
+    def fail(
+        self, method: str, path_regex: str, status: int, times: int = 1, reason: str = "", message: str = ""
+    ) -> None:
+        """Answer with a Status of this code (429 with Retry-After: 0, as API priority and fairness does)."""
+        self._add(Fault("fail", method, re.compile(path_regex), times, status, reason, message))
+
+    def drop(self, method: str, path_regex: str, times: int = 1) -> None:
+        """Close the connection without answering."""
+        self._add(Fault("drop", method, re.compile(path_regex), times))
+
+    def conflict(self, path_regex: str, times: int = 1) -> None:
+        """Answer PUTs and PATCHes with 409 Conflict, as if their resourceVersion were stale."""
+        self._add(Fault("conflict", "PUT|PATCH", re.compile(path_regex), times))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def _add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def take(self, method: str, path: str, actions: tuple[str, ...]) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if (
+                    fault.action in actions
+                    and fault.remaining > 0
+                    and re.fullmatch(fault.method, method, re.IGNORECASE)
+                    and fault.pattern.search(path)
+                ):
+                    fault.remaining -= 1
+                    return fault
+        return None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # idle keep-alive connections are shut down by stop() instead
+
+    def __init__(self, api: FakeKubeApi, tls: ssl.SSLContext) -> None:
+        self.api, self.tls = api, tls
+        self.connections: set[ssl.SSLSocket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # failed handshakes and clients that hang up are part of the tests
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        # The TLS handshake happens here, in the connection's thread, so a stalled client cannot block accept.
+        self.request = self.server.tls.wrap_socket(self.request, server_side=True)
+        with self.server.connections_lock:
+            self.server.connections.add(self.request)
+        super().setup()
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.request)
+        try:
+            super().finish()
+        finally:
+            self.request.close()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
+
+    # ---- plumbing ----------------------------------------------------------------------------------------
+
+    def _send(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, text: str) -> None:
+        data = text.encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+    def _handle(self) -> None:
+        api = self.server.api
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        query = {k: v[0] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        api.requests.append((self.command, path, query, body))
+        try:
+            if self.headers.get("Authorization") != f"Bearer {api.token}":
+                raise ApiError(401, "Unauthorized")
+            fault = api.faults.take(self.command, path, ("fail", "drop"))
+            if fault and fault.action == "drop":
+                self.close_connection = True
+                return
+            if fault:
+                message = fault.message or DEFAULT_MESSAGES.get(
+                    fault.status, "injected by FakeKubeApi.faults"
+                )
+                headers = {"Retry-After": "0"} if fault.status == 429 else {}
+                raise ApiError(fault.status, message, fault.reason or None, headers=headers)
+            if isinstance(body, str):
+                raise bad_request(f"the request body is not JSON: {body[:80]}")
+            self._route(path, query, body)
+        except ApiError as error:
+            self._send(error.code, error.status(), error.headers)
+        except SelectorError as error:
+            self._send(400, bad_request(str(error)).status())
+        except Exception as error:  # a bug here: answer what kube-apiserver answers for its own
+            message = f"Internal error occurred: {''.join(traceback.format_exception(error))}"
+            self._send(500, ApiError(500, message).status())
+
+    # ---- routing -----------------------------------------------------------------------------------------
+
+    def _route(self, path: str, query: dict[str, str], body: Any) -> None:
+        api = self.server.api
+        registry = api.store.registry
+        parts = [p for p in path.split("/") if p]
+        with api.store.lock:  # the registry changes when CRDs are written
+            if parts == ["version"]:
+                return self._send(200, api.version_info())
+            if parts == ["api"]:
+                address = [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{api.port}"}]
+                return self._send(
+                    200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": address}
+                )
+            if parts == ["apis"]:
+                return self._send(200, resources.api_group_list(registry))
+            if len(parts) == 2 and parts[0] == "apis":
+                return self._send(200, _found(resources.api_group(registry, parts[1])))
+            if len(parts) >= 2 and parts[0] == "api":
+                group, version, rest = "", parts[1], parts[2:]
+            elif len(parts) >= 3 and parts[0] == "apis":
+                group, version, rest = parts[1], parts[2], parts[3:]
+            else:
+                _found(None)
+            if not rest:
+                return self._send(200, _found(resources.api_resource_list(registry, group, version)))
+            ns = None
+            if len(rest) >= 3 and rest[0] == "namespaces":
+                inner = registry.by_path(group, version, rest[2])
+                if inner is not None and inner.namespaced:
+                    ns, rest = rest[1], rest[2:]
+            rt = registry.by_path(group, version, rest[0])
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if (
+            rt is None
+            or len(rest) > 3
+            or (sub and sub not in rt.subresources)
+            or (name and rt.namespaced and ns is None)
+            or (ns is not None and not rt.namespaced)
+        ):
+            _found(None)
+        if sub in ("eviction", "binding"):
+            verb = "create" if self.command == "POST" else ""
+        elif self.command == "GET":
+            verb = "get" if name else "watch" if query.get("watch") in ("true", "1") else "list"
+        elif self.command == "POST":
+            verb = "" if name else "create"
+        else:
+            verb = {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}[self.command] if name else ""
+        if verb not in rt.verbs:
+            raise ApiError(405, "the server does not allow this method on the requested resource", details={})
+        getattr(self, f"_{verb}")(rt, ns, name, sub, query, body)
+
+    # ---- verbs -------------------------------------------------------------------------------------------
+
+    def _selectors(self, rt: ResourceType, query: dict[str, str]) -> tuple[list, list]:
+        return parse_label_selector(query.get("labelSelector")), parse_field_selector(
+            query.get("fieldSelector"), rt.kind, rt.namespaced
+        )
+
+    def _get(self, rt: ResourceType, ns, name, sub, query, body) -> None:
+        self._send(200, self.server.api.store.get(rt, ns, name))
+
+    def _list(self, rt: ResourceType, ns, name, sub, query, body) -> None:
+        store = self.server.api.store
+        labels, fields = self._selectors(rt, query)
+        with store.lock:
+            items, version = store.list(rt, ns, labels, fields), store.rv
+        token = query.get("continue")
+        if token:
+            try:
+                start = json.loads(base64.b64decode(token))
+            except ValueError as error:
+                raise bad_request(f"invalid continue token: {error}") from error
+            if start["rv"] < store.compacted_rv:
+                message = "The provided continue parameter is too old to display a consistent list result."
+                raise ApiError(410, message)
+            items = [
+                i for i in items if [i["metadata"].get("namespace", ""), i["metadata"]["name"]] > start["key"]
+            ]
+        meta: dict[str, Any] = {"resourceVersion": str(version)}
+        limit = int(query.get("limit") or 0)
+        if limit and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            key = [last.get("namespace", ""), last["name"]]
+            meta["continue"] = base64.b64encode(json.dumps({"rv": version, "key": key}).encode()).decode()
+            meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        if not rt.custom:  # items of built-in lists carry no apiVersion and kind
+            items = [{k: v for k, v in i.items() if k not in ("apiVersion", "kind")} for i in items]
+        self._send(
+            200, {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}
+        )
+
+    def _watch(self, rt: ResourceType, ns, name, sub, query, body) -> None:
+        api = self.server.api
+        labels, fields = self._selectors(rt, query)
+        version = query.get("resourceVersion")
+        if version and not version.isdigit():
+            raise bad_request(f'invalid resource version "{version}"')
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        deadline = time.monotonic() + timeout if timeout else None
+        watcher = api.store.watch(rt, ns, labels, fields, version)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        last_sent = time.monotonic()
+        try:
+            while not self._client_gone():
+                now = time.monotonic()
+                wait = 0.2  # how often a hung-up client is noticed
+                if deadline is not None:
+                    if now >= deadline:
+                        break
+                    wait = min(wait, deadline - now)
+                if bookmarks:
+                    wait = min(wait, max(0.0, last_sent + api.bookmark_interval - now))
+                due = bookmarks and now - last_sent >= api.bookmark_interval
+                events = watcher.next(wait, bookmark=due)
+                if events is None:
+                    break  # the server is stopping
+                for event in events:
+                    self._chunk(json.dumps(event, separators=(",", ":")) + "\n")
+                    last_sent = time.monotonic()
+                if watcher.expired:
+                    break
+            self._chunk("")
+        except OSError:
+            pass  # the client went away
+
+    def _client_gone(self) -> bool:
+        # A watching client sends nothing more: readable means it closed the connection.
+        return bool(select.select([self.connection], [], [], 0)[0])
+
+    def _body(self, rt: ResourceType, ns: str | None, body: Any, name: str | None = None) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        body = copy.deepcopy(body)
+        if body.setdefault("apiVersion", rt.api_version) != rt.api_version:
+            raise bad_request(
+                f"the API version in the data ({body['apiVersion']}) does not match the expected API version "
+                f"({rt.api_version})"
+            )
+        if body.setdefault("kind", rt.kind) != rt.kind:
+            raise bad_request(
+                f"the kind in the data ({body['kind']}) does not match the expected kind ({rt.kind})"
+            )
+        meta = body.setdefault("metadata", {})
+        if rt.namespaced:
+            if meta.setdefault("namespace", ns) != ns:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+        if name is not None and meta.get("name") != name:
+            raise bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
+        return body
+
+    def _create(self, rt: ResourceType, ns, name, sub, query, body) -> None:
+        api, dry_run = self.server.api, query.get("dryRun") == "All"
+        if sub == "eviction":
+            result = subresources.evict(
+                api.store, ns, name, body or {}, api.actors.pod_grace_seconds, dry_run
+            )
+        elif sub == "binding":
+            result = subresources.bind(api.store, ns, name, body or {}, dry_run)
+        elif rt.kind == "SelfSubjectAccessReview":
+            result = subresources.access_review(api.rules, self._body(rt, ns, body), api.store.registry.minor)
+        else:
+            result = api.store.create(rt, self._body(rt, ns, body), dry_run=dry_run)
+        self._send(201, result)
+
+    def _conflict_fault(self, rt: ResourceType, name: str) -> None:
+        if self.server.api.faults.take(self.command, urlsplit(self.path).path, ("conflict",)):
+            raise conflict(rt, name)
+
+    def _update(self, rt: ResourceType, ns, name, sub, query, body) -> None:
+        store = self.server.api.store
+        self._conflict_fault(rt, name)
+        obj = self._body(rt, ns, body, name)
+        self._send(200, store.update(rt, obj, subresource=sub, dry_run=query.get("dryRun") == "All"))
+
+    def _patch(self, rt: ResourceType, ns, name, sub, query, body) -> None:
+        store = self.server.api.store
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        accepted = [t for t in PATCH_TYPES if not (rt.custom and "strategic" in t)]
+        if content_type not in accepted:
+            types = ", ".join(accepted)
+            message = (
+                f"the body of the request was in an unknown format - accepted media types include: {types}"
+            )
+            raise ApiError(415, message)
+        self._conflict_fault(rt, name)
+        dry_run = query.get("dryRun") == "All"
+        self._send(200, store.patch(rt, ns, name, content_type, body, subresource=sub, dry_run=dry_run))
+
+    def _delete(self, rt: ResourceType, ns, name, sub, query, body) -> None:
+        api = self.server.api
+        options = body if isinstance(body, dict) else {}
+        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        grace = api.actors.pod_grace_seconds if grace is None else int(grace)
+        dry_run = "All" in (options.get("dryRun") or []) or query.get("dryRun") == "All"
+        obj, gone = api.store.delete(
+            rt, ns, name, grace=grace, preconditions=options.get("preconditions"), dry_run=dry_run
+        )
+        if gone and not rt.returns_deleted:
+            details = {
+                "name": name,
+                **({"group": rt.group} if rt.group else {}),
+                "kind": rt.plural,
+                "uid": obj["metadata"]["uid"],
+            }
+            obj = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": details,
+            }
+        self._send(200, obj)
+
+
+class FakeKubeApi:
+    """A fake kube-apiserver on https://127.0.0.1:<port>, with simulated cluster components (see actors.py).
+
+    Seeding and inspection (create, get, list, update, patch_merge, delete) skip auth and faults but otherwise
+    write exactly as API requests do: resourceVersions, watch events, validation and the simulated components.
+    """
+
+    def __init__(self, version: str = "1.34.2", token: str = "test-token") -> None:
+        self.version = version.lstrip("v")
+        self.token = token
+        self.store = Store(Registry(int(self.version.split(".")[1])))
+        self.actors = Actors(self.store)
+        self.store.on_write = self.actors.reconcile
+        self.faults = Faults()
+        self.rules: list[subresources.Rule] = []
+        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
+        self.bookmark_interval = 1.0  # seconds of silence after which a watch with bookmarks gets one
+        self.ca_bundle, self._cert_file, self._key_file = server_material()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        for name in ("default", "kube-system"):
+            self.create(namespace(name))
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> FakeKubeApi:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(self._cert_file, self._key_file)
+        self._server = _Server(self, tls)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self.store.close()  # ends every watch stream
+        self._server.shutdown()
+        with self._server.connections_lock:
+            connections = list(self._server.connections)
+        for connection in connections:
+            try:
+                socket.socket.shutdown(connection, socket.SHUT_RDWR)  # wakes the thread reading it
+            except OSError:
+                pass
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self._server = None
+
+    def __enter__(self) -> FakeKubeApi:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeKubeApi is not started")
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def version_info(self) -> dict[str, str]:
+        major, minor = self.version.split(".")[:2]
+        return {
+            "major": major,
+            "minor": minor,
+            "emulationMajor": major,
+            "emulationMinor": minor,
+            "minCompatibilityMajor": major,
+            "minCompatibilityMinor": str(int(minor) - 1),
+            "gitVersion": f"v{self.version}",
+            "gitCommit": "4d8b0ba8b4c5a9b3c5a6a8f1d2e3c4b5a6d7e8f9",
+            "gitTreeState": "clean",
+            "buildDate": "2025-11-11T18:00:00Z",
+            "goVersion": "go1.24.9",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
+
+    # ---- seeding and inspection --------------------------------------------------------------------------
+
+    def _type(self, api_version: str, kind: str) -> ResourceType:
+        with self.store.lock:
+            rt = self.store.registry.by_kind(api_version, kind)
+        if rt is None:
+            raise KeyError(f"no resource serves {api_version} {kind}")
+        return rt
+
+    @staticmethod
+    def _namespace(rt: ResourceType, namespace: str | None) -> str | None:
+        return (namespace or "default") if rt.namespaced else None
+
+    def _placed(self, obj: dict[str, Any]) -> tuple[ResourceType, dict[str, Any]]:
+        rt = self._type(obj["apiVersion"], obj["kind"])
+        obj = copy.deepcopy(obj)
+        if rt.namespaced:
+            obj.setdefault("metadata", {}).setdefault("namespace", "default")
+        return rt, obj
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        rt, obj = self._placed(obj)
+        return self.store.create(rt, obj, api=False)
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        rt = self._type(api_version, kind)
+        return self.store.find(rt, self._namespace(rt, namespace), name)
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        rt = self._type(api_version, kind)
+        fields = parse_field_selector(field_selector, kind, rt.namespaced)
+        return self.store.list(
+            rt, namespace if rt.namespaced else None, parse_label_selector(label_selector), fields
+        )
+
+    def update(self, obj: dict[str, Any]) -> dict[str, Any]:
+        rt, obj = self._placed(obj)
+        return self.store.update(rt, obj, api=False)
+
+    def patch_merge(
+        self, api_version: str, kind: str, name: str, patch: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        rt = self._type(api_version, kind)
+        return self.store.patch(rt, self._namespace(rt, namespace), name, PATCH_TYPES[0], patch, api=False)
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        rt = self._type(api_version, kind)
+        self.store.delete(rt, self._namespace(rt, namespace), name, grace=self.actors.pod_grace_seconds)
+
+    def settle(self, seconds: float = 0.0) -> None:
+        """Let `seconds` pass on the cluster's clock (grace periods end), then run the components until quiet.
+
+        The components also run after every write; this is for time passing and for knobs changed since."""
+        with self.store.lock:
+            self.store.clock_offset += seconds
+            self.store.react()
+
+    def compact(self) -> None:
+        """Forget watch history up to now: watching from an older resourceVersion then gets 410 Expired."""
+        self.store.compact()
+
+    # ---- requests and access reviews ---------------------------------------------------------------------
+
+    def clear_requests(self) -> None:
+        self.requests.clear()
+
+    def allow(
+        self, verb: str, resource: str, group: str = "", subresource: str = "", namespace: str = ""
+    ) -> None:
+        self.rules.append(subresources.Rule(True, verb, resource, group, subresource, namespace))
+
+    def deny(
+        self, verb: str, resource: str, group: str = "", subresource: str = "", namespace: str = ""
+    ) -> None:
+        self.rules.append(subresources.Rule(False, verb, resource, group, subresource, namespace))

@@ -1,0 +1,168 @@
+"""kube_sync against the fake API server: real watches over HTTPS in their own threads, with their own
+database connections, keep the pools of attached clusters current."""
+
+import threading
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from clusters.models import Cluster
+from clusters.services import cluster_ref
+from nodepools import kube_sync
+from nodepools.models import DriverRelease, GpuModel, Node, NodePool
+from nodepools.services import reconcile
+from nvke.providers.kubernetes.operations import KubernetesOperations
+from nvke.providers.kubernetes.watch import Backoff, ListWatch
+from tests.kubeapi import objects
+from tests.kubeapi.fixtures import wait_until
+from tests.kubeapi.server import FakeKubeApi
+
+pytestmark = pytest.mark.django_db(transaction=True)
+FAST = {"debounce_s": 0.05, "watch_timeout_s": 2}
+
+
+def make_pool(cluster: Cluster, nodes: int) -> NodePool:
+    pool = NodePool.objects.create(
+        tenant=cluster.tenant,
+        cluster=cluster,
+        name="train",
+        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
+        gpus_per_node=8,
+        node_count=nodes,
+        min_nodes=0,
+        max_nodes=8,
+        driver_release=DriverRelease.objects.get(version="570.133.20"),
+        status=NodePool.Status.PROVISIONING,
+    )
+    reconcile(pool.pk)
+    pool.refresh_from_db()
+    return pool
+
+
+@pytest.fixture
+def syncing():
+    """syncing(cluster) -> a started ClusterSync, closed after the test."""
+    started = []
+
+    def start(cluster):
+        started.append(kube_sync.ClusterSync(cluster, **FAST).start())
+        return started[-1]
+
+    yield start
+    for sync in started:
+        sync.close(timeout=10)
+
+
+def pool_status(pool) -> str:
+    pool.refresh_from_db()
+    return pool.status
+
+
+def test_a_new_matching_node_joins_the_pool_that_waited_for_it(attach, gpu_cluster, syncing):
+    cluster = attach(gpu_cluster)
+    pool = make_pool(cluster, 4)
+    assert pool.status == "pending" and pool.status_reason == "InsufficientCapacity"
+    syncing(cluster)
+    gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
+    wait_until(lambda: pool_status(pool) == "ready", timeout=15)
+    assert Node.objects.filter(pool=pool).count() == 4
+    assert gpu_cluster.get("v1", "Node", "gpu-d")["metadata"]["labels"]["nvke.io/pool"] == "train"
+
+
+def test_a_node_going_not_ready_or_cordoned_reaches_its_row(attach, gpu_cluster, syncing):
+    cluster = attach(gpu_cluster)
+    pool = make_pool(cluster, 3)
+    syncing(cluster)
+    node = gpu_cluster.get("v1", "Node", "gpu-b")
+    node["status"]["conditions"] = [
+        {**c, "status": "False"} if c["type"] == "Ready" else c for c in node["status"]["conditions"]
+    ]
+    gpu_cluster.update(node)
+    gpu_cluster.patch_merge("v1", "Node", "gpu-c", {"spec": {"unschedulable": True}})
+    wait_until(lambda: Node.objects.get(pool=pool, name="gpu-b").status == Node.Status.NOT_READY, timeout=15)
+    wait_until(lambda: Node.objects.get(pool=pool, name="gpu-c").cordoned, timeout=15)
+
+
+def test_the_cluster_records_reachability_and_nodes_outside_every_pool(attach, gpu_cluster, syncing):
+    cluster = attach(gpu_cluster)
+    make_pool(cluster, 2)
+    syncing(cluster)
+
+    def observed():
+        cluster.refresh_from_db()
+        return cluster.observed.get("unpooled_nodes") == ["gpu-c"] and cluster.observed.get("gpu_nodes") == 3
+
+    wait_until(observed, timeout=15)
+    reachable = next(c for c in cluster.conditions if c["type"] == "Reachable")
+    assert reachable["status"] == "True"
+
+
+def test_one_unreachable_cluster_does_not_stall_another(attach, gpu_cluster, syncing):
+    with FakeKubeApi() as other:
+        objects.gpu_operator(other)
+        other.create(objects.gpu_node("gpu-x"))
+        broken = attach(other, "broken")
+    # `other` is stopped now: its watches fail and back off
+    healthy = attach(gpu_cluster, "healthy")
+    pool = make_pool(healthy, 4)
+    syncing(broken)
+    syncing(healthy)
+    gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
+    wait_until(lambda: pool_status(pool) == "ready", timeout=15)
+
+    def unreachable():
+        broken.refresh_from_db()
+        return any(c["type"] == "Reachable" and c["status"] == "False" for c in broken.conditions)
+
+    wait_until(unreachable, timeout=15)
+
+
+def test_a_watch_from_a_forgotten_resource_version_lists_again(attach, gpu_cluster):
+    cluster = attach(gpu_cluster)
+    ops = KubernetesOperations(cluster_ref(cluster))
+    listed, stop = [], threading.Event()
+    watch = ListWatch(
+        ops.core.list_node,
+        on_list=lambda items: listed.append(sorted(n["metadata"]["name"] for n in items)),
+        on_event=lambda kind, obj: None,
+        on_error=lambda error: None,
+        stop=stop,
+        watch_timeout_s=2,
+    )
+    watch._list()
+    gpu_cluster.create(objects.gpu_node("gpu-d"))
+    gpu_cluster.compact()  # the list's resourceVersion is forgotten: the watch gets 410 Gone
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(listed) >= 2, timeout=10)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert listed[0] == ["gpu-a", "gpu-b", "gpu-c"]
+    assert listed[1] == ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+
+
+def test_backoff_grows_with_jitter_and_resets():
+    backoff = Backoff(first=1, most=8)
+    waits = [backoff.next() for _ in range(6)]
+    assert 0.5 <= waits[0] <= 1 and 1 <= waits[1] <= 2 and 2 <= waits[2] <= 4
+    assert all(4 <= w <= 8 for w in waits[3:]), "capped at `most`"
+    backoff.reset()
+    assert backoff.next() <= 1
+
+
+def test_shards_split_the_clusters_stably(make_cluster, owner):
+    tenant = owner.memberships.get().tenant
+    clusters = [make_cluster(tenant, f"c{i}") for i in range(12)]
+    Cluster.objects.filter(pk__in=[c.pk for c in clusters]).update(attached=True)
+    shards = [set(kube_sync.attached_clusters(i, 3)) for i in range(3)]
+    assert set().union(*shards) == {c.pk for c in clusters}
+    assert sum(len(s) for s in shards) == 12, "every cluster in exactly one shard"
+    assert all(kube_sync.shard_of(c.pk, 3) == kube_sync.shard_of(c.pk, 3) for c in clusters)
+
+
+@pytest.mark.parametrize("value", ["2", "3/2", "a/b", "-1/2"])
+def test_a_bad_shard_is_refused(value):
+    with pytest.raises(CommandError):
+        call_command("kube_sync", shard=value)

@@ -1,0 +1,131 @@
+"""The existing upgrade state machine driving a real (fake) cluster through the Kubernetes provider:
+pools adopt attached nodes, a run cordons, drains through the Eviction API, moves each node to the new
+NVIDIADriver, waits for the driver and validator pods and GFD's version, and uncordons."""
+
+import pytest
+
+from nodepools.models import DriverRelease, GpuModel, Node, NodePool
+from nodepools.services import reconcile
+from nvke.providers.kubernetes import gpus
+from nvke.providers.kubernetes.operations import UPGRADE_STATE_LABEL as UPGRADE_STATE
+from tests.kubeapi import objects
+from upgrades.controller import tick
+from upgrades.models import UpgradeRun
+from upgrades.services import create_run
+
+pytestmark = pytest.mark.django_db
+TARGET = "580.105.08"
+
+
+@pytest.fixture
+def pool(attach, gpu_cluster):
+    cluster = attach(gpu_cluster)
+    pool = NodePool.objects.create(
+        tenant=cluster.tenant,
+        cluster=cluster,
+        name="train",
+        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
+        gpus_per_node=8,
+        node_count=3,
+        min_nodes=0,
+        max_nodes=3,
+        driver_release=DriverRelease.objects.get(version="570.133.20"),
+        status=NodePool.Status.PROVISIONING,
+    )
+    reconcile(pool.pk)
+    pool.refresh_from_db()
+    return pool
+
+
+def drive(server, run: UpgradeRun, max_ticks: int = 200) -> UpgradeRun:
+    """Tick to the end; the cluster's actors settle between ticks, as time would let them."""
+    for _ in range(max_ticks):
+        server.settle()
+        run.refresh_from_db()
+        if tick(run.pk, run.tick_seq) is None:
+            run.refresh_from_db()
+            return run
+        cordoned = sum(bool(n["spec"].get("unschedulable")) for n in server.list("v1", "Node"))
+        assert cordoned <= run.max_unavailable_of(run.nodes.count()), "more nodes out than maxUnavailable"
+    raise AssertionError(f"run {run.pk} did not settle: {run.status} {run.message}")
+
+
+def start(context, pool, **strategy) -> UpgradeRun:
+    return create_run(
+        context=context, pool=pool, target_release=DriverRelease.objects.get(version=TARGET), **strategy
+    )
+
+
+def test_the_pool_adopts_the_clusters_nodes(pool, gpu_cluster):
+    assert pool.status == "ready", pool.status_message
+    assert sorted(Node.objects.filter(pool=pool).values_list("name", flat=True)) == [
+        "gpu-a",
+        "gpu-b",
+        "gpu-c",
+    ]
+    assert all(n.driver_version == "570.133.20" for n in Node.objects.filter(pool=pool))
+    assert {n["metadata"]["labels"][gpus.POOL_LABEL] for n in gpu_cluster.list("v1", "Node")} == {"train"}
+
+
+def test_a_run_upgrades_every_node_one_at_a_time(context, pool, gpu_cluster):
+    gpu_cluster.create(objects.pod("job-1", node="gpu-a", labels={"app": "train"}))
+    run = drive(gpu_cluster, start(context, pool, max_unavailable="1"))
+    assert run.status == "completed", run.message
+    for n in gpu_cluster.list("v1", "Node"):
+        assert n["metadata"]["labels"][gpus.DRIVER_FULL] == TARGET
+        assert not n["spec"].get("unschedulable"), f"{n['metadata']['name']} left cordoned"
+        assert n["metadata"]["labels"][UPGRADE_STATE] == "upgrade-done", "kubectl sees the state"
+    assert set(Node.objects.filter(pool=pool).values_list("driver_version", flat=True)) == {TARGET}
+    assert gpu_cluster.get("v1", "Pod", "job-1", namespace="default") is None, "the drain evicted the job"
+    evictions = [p for m, p, *_ in gpu_cluster.requests if p.endswith("/eviction")]
+    assert evictions == ["/api/v1/namespaces/default/pods/job-1/eviction"]
+
+
+def test_a_budget_holds_the_drain_and_the_run_says_so(context, pool, gpu_cluster):
+    gpu_cluster.create(objects.pod("db-0", node="gpu-a", labels={"app": "db"}))
+    gpu_cluster.create(objects.pdb("db-budget", selector={"app": "db"}, min_available=1))
+    run = start(context, pool, max_unavailable="1")
+    for _ in range(12):
+        gpu_cluster.settle()
+        run.refresh_from_db()
+        tick(run.pk, run.tick_seq)
+    run.refresh_from_db()
+    assert run.status == "running"
+    said = " ".join(run.history.values_list("message", flat=True)) + run.message
+    assert "PodDisruptionBudget" in said, said
+    assert gpu_cluster.get("v1", "Pod", "db-0", namespace="default") is not None
+    gpu_cluster.delete("policy/v1", "PodDisruptionBudget", "db-budget", namespace="default")
+    run = drive(gpu_cluster, run)
+    assert run.status == "completed", run.message
+
+
+def test_a_pod_under_two_budgets_fails_its_node_at_once(context, pool, gpu_cluster):
+    gpu_cluster.create(objects.pod("db-0", node="gpu-a", labels={"app": "db"}))
+    gpu_cluster.create(objects.pdb("one", selector={"app": "db"}, min_available=0))
+    gpu_cluster.create(objects.pdb("two", selector={"app": "db"}, min_available=0))
+    run = drive(gpu_cluster, start(context, pool, max_unavailable="1", failure_budget=3))
+    row = run.nodes.get(name="gpu-a")
+    assert (row.state, row.reason) == ("upgrade-failed", "EvictionMisconfigured")
+    assert not gpu_cluster.get("v1", "Node", "gpu-a")["spec"].get("unschedulable"), "its driver is untouched"
+    assert gpu_cluster.get("v1", "Pod", "db-0", namespace="default") is not None
+
+
+def test_a_crash_looping_driver_fails_its_node_and_keeps_it_cordoned(context, pool, gpu_cluster):
+    gpu_cluster.actors.crashloop_nodes.add("gpu-a")
+    run = drive(gpu_cluster, start(context, pool, max_unavailable="1", failure_budget=1))
+    states = dict(run.nodes.values_list("name", "state"))
+    assert states["gpu-a"] == "upgrade-failed"
+    failed = gpu_cluster.get("v1", "Node", "gpu-a")
+    assert failed["spec"]["unschedulable"] is True, "kept cordoned"
+    assert failed["metadata"]["labels"][UPGRADE_STATE] == "upgrade-failed"
+    assert run.status in ("paused", "failed"), run.status
+
+
+def test_a_node_cordoned_before_the_run_stays_cordoned(context, pool, gpu_cluster):
+    gpu_cluster.patch_merge("v1", "Node", "gpu-c", {"spec": {"unschedulable": True}})
+    reconcile(pool.pk)
+    # The cordoned node counts against the budget, as the GPU Operator counts it: two leave one slot.
+    run = drive(gpu_cluster, start(context, pool, max_unavailable="2"))
+    assert run.status == "completed", run.message
+    assert gpu_cluster.get("v1", "Node", "gpu-c")["spec"]["unschedulable"] is True
+    assert gpu_cluster.get("v1", "Node", "gpu-c")["metadata"]["labels"][gpus.DRIVER_FULL] == TARGET
