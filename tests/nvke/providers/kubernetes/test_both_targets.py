@@ -1,0 +1,154 @@
+"""Scenarios that run on the fake API server always and on a real cluster when NVKE_K8S_TEST_KUBECONFIG
+names one (see docs/operations.md): the provider is the same, so a difference means the fake is wrong.
+The real cluster needs the GPU Operator, GPU feature discovery and a GPU node the tests may cordon and
+drain (NVKE_K8S_TEST_NODE); they leave it uncordoned and delete what they create."""
+
+import base64
+import os
+import time
+import uuid
+
+import pytest
+import yaml
+
+from nvke.providers.base import ClusterRef, ProviderError
+from nvke.providers.kubernetes import attach
+from nvke.providers.kubernetes.operations import KubernetesOperations
+from tests.kubeapi import objects
+from tests.kubeapi.real import NODE_ENV, RealKubeApi
+
+PAUSE_IMAGE = os.environ.get("NVKE_K8S_TEST_IMAGE", "registry.k8s.io/pause:3.10")
+
+
+@pytest.fixture(
+    params=["fake", "fake-through-kubeconfig", pytest.param("real", marks=pytest.mark.kubernetes)]
+)
+def target(request, tmp_path):
+    """(server, GPU node name) on the fake GPU cluster — seeded directly, or through the real-cluster
+    adapter and a kubeconfig, which checks the adapter itself — or on the real cluster when one is named."""
+    if request.param == "fake":
+        return request.getfixturevalue("gpu_cluster"), "gpu-a"
+    if request.param == "fake-through-kubeconfig":
+        fake = request.getfixturevalue("gpu_cluster")
+        path = tmp_path / "kubeconfig"
+        path.write_text(kubeconfig_for(fake))
+        return RealKubeApi(str(path)), "gpu-a"
+    real = RealKubeApi.from_environment()
+    if real is None:
+        pytest.skip("opt-in: set NVKE_K8S_TEST_KUBECONFIG (and NVKE_K8S_TEST_NODE) to run on a real cluster")
+    if not os.environ.get(NODE_ENV):
+        pytest.skip(f"{NODE_ENV} names the GPU node the scenarios may cordon and drain")
+    return real, os.environ[NODE_ENV]
+
+
+def kubeconfig_for(server) -> str:
+    ca = base64.b64encode(server.ca_bundle.encode()).decode()
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": server.url, "certificate-authority-data": ca}}],
+            "users": [{"name": "u", "user": {"token": server.token}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+    )
+
+
+def ops_for(server) -> KubernetesOperations:
+    return KubernetesOperations(
+        ClusterRef(
+            name="t",
+            endpoint=server.url,
+            token=server.token,
+            ca_bundle=server.ca_bundle,
+            provider="kubernetes",
+        )
+    )
+
+
+def eventually(server, check, timeout: float = 120.0):
+    """The fake settles at once; a real cluster gets time (pods start, evictions finish)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        server.settle(31)
+        if result := check():
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def scratch(target):
+    """A namespace of this test's own, deleted afterwards (with what was made in it)."""
+    server, _ = target
+    name = f"nvke-test-{uuid.uuid4().hex[:8]}"
+    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    server.delete("v1", "Namespace", name)
+
+
+def test_the_cluster_passes_attach(target):
+    server, node = target
+    facts = attach.inspect(
+        ClusterRef(name="t", endpoint=server.url, token=server.token, ca_bundle=server.ca_bundle)
+    )
+    assert facts.gpu_nodes >= 1 and facts.version.startswith("v1.")
+    assert node in {n.name for n in ops_for(server).list_nodes()}
+
+
+def test_cordon_round_trip(target):
+    server, node = target
+    ops = ops_for(server)
+    was = bool(server.get("v1", "Node", node)["spec"].get("unschedulable"))
+    try:
+        ops.cordon(node)
+        assert server.get("v1", "Node", node)["spec"]["unschedulable"] is True
+        assert next(n for n in ops.list_nodes() if n.name == node).unschedulable
+    finally:
+        (ops.cordon if was else ops.uncordon)(node)
+    assert bool(server.get("v1", "Node", node)["spec"].get("unschedulable")) is was
+
+
+def test_a_budget_holds_a_drain_until_it_goes(target, scratch):
+    server, node = target
+    ops = ops_for(server)
+    pod = objects.pod("held", namespace=scratch, node=node, labels={"app": "held"}, image=PAUSE_IMAGE)
+    pod["spec"]["tolerations"] = [{"operator": "Exists"}]  # NVKE's or anyone's taint on the node
+    server.create(pod)
+    server.create(objects.pdb("held-budget", namespace=scratch, selector={"app": "held"}, min_available=1))
+    eventually(
+        server,
+        lambda: (
+            (server.get("v1", "Pod", "held", namespace=scratch) or {}).get("status", {}).get("phase")
+            == "Running"
+        ),
+    )
+    eventually(
+        server,
+        lambda: (
+            (server.get("policy/v1", "PodDisruptionBudget", "held-budget", namespace=scratch) or {})
+            .get("status", {})
+            .get("currentHealthy")
+            == 1
+        ),
+    )
+    try:
+        with pytest.raises(ProviderError) as refused:
+            ops.drain(node)
+        assert refused.value.reason == "DisruptionBudget" and f"{scratch}/held" in refused.value.message
+        status = ops.drain_status(node)
+        assert status.blocked and f"{scratch}/held-budget" in status.message
+        server.delete("policy/v1", "PodDisruptionBudget", "held-budget", namespace=scratch)
+
+        def drained():
+            try:
+                ops.drain(node)
+            except ProviderError:
+                return False
+            return server.get("v1", "Pod", "held", namespace=scratch) is None
+
+        eventually(server, drained)
+    finally:
+        ops.uncordon(node)
