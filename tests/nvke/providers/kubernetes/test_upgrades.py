@@ -11,7 +11,7 @@ from nvke.providers.kubernetes.operations import UPGRADE_STATE_LABEL as UPGRADE_
 from tests.kubeapi import objects
 from upgrades.controller import tick
 from upgrades.models import UpgradeRun
-from upgrades.services import create_run
+from upgrades.services import control, create_run
 
 pytestmark = pytest.mark.django_db
 TARGET = "580.105.08"
@@ -129,3 +129,50 @@ def test_a_node_cordoned_before_the_run_stays_cordoned(context, pool, gpu_cluste
     assert run.status == "completed", run.message
     assert gpu_cluster.get("v1", "Node", "gpu-c")["spec"]["unschedulable"] is True
     assert gpu_cluster.get("v1", "Node", "gpu-c")["metadata"]["labels"][gpus.DRIVER_FULL] == TARGET
+
+
+def driver_of(server, name: str) -> str:
+    return server.get("v1", "Node", name)["metadata"]["labels"][gpus.DRIVER_FULL]
+
+
+def test_a_canary_waits_for_approval_then_the_rest_follow(context, pool, gpu_cluster):
+    run = start(context, pool, max_unavailable="1", canary_nodes=1, canary_approval=True)
+    for _ in range(50):  # the run keeps ticking while it waits
+        gpu_cluster.settle()
+        run.refresh_from_db()
+        tick(run.pk, run.tick_seq)
+        if "waiting for approval" in run.message:
+            break
+    assert "waiting for approval" in run.message, run.message
+    drivers = [driver_of(gpu_cluster, name) for name in ("gpu-a", "gpu-b", "gpu-c")]
+    assert sorted(drivers) == ["570.133.20", "570.133.20", TARGET], "only the canary moved"
+    run = control(run, "approve", context=context)
+    run = drive(gpu_cluster, run)
+    assert run.status == "completed" and {driver_of(gpu_cluster, n) for n in ("gpu-a", "gpu-b", "gpu-c")} == {
+        TARGET
+    }
+
+
+def test_pause_stops_new_nodes_and_resume_finishes(context, pool, gpu_cluster):
+    run = start(context, pool, max_unavailable="1")
+    gpu_cluster.settle()
+    tick(run.pk, run.tick_seq)  # the first node starts
+    run = control(run, "pause", context=context)
+    run = drive(gpu_cluster, run)
+    assert run.status == "paused"
+    moved = [n for n in ("gpu-a", "gpu-b", "gpu-c") if driver_of(gpu_cluster, n) == TARGET]
+    assert len(moved) == 1, "the node in flight finishes; no other starts"
+    assert not any(n["spec"].get("unschedulable") for n in gpu_cluster.list("v1", "Node")), "nothing left out"
+    run = drive(gpu_cluster, control(run, "resume", context=context))
+    assert run.status == "completed"
+
+
+def test_abort_leaves_the_rest_on_their_driver_and_in_service(context, pool, gpu_cluster):
+    run = start(context, pool, max_unavailable="1")
+    gpu_cluster.settle()
+    tick(run.pk, run.tick_seq)
+    run = drive(gpu_cluster, control(run, "abort", context=context))
+    assert run.status == "aborted"
+    drivers = sorted(driver_of(gpu_cluster, n) for n in ("gpu-a", "gpu-b", "gpu-c"))
+    assert drivers.count("570.133.20") >= 2
+    assert not any(n["spec"].get("unschedulable") for n in gpu_cluster.list("v1", "Node"))
