@@ -49,6 +49,16 @@ def call(method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise transport_error(error) from None
 
 
+def read(method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
+    """A read as the API's own JSON (camelCase dicts, which the mapping code reads), skipping the
+    client's models: building a model per object costs more than the request on a large list."""
+    response = call(method, *args, _preload_content=False, **kwargs)
+    try:
+        return json.loads(response.data)
+    finally:
+        response.release_conn()
+
+
 def plain(api: client.ApiClient, obj: Any) -> Any:
     """A client model as the API's own JSON shape (camelCase dicts), which the mapping code reads."""
     return api.sanitize_for_serialization(obj)

@@ -22,7 +22,7 @@ from nvke.providers.base import (
 )
 
 from . import gpus
-from .client import api_client, call, plain
+from .client import api_client, call, read
 from .labels import matches
 
 MERGE = "application/merge-patch+json"
@@ -90,25 +90,24 @@ class KubernetesOperations(ClusterOperations):
     # --- reads ----------------------------------------------------------------------------------
 
     def node(self, name: str) -> dict:
-        return plain(self.api, call(self.core.read_node, name))
+        return read(self.core.read_node, name)
 
     def nodes(self, label_selector: str) -> list[dict]:
-        return plain(self.api, call(self.core.list_node, label_selector=label_selector))["items"]
+        return read(self.core.list_node, label_selector=label_selector)["items"]
 
     def pods_on(self, node: str) -> list[dict]:
-        pods = call(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
-        return plain(self.api, pods)["items"]
+        return read(self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")["items"]
 
     def slices(self) -> dict[str, list[dict]]:
         """NVIDIA's DRA ResourceSlices by node; none where the cluster does not serve DRA."""
         try:
-            found = call(self.resource.list_resource_slice, field_selector=f"spec.driver={gpus.DRA_DRIVER}")
+            found = read(self.resource.list_resource_slice, field_selector=f"spec.driver={gpus.DRA_DRIVER}")
         except ProviderError as error:
             if error.status == 404:  # resource.k8s.io/v1 is not served (before 1.34)
                 return {}
             raise
         by_node: dict[str, list[dict]] = {}
-        for piece in plain(self.api, found)["items"]:
+        for piece in found["items"]:
             by_node.setdefault(piece["spec"].get("nodeName", ""), []).append(piece)
         return by_node
 
@@ -200,7 +199,7 @@ class KubernetesOperations(ClusterOperations):
     def _budgets_holding(self, pods: list[dict]) -> list[str]:
         """The budgets (namespace/name) that allow no disruption now and cover one of `pods`; [""] when
         a pod is covered by several budgets (the eviction API answers 500 for it)."""
-        budgets = plain(self.api, call(self.policy.list_pod_disruption_budget_for_all_namespaces))["items"]
+        budgets = read(self.policy.list_pod_disruption_budget_for_all_namespaces)["items"]
         holding = []
         for pod in pods:
             meta = pod["metadata"]

@@ -5,7 +5,6 @@ growing backoff and carries on from the last resourceVersion; every `resync_s` a
 the view even if no event was lost. The caller gets the listed objects and each event; it never blocks
 for longer than one watch timeout after `stop` is set."""
 
-import json
 import logging
 import random
 import threading
@@ -20,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from nvke.providers.base import ProviderError
 
 from . import gpus
-from .client import api_error, call
+from .client import api_error, read
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +81,7 @@ class ListWatch:
                 self.stop.wait(self.backoff.next())
 
     def _list(self) -> None:
-        listed = call(self.list_fn, _preload_content=False, **self.selectors)
-        body = _json(listed)
+        body = read(self.list_fn, **self.selectors)
         self.resource_version = body["metadata"]["resourceVersion"]
         self.listed_at = time.monotonic()
         self.on_list(body.get("items") or [])
@@ -109,13 +107,6 @@ class ListWatch:
             raise api_error(error) from None
         except (urllib3.exceptions.HTTPError, ConnectionError) as error:
             raise ProviderError("Unreachable", f"The watch broke off: {error}") from None
-
-
-def _json(response) -> dict:
-    try:
-        return json.loads(response.data)
-    finally:
-        response.release_conn()
 
 
 class ClusterWatch:
