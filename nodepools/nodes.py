@@ -11,32 +11,57 @@ from . import allocator
 from .models import Gpu, Node, NodePool
 
 
-def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> None:
+def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:
     """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove); claims on
-    removed nodes turn pending, and pending claims get a placement pass."""
+    removed nodes turn pending. Only rows that differ are written, and only a change tells the allocator
+    (a watch reconciles on every event: most change nothing). A GPU whose health the provider does not
+    know (None) keeps NVKE's verdict. True when something changed."""
     existing = {node.name: node for node in pool.nodes.all()}
     gone = Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported])
-    allocator.nodes_removed(gone)
-    gone.delete()
+    changed = gone.exists()
+    if changed:
+        allocator.nodes_removed(gone)
+        gone.delete()
     for info in reported:
         node = existing.get(info.name) or Node(tenant_id=pool.tenant_id, pool=pool, name=info.name)
-        node.status = Node.Status.READY if info.ready else Node.Status.NOT_READY
-        node.cordoned = info.unschedulable
-        node.driver_version = info.driver_version
-        node.cpu_millicores = info.cpu_millicores
-        node.memory_mib = info.memory_mib
-        node.labels = info.labels
-        node.save()
+        values = {
+            "status": Node.Status.READY if info.ready else Node.Status.NOT_READY,
+            "cordoned": info.unschedulable,
+            "driver_version": info.driver_version,
+            "cpu_millicores": info.cpu_millicores,
+            "memory_mib": info.memory_mib,
+            "labels": info.labels,
+        }
+        changed |= _save_if_changed(node, values)
         have = {gpu.index: gpu for gpu in node.gpus.all()} if info.name in existing else {}
         for gpu_info in info.gpus:
             gpu = have.get(gpu_info.index) or Gpu(tenant_id=pool.tenant_id, node=node, index=gpu_info.index)
-            gpu.uuid = gpu_info.uuid.removeprefix("GPU-")
-            gpu.memory_mib = gpu_info.memory_mib
-            gpu.nvlink_domain = gpu_info.nvlink_domain
-            gpu.healthy = gpu_info.healthy
-            gpu.save()
-    allocator.topology_changed(pool.cluster_id)
-    allocator.request_placement(pool.cluster_id)
+            values = {
+                "uuid": gpu_info.uuid.removeprefix("GPU-"),
+                "memory_mib": gpu_info.memory_mib,
+                "nvlink_domain": gpu_info.nvlink_domain,
+            }
+            if gpu_info.healthy is not None:
+                values["healthy"] = gpu_info.healthy
+            changed |= _save_if_changed(gpu, values)
+    if changed:
+        allocator.topology_changed(pool.cluster_id)
+        allocator.request_placement(pool.cluster_id)
+    return changed
+
+
+def _save_if_changed(row: Node | Gpu, values: dict) -> bool:
+    """Set `values` on the row and save it if it is new or one of them differs (compared as the field
+    stores it: a UUID string against the UUID)."""
+    fields = {name: type(row)._meta.get_field(name) for name in values}
+    if not row._state.adding and all(
+        getattr(row, name) == fields[name].to_python(value) for name, value in values.items()
+    ):
+        return False
+    for name, value in values.items():
+        setattr(row, name, value)
+    row.save()
+    return True
 
 
 def set_cordons(cluster_id: int, cordons: dict[int, bool]) -> None:

@@ -30,7 +30,7 @@ class GpuInfo:
     uuid: str
     memory_mib: int
     nvlink_domain: str = ""
-    healthy: bool = True
+    healthy: bool | None = True  # None: the provider cannot tell; NVKE's own verdict (telemetry) stands
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,7 @@ def gpus_from_slices(slices: list[dict]) -> tuple[GpuInfo, ...]:
                     index=int(index),
                     uuid=attributes.get("uuid", {}).get("string", ""),
                     memory_mib=int(quantity(memory) // 2**20),
+                    healthy=None,  # the kubelet's view says nothing of XIDs: telemetry's verdict stands
                 )
             )
     return tuple(sorted(gpus, key=lambda gpu: gpu.index))
@@ -110,7 +111,10 @@ def gpus_from_labels(cluster: str, node: str, labels: dict[str, str]) -> tuple[G
     count, memory = int(labels.get(COUNT, "0") or 0), int(labels.get(MEMORY, "0") or 0)
     return tuple(
         GpuInfo(
-            index=i, uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"nvke:{cluster}/{node}/{i}")), memory_mib=memory
+            index=i,
+            uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"nvke:{cluster}/{node}/{i}")),
+            memory_mib=memory,
+            healthy=None,
         )
         for i in range(count)
     )

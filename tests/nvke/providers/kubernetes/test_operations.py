@@ -277,3 +277,39 @@ def test_a_node_changed_between_read_and_patch_is_read_again(gpu_cluster):
     gpu_cluster.faults.conflict(r"^/api/v1/nodes/gpu-a$", times=1)
     assert KubernetesInfrastructure(ref(gpu_cluster)).scale_pool(spec(), 1).complete
     assert node(gpu_cluster, "gpu-a")["metadata"]["labels"][gpus.POOL_LABEL] == "train"
+
+
+# --- mirroring into NVKE's rows ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_resync_that_changes_nothing_writes_nothing_and_keeps_telemetrys_gpu_verdict(attach, gpu_cluster):
+    from nodepools import nodes
+    from nodepools.models import AllocationEvent, DriverRelease, Gpu, GpuModel, NodePool
+    from nodepools.services import reconcile
+
+    cluster = attach(gpu_cluster)
+    pool = NodePool.objects.create(
+        tenant=cluster.tenant,
+        cluster=cluster,
+        name="train",
+        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
+        gpus_per_node=8,
+        node_count=3,
+        max_nodes=3,
+        driver_release=DriverRelease.objects.get(version="570.133.20"),
+    )
+    reconcile(pool.pk)
+    resets = AllocationEvent.objects.filter(cluster=cluster, kind=AllocationEvent.Kind.RESET).count()
+    reconcile(pool.pk)
+    assert AllocationEvent.objects.filter(cluster=cluster, kind=AllocationEvent.Kind.RESET).count() == resets
+    gpu = Gpu.objects.filter(node__pool=pool).order_by("pk").first()
+    nodes.fail_gpu(gpu)  # a fatal XID, from telemetry: Kubernetes knows nothing of it
+    reconcile(pool.pk)
+    gpu.refresh_from_db()
+    assert gpu.healthy is False
+    gpu_cluster.patch_merge("v1", "Node", "gpu-a", {"spec": {"unschedulable": True}})
+    reconcile(pool.pk)
+    assert (
+        AllocationEvent.objects.filter(cluster=cluster, kind=AllocationEvent.Kind.RESET).count() > resets + 1
+    )
