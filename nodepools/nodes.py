@@ -3,8 +3,11 @@ health. Each change tells the allocator (`allocator.topology_changed`) in the sa
 placement lands on a node or GPU that has just left service. Upgrades and telemetry call these; the
 pool's reconcile mirrors the provider's nodes through `sync_nodes`."""
 
+import uuid
+
 from django.db import transaction
 
+from nvke.errors import Conflict, DomainError
 from nvke.providers.base import NodeInfo
 
 from . import allocator
@@ -14,8 +17,8 @@ from .models import Gpu, Node, NodePool
 def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:
     """Mirror the provider's nodes and GPUs into the pool's rows (create, update, remove); claims on
     removed nodes turn pending. Only rows that differ are written, and only a change tells the allocator
-    (a watch reconciles on every event: most change nothing). A GPU whose health the provider does not
-    know (None) keeps NVKE's verdict. True when something changed."""
+    (a watch reconciles on every event: most change nothing). A GPU whose UUID ("") or health (None)
+    the provider does not know keeps what NVKE has. True when something changed."""
     existing = {node.name: node for node in pool.nodes.all()}
     gone = Node.objects.filter(pool=pool).exclude(name__in=[n.name for n in reported])
     changed = gone.exists()
@@ -36,11 +39,9 @@ def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:
         have = {gpu.index: gpu for gpu in node.gpus.all()} if info.name in existing else {}
         for gpu_info in info.gpus:
             gpu = have.get(gpu_info.index) or Gpu(tenant_id=pool.tenant_id, node=node, index=gpu_info.index)
-            values = {
-                "uuid": gpu_info.uuid.removeprefix("GPU-"),
-                "memory_mib": gpu_info.memory_mib,
-                "nvlink_domain": gpu_info.nvlink_domain,
-            }
+            values = {"memory_mib": gpu_info.memory_mib, "nvlink_domain": gpu_info.nvlink_domain}
+            if gpu_info.uuid:  # "": the provider does not know it (a new row draws a placeholder)
+                values["uuid"] = gpu_info.uuid.removeprefix("GPU-")
             if gpu_info.healthy is not None:
                 values["healthy"] = gpu_info.healthy
             changed |= _save_if_changed(gpu, values)
@@ -62,6 +63,35 @@ def _save_if_changed(row: Node | Gpu, values: dict) -> bool:
         setattr(row, name, value)
     row.save()
     return True
+
+
+def record_gpu_uuids(node_id: int, uuids: dict[int, str]) -> int:
+    """The UUIDs a node's nvke-agent read from NVML, by GPU index, for an attached cluster whose provider
+    cannot tell them (no DRA driver). Returns how many GPUs changed; a UUID another GPU holds already is
+    a 409, an index the node does not have a 400."""
+    node = Node.objects.select_related("pool__cluster").get(pk=node_id)
+    if not node.pool.cluster.attached:
+        raise Conflict(
+            "The provider names this node's GPUs; an agent's inventory applies to attached clusters only.",
+            field="gpus",
+            code="provider_names_gpus",
+        )
+    with transaction.atomic():
+        gpus = {gpu.index: gpu for gpu in Gpu.objects.select_for_update().filter(node_id=node_id)}
+        if missing := sorted(set(uuids) - set(gpus)):
+            raise DomainError(f"The node has no GPU {missing[0]}.", field="gpus", code="unknown_gpu")
+        changed = [gpus[i] for i, value in uuids.items() if str(gpus[i].uuid) != value]
+        after = [uuids.get(i, str(gpu.uuid)) for i, gpu in gpus.items()]
+        taken = Gpu.objects.filter(uuid__in=[uuids[g.index] for g in changed]).exclude(node_id=node_id)
+        if len(set(after)) < len(after) or taken.exists():
+            raise Conflict("Another GPU already has one of these UUIDs.", field="gpus", code="duplicate_uuid")
+        for gpu in changed:
+            gpu.uuid = uuid.uuid4()  # first out of the way: two GPUs of the node may swap UUIDs
+            gpu.save(update_fields=["uuid"])
+        for gpu in changed:
+            gpu.uuid = uuids[gpu.index]
+            gpu.save(update_fields=["uuid"])
+    return len(changed)
 
 
 def set_cordons(cluster_id: int, cordons: dict[int, bool]) -> None:

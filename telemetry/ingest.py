@@ -3,10 +3,12 @@ anything is written, so a bad batch (wrong token, unknown GPU, malformed) stores
 
 import math
 import time
+import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
 
+from nodepools import nodes
 from nodepools.models import Gpu, GpuShare
 from nvke import jobs
 from nvke.errors import DomainError
@@ -155,3 +157,25 @@ def ingest(identity: NodeIdentity, payload) -> int:
             # At once: the samples are in Redis, no transaction holds them.
             jobs.task("telemetry.tasks.gpu_failed").delay(s.gpu_id, xid)
     return len(samples)
+
+
+def record_inventory(raw_token: str, payload) -> int:
+    """A node agent's GPU inventory, `{"gpus": [{"index": 0, "uuid": "GPU-…"}, …]}`: on an attached
+    cluster without NVIDIA's DRA driver, the only source of the GPUs' UUIDs, which samples name. Checked
+    whole before anything is written; returns how many GPUs changed."""
+    identity = authenticate(raw_token)
+    if not isinstance(payload, dict) or not isinstance(payload.get("gpus"), list) or not payload["gpus"]:
+        raise _invalid("gpus: expected a list of {index, uuid}.", "gpus")
+    uuids: dict[int, str] = {}
+    for i, entry in enumerate(payload["gpus"]):
+        where = f"gpus[{i}]"
+        index = entry.get("index") if isinstance(entry, dict) else None
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0 or index in uuids:
+            raise _invalid(f"{where}.index: expected a GPU index, once each.", f"{where}.index")
+        try:
+            uuids[index] = str(uuid.UUID(str(entry.get("uuid", "")).lower().removeprefix("gpu-")))
+        except ValueError:
+            raise _invalid(f"{where}.uuid: expected a GPU UUID (GPU-…).", f"{where}.uuid") from None
+    changed = nodes.record_gpu_uuids(identity.node_id, uuids)
+    _identities.pop(hash_token(raw_token), None)  # the next batch names the GPUs by their new UUIDs
+    return changed

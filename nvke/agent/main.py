@@ -28,20 +28,31 @@ class Refused(Exception):
     """The control plane answered 4xx: the batch (or the token) is wrong; resending will not help."""
 
 
-def post(url: str, token: str, samples: list[dict], timeout_s: float = 10) -> int:
+def _post(url: str, path: str, token: str, body: dict, timeout_s: float) -> dict:
     request = urllib.request.Request(
-        url.rstrip("/") + "/api/v1/telemetry/ingest/",
-        data=json.dumps({"samples": samples}).encode(),
+        url.rstrip("/") + path,
+        data=json.dumps(body).encode(),
         headers={"Authorization": f"Node {token}", "Content-Type": "application/json"},
         method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return json.load(response)["accepted"]
+            return json.load(response)
     except urllib.error.HTTPError as error:
         if 400 <= error.code < 500:
             raise Refused(f"{error.code}: {error.read().decode(errors='replace')}") from None
         raise
+
+
+def post(url: str, token: str, samples: list[dict], timeout_s: float = 10) -> int:
+    return _post(url, "/api/v1/telemetry/ingest/", token, {"samples": samples}, timeout_s)["accepted"]
+
+
+def register(url: str, token: str, uuids: list[str], timeout_s: float = 10) -> int:
+    """Tell the control plane which UUID each GPU index has (an attached cluster without NVIDIA's DRA
+    driver learns them only here); returns how many it changed."""
+    body = {"gpus": [{"index": i, "uuid": uuid} for i, uuid in enumerate(uuids)]}
+    return _post(url, "/api/v1/telemetry/inventory/", token, body, timeout_s)["updated"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,8 +70,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(collector, args: argparse.Namespace) -> int:
     backlog: list[dict] = []
+    registered = False
     while True:
         started = time.time()
+        if not registered:  # once the control plane answers; a refusal (its provider names GPUs) is final
+            try:
+                log.info("inventory: %d GPU UUIDs changed", register(args.url, args.token, collector.uuids))
+                registered = True
+            except Refused as error:
+                log.info("inventory not taken: %s", error)
+                registered = True
+            except (urllib.error.URLError, OSError) as error:
+                log.warning("control plane unreachable (%s); inventory next time", error)
         backlog = (backlog + collector.sample(started))[-MAX_BACKLOG:]
         sent = False
         try:

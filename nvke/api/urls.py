@@ -20,6 +20,7 @@ from telemetry.api.views import (
     ClusterAgentViewSet,
     GpuTelemetryViewSet,
     IngestView,
+    InventoryView,
     NodeTokenViewSet,
     PoolRescalingViewSet,
     TelemetryEventViewSet,
@@ -53,6 +54,7 @@ router.register("fleet-rollouts", FleetRolloutViewSet)
 urlpatterns = [
     path("me/", me, name="me"),
     path("telemetry/ingest/", IngestView.as_view(), name="telemetry-ingest"),
+    path("telemetry/inventory/", InventoryView.as_view(), name="telemetry-inventory"),
     path("quota/", quota, name="quota"),
     path("node-pools/<int:pk>/driver-options/", DriverOptionsView.as_view(), name="driver-options"),
     path("", include(router.urls)),

@@ -30,6 +30,14 @@ from .serializers import (
 )
 
 
+def node_token(request) -> str:
+    """The raw token of `Authorization: Node <node token>`, the agents' only credential."""
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    if scheme != "Node":
+        raise ingest.InvalidNodeToken("Send `Authorization: Node <node token>`.")
+    return raw.strip()
+
+
 class IngestView(APIView):
     """POST a batch of samples as a node: `Authorization: Node <node token>`, body
     `{"samples": [{"gpu": "<uuid>", "ts": <unix s>, "metrics": {"DCGM_FI_DEV_GPU_UTIL": 42, ...},
@@ -40,12 +48,22 @@ class IngestView(APIView):
 
     @extend_schema(request=None, responses={202: None})
     def post(self, request):
-        scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-        if scheme != "Node":
-            raise ingest.InvalidNodeToken("Send `Authorization: Node <node token>`.")
-        identity = ingest.authenticate(raw.strip())
+        identity = ingest.authenticate(node_token(request))
         count = ingest.ingest(identity, request.data)
         return Response({"accepted": count}, status=status.HTTP_202_ACCEPTED)
+
+
+class InventoryView(APIView):
+    """POST the node's GPUs as nvke-agent reads them from NVML, `{"gpus": [{"index": 0, "uuid":
+    "GPU-…"}]}`, with `Authorization: Node <node token>`: an attached cluster without NVIDIA's DRA driver
+    learns its GPUs' UUIDs this way (409 `provider_names_gpus` where the provider names them)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=None, responses={200: None})
+    def post(self, request):
+        return Response({"updated": ingest.record_inventory(node_token(request), request.data)})
 
 
 class NodeTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, TenantScopedViewSet):

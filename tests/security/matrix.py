@@ -116,6 +116,7 @@ API_ROUTES: dict[str, Api] = {
         STAFF, "fleet_rollout", params=(("run_pk", "0"), ("control", "retry"))
     ),
     "api/v1/telemetry/ingest/": Api(MACHINE),
+    "api/v1/telemetry/inventory/": Api(MACHINE),
     # Node tokens: everyone lists them (prefixes only), owners and admins create them.
     "api/v1/telemetry/node-tokens/": Api(TENANT),
     "api/v1/telemetry/gpus/": Api(TENANT),

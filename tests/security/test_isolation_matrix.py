@@ -293,6 +293,7 @@ def machine_credentials(world) -> dict[str, dict]:
     _, node_token = NodeToken.issue(Node.objects.get(pk=world["acme"]["node"]))
     return {
         "api/v1/telemetry/ingest/": {"HTTP_AUTHORIZATION": f"Node {node_token}"},
+        "api/v1/telemetry/inventory/": {"HTTP_AUTHORIZATION": f"Node {node_token}"},
         "metrics": {"HTTP_AUTHORIZATION": f"Bearer {METRICS_TOKEN}"},
     }
 

@@ -2,7 +2,6 @@
 driver runs, its ResourceSlices (device names, UUIDs, memory). Pure mapping of the API's JSON shapes."""
 
 import re
-import uuid
 
 from nvke.providers.base import GpuInfo, NodeInfo
 
@@ -66,7 +65,7 @@ def is_ready(node: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def node_info(cluster: str, node: dict, slices: list[dict]) -> NodeInfo:
+def node_info(node: dict, slices: list[dict]) -> NodeInfo:
     """One Node (and the DRA ResourceSlices published for it) as the provider seam's NodeInfo."""
     meta, status = node["metadata"], node.get("status", {})
     labels = meta.get("labels") or {}
@@ -80,7 +79,7 @@ def node_info(cluster: str, node: dict, slices: list[dict]) -> NodeInfo:
         cpu_millicores=int(quantity(allocatable.get("cpu")) * 1000),
         memory_mib=int(quantity(allocatable.get("memory")) // 2**20),
         labels=labels,
-        gpus=gpus_from_slices(slices) or gpus_from_labels(cluster, meta["name"], labels),
+        gpus=gpus_from_slices(slices) or gpus_from_labels(labels),
     )
 
 
@@ -105,16 +104,8 @@ def gpus_from_slices(slices: list[dict]) -> tuple[GpuInfo, ...]:
     return tuple(sorted(gpus, key=lambda gpu: gpu.index))
 
 
-def gpus_from_labels(cluster: str, node: str, labels: dict[str, str]) -> tuple[GpuInfo, ...]:
-    """Without DRA only the count and memory are known; each GPU gets a UUID that stays the same for
-    the same cluster, node and index, so a resync does not renumber it."""
+def gpus_from_labels(labels: dict[str, str]) -> tuple[GpuInfo, ...]:
+    """Without DRA only the count and memory are known; the UUIDs come from the node's nvke-agent
+    (`nodes.record_gpu_uuids`), so none is given here ("": keep what NVKE has)."""
     count, memory = int(labels.get(COUNT, "0") or 0), int(labels.get(MEMORY, "0") or 0)
-    return tuple(
-        GpuInfo(
-            index=i,
-            uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"nvke:{cluster}/{node}/{i}")),
-            memory_mib=memory,
-            healthy=None,
-        )
-        for i in range(count)
-    )
+    return tuple(GpuInfo(index=i, uuid="", memory_mib=memory, healthy=None) for i in range(count))

@@ -115,8 +115,7 @@ class KubernetesOperations(ClusterOperations):
         selector = f"{gpus.POOL_LABEL}={pool}" if pool else gpus.PRODUCT
         slices = self.slices()
         return [
-            gpus.node_info(self.cluster.name, node, slices.get(node["metadata"]["name"], []))
-            for node in self.nodes(selector)
+            gpus.node_info(node, slices.get(node["metadata"]["name"], [])) for node in self.nodes(selector)
         ]
 
     def driver_version(self, node: str) -> str:
