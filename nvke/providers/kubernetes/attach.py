@@ -81,8 +81,12 @@ def _inspect(api: client.ApiClient) -> ClusterFacts:
     try:
         info = plain(api, call(client.VersionApi(api).get_code))
         minor = parse_version(info)
+        groups = plain(api, call(client.ApisApi(api).get_api_versions)).get("groups") or []
     except ProviderError as error:  # nothing further can be asked of a server that does not answer
         raise AttachRefused([Failure("reachable", error.reason, error.message)]) from None
+    except (KeyError, ValueError, TypeError):  # it answered, with something else than /version's shape
+        message = "The endpoint answered, but not as a Kubernetes API server does (/version)."
+        raise AttachRefused([Failure("reachable", "NotKubernetes", message)]) from None
     failures: list[Failure] = []
     if minor < MIN_VERSION:
         failures.append(
@@ -93,9 +97,9 @@ def _inspect(api: client.ApiClient) -> ClusterFacts:
                 f"oldest NVKE drives (DRA allocation needs {'.'.join(map(str, DRA_VERSION))} or newer).",
             )
         )
-    dra = minor >= DRA_VERSION and _serves(api, "resource.k8s.io", "v1")
+    dra = minor >= DRA_VERSION and _serves(groups, "resource.k8s.io", "v1")
     failures += _access_failures(api, dra)
-    operator, driver_crd = _gpu_operator(api, failures)
+    operator, driver_crd = _gpu_operator(api, groups, failures)
     products, gpu_nodes = _gfd(api, failures)
     if failures:
         raise AttachRefused(failures)
@@ -111,8 +115,8 @@ def _inspect(api: client.ApiClient) -> ClusterFacts:
     )
 
 
-def _serves(api: client.ApiClient, group: str, version: str) -> bool:
-    groups = plain(api, call(client.ApisApi(api).get_api_versions)).get("groups") or []
+def _serves(groups: list[dict], group: str, version: str) -> bool:
+    """Whether discovery (`/apis`) lists that group and version."""
     return any(
         g["name"] == group and any(v["version"] == version for v in g.get("versions", [])) for g in groups
     )
@@ -150,7 +154,7 @@ def _access_failures(api: client.ApiClient, dra: bool) -> list[Failure]:
     ]
 
 
-def _gpu_operator(api: client.ApiClient, failures: list[Failure]) -> tuple[str, bool]:
+def _gpu_operator(api: client.ApiClient, groups: list[dict], failures: list[Failure]) -> tuple[str, bool]:
     """The ClusterPolicy the GPU Operator reconciles, and whether it runs drivers from NVIDIADrivers."""
     missing = Failure(
         "gpu_operator",
@@ -158,7 +162,7 @@ def _gpu_operator(api: client.ApiClient, failures: list[Failure]) -> tuple[str, 
         "The NVIDIA GPU Operator is not installed (no nvidia.com ClusterPolicy): install it with "
         "driver.nvidiaDriverCRD.enabled=true.",
     )
-    if not _serves(api, "nvidia.com", "v1"):
+    if not _serves(groups, "nvidia.com", "v1"):
         failures.append(missing)
         return "", False
     try:
@@ -173,7 +177,7 @@ def _gpu_operator(api: client.ApiClient, failures: list[Failure]) -> tuple[str, 
         return "", False
     policy = policies["items"][0]
     driver = policy.get("spec", {}).get("driver", {})
-    crd = bool(driver.get("useNvidiaDriverCRD")) and _serves(api, "nvidia.com", "v1alpha1")
+    crd = bool(driver.get("useNvidiaDriverCRD")) and _serves(groups, "nvidia.com", "v1alpha1")
     described = policy["metadata"]["name"] + (
         f" (driver {driver['version']})" if driver.get("version") else ""
     )

@@ -60,9 +60,14 @@ def driver_version(labels: dict[str, str]) -> str:
     return ".".join(p for p in parts if p)
 
 
+def condition(obj: dict, type_: str) -> bool:
+    """Whether an object's status condition of that type is True (Node Ready, Pod Ready, …)."""
+    conditions = obj.get("status", {}).get("conditions") or []
+    return any(c["type"] == type_ and c["status"] == "True" for c in conditions)
+
+
 def is_ready(node: dict) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return condition(node, "Ready")
 
 
 def node_info(node: dict, slices: list[dict]) -> NodeInfo:

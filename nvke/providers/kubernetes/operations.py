@@ -54,10 +54,7 @@ def image_version(pod: dict) -> str:
 
 
 def pod_ready(pod: dict) -> bool:
-    conditions = pod.get("status", {}).get("conditions") or []
-    return pod.get("status", {}).get("phase") == "Running" and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in conditions
-    )
+    return pod.get("status", {}).get("phase") == "Running" and gpus.condition(pod, "Ready")
 
 
 def restarts(pod: dict) -> int:

@@ -178,3 +178,10 @@ def test_the_attach_page_checks_and_attaches(client, owner, catalog, gpu_cluster
     assert "v1.34.2" in detail and "NVIDIA-H100-80GB-HBM3" in detail and "NVIDIADriver" in detail
     manifest = client.post(f"/clusters/{cluster.pk}/agent-manifest/")
     assert manifest.status_code == 200 and b"kind: DaemonSet" in manifest.content
+
+
+@pytest.mark.parametrize(("status", "code"), [(404, "not_found"), (200, "not_kubernetes")])
+def test_an_endpoint_that_is_not_kubernetes_is_refused(api, catalog, gpu_cluster, status, code):
+    gpu_cluster.faults.fail("GET", r"^/version/?$", status, times=5)  # 200: a body that is no version
+    body = refused(api, gpu_cluster, code)
+    assert body["details"]["checks"][0]["check"] == "reachable"
