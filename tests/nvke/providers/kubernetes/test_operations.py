@@ -313,3 +313,31 @@ def test_a_resync_that_changes_nothing_writes_nothing_and_keeps_telemetrys_gpu_v
     assert (
         AllocationEvent.objects.filter(cluster=cluster, kind=AllocationEvent.Kind.RESET).count() > resets + 1
     )
+
+
+@pytest.mark.django_db
+def test_detaching_releases_the_nodes_and_leaves_the_cluster_running(attach, gpu_cluster):
+    from clusters.models import Cluster
+    from clusters.services import delete_cluster, teardown
+    from nodepools.models import DriverRelease, GpuModel, NodePool
+    from nodepools.services import reconcile
+
+    cluster = attach(gpu_cluster)
+    pool = NodePool.objects.create(
+        tenant=cluster.tenant,
+        cluster=cluster,
+        name="train",
+        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
+        gpus_per_node=8,
+        node_count=2,
+        max_nodes=3,
+        driver_release=DriverRelease.objects.get(version="570.133.20"),
+    )
+    reconcile(pool.pk)
+    assert sum(gpus.POOL_LABEL in n["metadata"]["labels"] for n in gpu_cluster.list("v1", "Node")) == 2
+    delete_cluster(cluster)
+    teardown(cluster.pk)
+    assert not Cluster.objects.filter(pk=cluster.pk).exists()
+    nodes = gpu_cluster.list("v1", "Node")
+    assert len(nodes) == 3 and not any(gpus.POOL_LABEL in n["metadata"]["labels"] for n in nodes)
+    assert not any(n["spec"].get("taints") for n in nodes), "NVKE's taint went with its label"
