@@ -3,7 +3,8 @@ cluster list-watches its GPU Nodes and ResourceSlices (nvke.providers.kubernetes
 change, reconciles the cluster's pools — level-triggered, so a missed or repeated event changes nothing:
 nodes that joined or left, went NotReady or were cordoned reach the Node and Gpu rows (and through them
 the allocator and the websockets), and a pool short of nodes adopts a new matching one. It records the
-cluster's Reachable condition and the GPU nodes outside every pool.
+cluster's Reachable condition and the GPU nodes outside every pool. A driver or validator pod or an
+NVIDIADriver that changed ticks the cluster's upgrade runs at once (upgrades.tasks.kick_cluster_runs).
 
 Clusters are sharded over processes by a stable hash of their id (`--shard 2/4`), so more clusters are
 served by more processes. One cluster's failure stays in its own threads: the others carry on."""
@@ -16,6 +17,7 @@ from django.db import close_old_connections, connection
 
 from clusters.models import Cluster
 from clusters.services import cluster_operations, record_observation
+from nvke import jobs
 from nvke.providers.base import ProviderError
 from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.watch import ClusterWatch
@@ -36,10 +38,11 @@ class ClusterSync:
         self, cluster: Cluster, *, debounce_s: float = 1.0, resync_s: float = 300.0, watch_timeout_s: int = 60
     ):
         self.cluster_id, self.debounce_s = cluster.pk, debounce_s
-        self.dirty, self.stop = threading.Event(), threading.Event()
+        self.dirty, self.stop, self.drivers = threading.Event(), threading.Event(), threading.Event()
         self.watch = ClusterWatch(
             cluster_operations(cluster),
             changed=self.dirty.set,
+            drivers_changed=self._drivers_changed,
             failed=self._failed,
             dra=bool(cluster.observed.get("features", {}).get("dra")),
             resync_s=resync_s,
@@ -60,6 +63,10 @@ class ClusterSync:
         self.watch.close(timeout)
         self.refresher.join(timeout)
 
+    def _drivers_changed(self) -> None:
+        self.drivers.set()
+        self.dirty.set()  # wakes the refresher, which kicks the cluster's upgrade runs
+
     def _failed(self, error: ProviderError) -> None:
         self._db(
             record_observation, self.cluster_id, reachable=False, reason=error.reason, message=error.message
@@ -71,6 +78,9 @@ class ClusterSync:
             if self.stop.is_set():
                 break
             self.dirty.clear()
+            if self.drivers.is_set():
+                self.drivers.clear()
+                self._db(jobs.enqueue, "upgrades.tasks.kick_cluster_runs", self.cluster_id)
             self._db(self.refresh)
             self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
 

@@ -8,12 +8,12 @@ from django.db import transaction
 
 from clusters.models import Cluster
 from nodepools.models import Node
+from nvke.providers.kubernetes.gpus import POOL_LABEL
+from nvke.providers.kubernetes.rbac import NAMESPACE
 
 from .models import NodeToken
 
-NAMESPACE = "nvke-system"
 NAME = "nvke-agent"
-POOL_LABEL = "nvke.io/pool"
 
 
 def agent_manifest(cluster: Cluster, base_url: str) -> dict:

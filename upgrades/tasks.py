@@ -33,6 +33,19 @@ def resync_runs() -> int:
     return restarted
 
 
+@shared_task
+def kick_cluster_runs(cluster_id: int) -> int:
+    """kube_sync saw a driver or validator pod, or an NVIDIADriver, change: tick the cluster's live runs
+    now rather than at their next tick. A tick of a number already taken does nothing, so this only
+    makes a step sooner. Returns how many runs were kicked."""
+    runs = UpgradeRun.objects.filter(pool__cluster_id=cluster_id, status__in=list(LIVE))
+    kicked = 0
+    for run_id, seq in runs.values_list("pk", "tick_seq"):
+        controller.schedule_tick(run_id, seq, 0)
+        kicked += 1
+    return kicked
+
+
 @shared_task(acks_late=True)
 def advance_rollout(rollout_id: int) -> None:
     """One of the rollout's runs ended or paused: start its next wave, or end it."""

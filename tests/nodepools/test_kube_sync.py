@@ -166,3 +166,31 @@ def test_shards_split_the_clusters_stably(make_cluster, owner):
 def test_a_bad_shard_is_refused(value):
     with pytest.raises(CommandError):
         call_command("kube_sync", shard=value)
+
+
+def test_a_driver_change_ticks_the_clusters_upgrade_runs_at_once(
+    attach, gpu_cluster, syncing, settings, owner
+):
+    from nvke.tenancy.context import TenantContext
+    from upgrades.models import UpgradeRun
+    from upgrades.services import create_run
+
+    settings.NVKE_UPGRADE_TICK_S = 3600  # no tick comes on its own: only a kick moves the run
+    cluster = attach(gpu_cluster)
+    pool = make_pool(cluster, 3)
+    membership = owner.memberships.get()
+    run = create_run(
+        context=TenantContext(membership.tenant, membership.role),
+        pool=pool,
+        target_release=DriverRelease.objects.get(version="580.105.08"),
+        max_unavailable="1",
+    )
+    wait_until(
+        lambda: UpgradeRun.objects.get(pk=run.pk).ticked_at is not None
+    )  # its first tick; the next in an hour
+    syncing(cluster)
+    # kube_sync's first pass (after its first lists) records the nodes outside every pool: the watches are up.
+    wait_until(lambda: "unpooled_nodes" in Cluster.objects.get(pk=cluster.pk).observed)
+    before = UpgradeRun.objects.get(pk=run.pk).tick_seq
+    gpu_cluster.create(objects.nvidia_driver("someone-elses", version="575.57.08", node_selector={"x": "y"}))
+    wait_until(lambda: UpgradeRun.objects.get(pk=run.pk).tick_seq > before, timeout=15)

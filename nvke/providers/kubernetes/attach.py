@@ -2,7 +2,7 @@
 accepted, the Kubernetes version is one NVKE can drive, the service account may do what NVKE needs, and
 the GPU Operator and GPU feature discovery run there. Read-only: a refused attach leaves nothing behind."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kubernetes import client
 
@@ -37,7 +37,6 @@ class ClusterFacts:
     nvidia_driver_crd: bool  # the operator runs drivers from NVIDIADriver objects: NVKE can upgrade
     gpu_nodes: int
     gpu_products: tuple[str, ...] = ()
-    failures: tuple[Failure, ...] = field(default=())
 
     @property
     def features(self) -> dict[str, bool]:

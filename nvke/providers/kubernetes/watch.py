@@ -5,6 +5,7 @@ growing backoff and carries on from the last resourceVersion; every `resync_s` a
 the view even if no event was lost. The caller gets the listed objects and each event; it never blocks
 for longer than one watch timeout after `stop` is set."""
 
+import functools
 import logging
 import random
 import threading
@@ -20,6 +21,7 @@ from nvke.providers.base import ProviderError
 
 from . import gpus
 from .client import api_error, read
+from .operations import DRIVER_COMPONENT, DRIVER_GROUP, DRIVER_VERSION, DRIVERS, VALIDATOR_APP
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +113,10 @@ class ListWatch:
 
 class ClusterWatch:
     """The watches kube_sync keeps on one attached cluster: its GPU Nodes (GFD's product label) and, where
-    DRA is served, NVIDIA's ResourceSlices. It keeps the GPU nodes it has seen (`nodes`) and calls
-    `changed()` after every list and event and `failed(error)` after every failed call, from its own
-    threads; `close()` stops them."""
+    DRA is served, NVIDIA's ResourceSlices, which call `changed()` after every list and event; the GPU
+    Operator's driver and validator pods and NVIDIADrivers, which call `drivers_changed()` after every
+    event (an upgrade step may be done). It keeps the GPU nodes it has seen (`nodes`) and calls
+    `failed(error)` after every failed call, from its own threads; `close()` stops them."""
 
     def __init__(
         self,
@@ -122,6 +125,7 @@ class ClusterWatch:
         changed: Callable[[], None],
         failed: Callable[[ProviderError], None],
         dra: bool,
+        drivers_changed: Callable[[], None] = lambda: None,
         resync_s: float = 300.0,
         watch_timeout_s: int = 60,
     ):
@@ -147,6 +151,18 @@ class ClusterWatch:
                     **common,
                 )
             )
+        # Lists only set the resourceVersion: a step done before the watch began is seen by the next tick.
+        driver_events = dict(
+            on_list=lambda items: None, on_event=lambda kind, obj: drivers_changed(), **common
+        )
+        self.watches += [
+            ListWatch(ops.core.list_pod_for_all_namespaces, label_selector=selector, **driver_events)
+            for selector in ("=".join(DRIVER_COMPONENT), f"app={VALIDATOR_APP}")
+        ]
+        drivers = functools.partial(
+            ops.custom.list_cluster_custom_object, DRIVER_GROUP, DRIVER_VERSION, DRIVERS
+        )
+        self.watches.append(ListWatch(drivers, **driver_events))
         self.threads = [threading.Thread(target=w.run, daemon=True, name="kube-watch") for w in self.watches]
 
     @property
