@@ -194,3 +194,23 @@ def test_a_driver_change_ticks_the_clusters_upgrade_runs_at_once(
     before = UpgradeRun.objects.get(pk=run.pk).tick_seq
     gpu_cluster.create(objects.nvidia_driver("someone-elses", version="575.57.08", node_selector={"x": "y"}))
     wait_until(lambda: UpgradeRun.objects.get(pk=run.pk).tick_seq > before, timeout=15)
+
+
+def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attach, gpu_cluster):
+    cluster = attach(gpu_cluster)
+    pool = make_pool(cluster, 4)
+    stop = threading.Event()
+    thread = threading.Thread(target=kube_sync.run, args=(stop,), kwargs={"poll_s": 0.2, **FAST}, daemon=True)
+    thread.start()
+    try:
+        gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
+        wait_until(lambda: pool_status(pool) == "ready", timeout=15)
+        assert f"kube-sync-{cluster.pk}" in {t.name for t in threading.enumerate()}
+        Cluster.objects.filter(pk=cluster.pk).update(status=Cluster.Status.DELETING)
+        wait_until(
+            lambda: f"kube-sync-{cluster.pk}" not in {t.name for t in threading.enumerate()}, timeout=15
+        )
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
