@@ -26,6 +26,9 @@ from .models import NodePool
 from .services import reconcile
 
 log = logging.getLogger(__name__)
+# How long the supervisor waits for a cluster's threads to stop: a watch ends at its next event, bookmark
+# or timeout, and the threads are daemons, so a cluster whose stream hangs never holds up the others.
+CLOSE_S = 5.0
 
 
 def shard_of(cluster_id: int, shards: int) -> int:
@@ -143,12 +146,12 @@ def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float
                 if pk in syncs and syncs[pk][0] == key:
                     continue
                 if pk in syncs:
-                    syncs.pop(pk)[1].close()
+                    syncs.pop(pk)[1].close(CLOSE_S)
                 syncs[pk] = (key, ClusterSync(cluster, **options).start())
                 log.info("kube_sync: watching cluster %s (%s)", cluster.name, pk)
             for pk in set(syncs) - set(wanted):
-                syncs.pop(pk)[1].close()
+                syncs.pop(pk)[1].close(CLOSE_S)
             stop.wait(poll_s)
     finally:
         for _, sync in syncs.values():
-            sync.close()
+            sync.close(CLOSE_S)
