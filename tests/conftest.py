@@ -222,3 +222,29 @@ def attach(owner, catalog):
         )
 
     return run
+
+
+@pytest.fixture
+def make_attached_pool(catalog):
+    """make_attached_pool(cluster, nodes, max_nodes): an H100 pool of an attached cluster, reconciled
+    once (it adopts what matches)."""
+    from nodepools.services import reconcile
+
+    def make(cluster: Cluster, nodes: int = 3, max_nodes: int | None = None, name: str = "train") -> NodePool:
+        pool = NodePool.objects.create(
+            tenant=cluster.tenant,
+            cluster=cluster,
+            name=name,
+            gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
+            gpus_per_node=8,
+            node_count=nodes,
+            min_nodes=0,
+            max_nodes=max(nodes, max_nodes or nodes),
+            driver_release=DriverRelease.objects.get(version="570.133.20"),
+            status=NodePool.Status.PROVISIONING,
+        )
+        reconcile(pool.pk)
+        pool.refresh_from_db()
+        return pool
+
+    return make

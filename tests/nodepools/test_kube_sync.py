@@ -9,8 +9,7 @@ from django.core.management import CommandError, call_command
 from clusters.models import Cluster
 from clusters.services import cluster_ref
 from nodepools import kube_sync
-from nodepools.models import DriverRelease, GpuModel, Node, NodePool
-from nodepools.services import reconcile
+from nodepools.models import DriverRelease, Node
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch
 from tests.kubeapi import objects
@@ -21,22 +20,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 FAST = {"debounce_s": 0.05, "watch_timeout_s": 2}
 
 
-def make_pool(cluster: Cluster, nodes: int) -> NodePool:
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=nodes,
-        min_nodes=0,
-        max_nodes=8,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-        status=NodePool.Status.PROVISIONING,
-    )
-    reconcile(pool.pk)
-    pool.refresh_from_db()
-    return pool
+@pytest.fixture
+def make_pool(make_attached_pool):
+    return lambda cluster, nodes: make_attached_pool(cluster, nodes, max_nodes=8)
 
 
 @pytest.fixture
@@ -58,7 +44,7 @@ def pool_status(pool) -> str:
     return pool.status
 
 
-def test_a_new_matching_node_joins_the_pool_that_waited_for_it(attach, gpu_cluster, syncing):
+def test_a_new_matching_node_joins_the_pool_that_waited_for_it(attach, gpu_cluster, syncing, make_pool):
     cluster = attach(gpu_cluster)
     pool = make_pool(cluster, 4)
     assert pool.status == "pending" and pool.status_reason == "InsufficientCapacity"
@@ -69,7 +55,7 @@ def test_a_new_matching_node_joins_the_pool_that_waited_for_it(attach, gpu_clust
     assert gpu_cluster.get("v1", "Node", "gpu-d")["metadata"]["labels"]["nvke.io/pool"] == "train"
 
 
-def test_a_node_going_not_ready_or_cordoned_reaches_its_row(attach, gpu_cluster, syncing):
+def test_a_node_going_not_ready_or_cordoned_reaches_its_row(attach, gpu_cluster, syncing, make_pool):
     cluster = attach(gpu_cluster)
     pool = make_pool(cluster, 3)
     syncing(cluster)
@@ -83,7 +69,9 @@ def test_a_node_going_not_ready_or_cordoned_reaches_its_row(attach, gpu_cluster,
     wait_until(lambda: Node.objects.get(pool=pool, name="gpu-c").cordoned, timeout=15)
 
 
-def test_the_cluster_records_reachability_and_nodes_outside_every_pool(attach, gpu_cluster, syncing):
+def test_the_cluster_records_reachability_and_nodes_outside_every_pool(
+    attach, gpu_cluster, syncing, make_pool
+):
     cluster = attach(gpu_cluster)
     make_pool(cluster, 2)
     syncing(cluster)
@@ -97,7 +85,7 @@ def test_the_cluster_records_reachability_and_nodes_outside_every_pool(attach, g
     assert reachable["status"] == "True"
 
 
-def test_one_unreachable_cluster_does_not_stall_another(attach, gpu_cluster, syncing):
+def test_one_unreachable_cluster_does_not_stall_another(attach, gpu_cluster, syncing, make_pool):
     with FakeKubeApi() as other:
         objects.gpu_operator(other)
         other.create(objects.gpu_node("gpu-x"))
@@ -169,7 +157,7 @@ def test_a_bad_shard_is_refused(value):
 
 
 def test_a_driver_change_ticks_the_clusters_upgrade_runs_at_once(
-    attach, gpu_cluster, syncing, settings, owner
+    attach, gpu_cluster, syncing, settings, owner, make_pool
 ):
     from nvke.tenancy.context import TenantContext
     from upgrades.models import UpgradeRun
@@ -196,7 +184,7 @@ def test_a_driver_change_ticks_the_clusters_upgrade_runs_at_once(
     wait_until(lambda: UpgradeRun.objects.get(pk=run.pk).tick_seq > before, timeout=15)
 
 
-def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attach, gpu_cluster):
+def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attach, gpu_cluster, make_pool):
     cluster = attach(gpu_cluster)
     pool = make_pool(cluster, 4)
     stop = threading.Event()

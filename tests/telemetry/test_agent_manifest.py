@@ -5,27 +5,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from nodepools.models import DriverRelease, GpuModel, Node, NodePool
-from nodepools.services import reconcile
+from nodepools.models import Node
 from telemetry import ingest
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def attached(attach, gpu_cluster):
+def attached(attach, gpu_cluster, make_attached_pool):
     cluster = attach(gpu_cluster)
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=3,
-        max_nodes=3,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-    )
-    reconcile(pool.pk)
+    make_attached_pool(cluster, 3)
     return cluster
 
 

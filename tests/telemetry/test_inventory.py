@@ -7,7 +7,7 @@ import uuid
 import pytest
 from rest_framework.test import APIClient
 
-from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
+from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from telemetry.models import NodeToken
 
@@ -15,20 +15,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def node(attach, gpu_cluster):
+def node(attach, gpu_cluster, make_attached_pool):
     cluster = attach(gpu_cluster)
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=1,
-        max_nodes=3,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-    )
-    reconcile(pool.pk)
-    return Node.objects.get(pool=pool)
+    return Node.objects.get(pool=make_attached_pool(cluster, 1, max_nodes=3))
 
 
 def agent(node) -> APIClient:

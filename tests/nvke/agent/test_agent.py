@@ -116,25 +116,13 @@ def test_real_gpu_through_nvml():
 
 @pytest.mark.integration
 def test_on_an_attached_cluster_the_agent_names_the_gpus_then_posts(
-    asgi_server, attach, gpu_cluster, monkeypatch, clean_redis
+    asgi_server, attach, gpu_cluster, monkeypatch, clean_redis, make_attached_pool
 ):
     """Without NVIDIA's DRA driver only the agent knows the GPUs' UUIDs: it registers them first."""
-    from nodepools.models import DriverRelease, GpuModel, Node, NodePool
-    from nodepools.services import reconcile
+    from nodepools.models import Node
 
     cluster = attach(gpu_cluster)
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=1,
-        max_nodes=1,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-    )
-    reconcile(pool.pk)
-    node = Node.objects.get(pool=pool)
+    node = Node.objects.get(pool=make_attached_pool(cluster, 1))
     nvml = [f"{i:08x}-1111-2222-3333-444455556666" for i in range(8)]
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml.make(fake_gpus(nvml)))
     _, raw = NodeToken.issue(node)

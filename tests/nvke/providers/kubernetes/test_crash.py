@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from nodepools.models import DriverRelease, GpuModel, Node, NodePool
-from nodepools.services import reconcile
+from nodepools.models import DriverRelease, Node
 from nvke.providers.kubernetes import gpus
 from tests.kubeapi import objects
 from tests.upgrades.conftest import check_invariants
@@ -42,7 +41,9 @@ def cordoned(server) -> int:
 
 
 @pytest.mark.usefixtures("broker", "cluster_clock")
-def test_killed_worker_loses_nothing_on_a_kubernetes_cluster(context, attach, kubeapi, tmp_path):
+def test_killed_worker_loses_nothing_on_a_kubernetes_cluster(
+    context, attach, kubeapi, tmp_path, make_attached_pool
+):
     objects.gpu_operator(kubeapi)
     names = [f"gpu-{i}" for i in range(6)]
     for name in names:
@@ -50,17 +51,7 @@ def test_killed_worker_loses_nothing_on_a_kubernetes_cluster(context, attach, ku
         kubeapi.create(objects.pod(f"job-{name}", node=name, labels={"app": "train"}))
     kubeapi.actors.pod_grace_seconds = 1  # each drain waits for its pod's grace period
     cluster = attach(kubeapi)
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=6,
-        max_nodes=6,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-    )
-    reconcile(pool.pk)
+    pool = make_attached_pool(cluster, 6)
     rng = random.Random()
     worker = start_worker(tmp_path)
     try:

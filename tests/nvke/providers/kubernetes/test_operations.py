@@ -283,23 +283,15 @@ def test_a_node_changed_between_read_and_patch_is_read_again(gpu_cluster):
 
 
 @pytest.mark.django_db
-def test_a_resync_that_changes_nothing_writes_nothing_and_keeps_telemetrys_gpu_verdict(attach, gpu_cluster):
+def test_a_resync_that_changes_nothing_writes_nothing_and_keeps_telemetrys_gpu_verdict(
+    attach, gpu_cluster, make_attached_pool
+):
     from nodepools import nodes
-    from nodepools.models import AllocationEvent, DriverRelease, Gpu, GpuModel, NodePool
+    from nodepools.models import AllocationEvent, Gpu
     from nodepools.services import reconcile
 
     cluster = attach(gpu_cluster)
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=3,
-        max_nodes=3,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-    )
-    reconcile(pool.pk)
+    pool = make_attached_pool(cluster, 3, max_nodes=3)
     resets = AllocationEvent.objects.filter(cluster=cluster, kind=AllocationEvent.Kind.RESET).count()
     reconcile(pool.pk)
     assert AllocationEvent.objects.filter(cluster=cluster, kind=AllocationEvent.Kind.RESET).count() == resets
@@ -316,24 +308,12 @@ def test_a_resync_that_changes_nothing_writes_nothing_and_keeps_telemetrys_gpu_v
 
 
 @pytest.mark.django_db
-def test_detaching_releases_the_nodes_and_leaves_the_cluster_running(attach, gpu_cluster):
+def test_detaching_releases_the_nodes_and_leaves_the_cluster_running(attach, gpu_cluster, make_attached_pool):
     from clusters.models import Cluster
     from clusters.services import delete_cluster, teardown
-    from nodepools.models import DriverRelease, GpuModel, NodePool
-    from nodepools.services import reconcile
 
     cluster = attach(gpu_cluster)
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=2,
-        max_nodes=3,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-    )
-    reconcile(pool.pk)
+    make_attached_pool(cluster, 2, max_nodes=3)
     assert sum(gpus.POOL_LABEL in n["metadata"]["labels"] for n in gpu_cluster.list("v1", "Node")) == 2
     delete_cluster(cluster)
     teardown(cluster.pk)

@@ -4,7 +4,7 @@ NVIDIADriver, waits for the driver and validator pods and GFD's version, and unc
 
 import pytest
 
-from nodepools.models import DriverRelease, GpuModel, Node, NodePool
+from nodepools.models import DriverRelease, Node
 from nodepools.services import reconcile
 from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.operations import UPGRADE_STATE_LABEL as UPGRADE_STATE
@@ -18,23 +18,9 @@ TARGET = "580.105.08"
 
 
 @pytest.fixture
-def pool(attach, gpu_cluster):
+def pool(attach, gpu_cluster, make_attached_pool):
     cluster = attach(gpu_cluster)
-    pool = NodePool.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
-        name="train",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=3,
-        min_nodes=0,
-        max_nodes=3,
-        driver_release=DriverRelease.objects.get(version="570.133.20"),
-        status=NodePool.Status.PROVISIONING,
-    )
-    reconcile(pool.pk)
-    pool.refresh_from_db()
-    return pool
+    return make_attached_pool(cluster, 3)
 
 
 def drive(server, run: UpgradeRun, max_ticks: int = 200) -> UpgradeRun:
