@@ -44,6 +44,15 @@ def cluster_infrastructure(cluster: Cluster) -> Infrastructure:
     return get_infrastructure(cluster_ref(cluster))
 
 
+def _free_name(context: TenantContext, name: str) -> Conflict:
+    """Refuse a bad or taken name now; return the Conflict to raise if a concurrent create takes it."""
+    check_dns_label(name)
+    duplicate = Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
+    if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
+        raise duplicate
+    return duplicate
+
+
 def create_cluster(
     *,
     context: TenantContext,
@@ -52,10 +61,7 @@ def create_cluster(
     region: Region,
     control_plane_nodes: int,
 ) -> Cluster:
-    check_dns_label(name)
-    duplicate = Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
-    if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
-        raise duplicate
+    duplicate = _free_name(context, name)
     try:
         with transaction.atomic():
             quotas.check_cluster(context.tenant)
@@ -91,10 +97,7 @@ def attach_cluster(
     """Attach a running cluster: check it through the Kubernetes provider (attach.inspect), and save it
     only if every check passed. A refusal raises a DomainError whose code is the first failed check's
     reason and whose details list every failed check; nothing is written."""
-    check_dns_label(name)
-    duplicate = Conflict(f"A cluster named {name!r} already exists.", field="name", code="duplicate")
-    if Cluster.objects.filter(tenant=context.tenant, name=name).exists():
-        raise duplicate
+    duplicate = _free_name(context, name)
     if not endpoint.startswith("https://"):
         raise DomainError("The API endpoint must be an https:// URL.", field="endpoint", code="invalid")
     ref = ClusterRef(name=name, endpoint=endpoint, token=token, ca_bundle=ca_bundle, provider="kubernetes")

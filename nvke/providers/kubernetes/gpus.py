@@ -3,6 +3,7 @@ driver runs, its ResourceSlices (device names, UUIDs, memory). Pure mapping of t
 
 import re
 
+from nvke import quantity
 from nvke.providers.base import GpuInfo, NodeInfo
 
 POOL_LABEL = "nvke.io/pool"
@@ -17,30 +18,6 @@ DRIVER_DEPRECATED = (
     "nvidia.com/cuda.driver.minor",
     "nvidia.com/cuda.driver.rev",
 )
-
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)([a-zA-Z]*)$")
-_SUFFIX = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
-
-
-def quantity(value: str | int | None) -> float:
-    """A Kubernetes quantity ("64", "63500m", "527Gi") as a plain number (cores, bytes)."""
-    text = str(value or "0")
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    match = _QUANTITY.match(text)
-    if not match or match.group(2) not in _SUFFIX:
-        raise ValueError(f"{text!r} is not a quantity")
-    return float(match.group(1)) * _SUFFIX[match.group(2)]
 
 
 def product_label(product_name: str) -> str:
@@ -81,8 +58,8 @@ def node_info(node: dict, slices: list[dict]) -> NodeInfo:
         ready=is_ready(node),
         unschedulable=bool(node.get("spec", {}).get("unschedulable")),
         driver_version=driver_version(labels),
-        cpu_millicores=int(quantity(allocatable.get("cpu")) * 1000),
-        memory_mib=int(quantity(allocatable.get("memory")) // 2**20),
+        cpu_millicores=int(quantity.parse(allocatable.get("cpu") or "0") * 1000),
+        memory_mib=int(quantity.parse(allocatable.get("memory") or "0") // 2**20),
         labels=labels,
         gpus=gpus_from_slices(slices) or gpus_from_labels(labels),
     )
@@ -102,7 +79,7 @@ def gpus_from_slices(slices: list[dict]) -> tuple[GpuInfo, ...]:
                 GpuInfo(
                     index=int(index),
                     uuid=attributes.get("uuid", {}).get("string", ""),
-                    memory_mib=int(quantity(memory) // 2**20),
+                    memory_mib=int(quantity.parse(memory) // 2**20),
                     healthy=None,  # the kubelet's view says nothing of XIDs: telemetry's verdict stands
                 )
             )

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from clusters.kubeconfig import parse_kubeconfig
+from nvke import quantity
 from nvke.errors import DomainError
 from nvke.providers.kubernetes import gpus, rbac
 from nvke.providers.kubernetes.labels import matches
@@ -100,12 +101,12 @@ def test_gfd_product_suffixes_are_stripped_to_match_the_catalog(label, product):
 
 @pytest.mark.parametrize(("text", "value"), [("64", 64), ("63500m", 63.5), ("2Gi", 2**31), ("1k", 1000)])
 def test_quantities(text, value):
-    assert gpus.quantity(text) == value
+    assert quantity.parse(text) == value
 
 
 def test_a_bad_quantity_is_refused():
     with pytest.raises(ValueError):
-        gpus.quantity("12Zb")
+        quantity.parse("12Zb")
 
 
 @pytest.mark.parametrize(
