@@ -180,8 +180,15 @@ def test_a_driver_change_ticks_the_clusters_upgrade_runs_at_once(
     # kube_sync's first pass (after its first lists) records the nodes outside every pool: the watches are up.
     wait_until(lambda: "unpooled_nodes" in Cluster.objects.get(pk=cluster.pk).observed)
     before = UpgradeRun.objects.get(pk=run.pk).tick_seq
-    gpu_cluster.create(objects.nvidia_driver("someone-elses", version="575.57.08", node_selector={"x": "y"}))
-    wait_until(lambda: UpgradeRun.objects.get(pk=run.pk).tick_seq > before, timeout=15)
+    try:
+        gpu_cluster.create(
+            objects.nvidia_driver("someone-elses", version="575.57.08", node_selector={"x": "y"})
+        )
+        wait_until(lambda: UpgradeRun.objects.get(pk=run.pk).tick_seq > before, timeout=15)
+    finally:  # the run's next tick waits an hour on a timer thread: later tests must not see it
+        for timer in threading.enumerate():
+            if timer.name == f"nvke-upgrade-{run.pk}":
+                timer.cancel()
 
 
 def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attach, gpu_cluster, make_pool):
