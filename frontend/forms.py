@@ -10,6 +10,7 @@ from clusters.filtersets import ClusterFilter
 from clusters.models import Cluster, KubernetesVersion, Region, dns_label
 from nodepools.filtersets import ClaimFilter
 from nodepools.models import Claim, DriverRelease, GpuModel, MigProfile, NodePool, SharingMode
+from nodepools.sharing import MAX_OVERSUBSCRIPTION_PERCENT
 from nvke.errors import DomainError
 from nvke.quantity import parse_mib
 from telemetry.models import RESCALING_BOUNDS
@@ -118,6 +119,22 @@ class PoolCreateForm(forms.Form):
         help_text="Labels a node must carry to join the pool, e.g. zone=a, team=ml. NVKE adopts Ready nodes "
         "with this GPU model and count, and labels and taints them nvke.io/pool.",
     )
+    compute_oversubscription_percent = forms.IntegerField(
+        required=False,
+        min_value=100,
+        max_value=MAX_OVERSUBSCRIPTION_PERCENT,
+        label="Compute ceilings may add up to (%)",
+        help_text="Per GPU, for time-slicing, MPS and fractional pools. Empty: the mode's default "
+        "(200% for time-slicing and MPS, 100% otherwise).",
+    )
+    default_guaranteed_percent = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=100,
+        label="Default guaranteed compute (%)",
+        help_text="For claims that name none, at most their ceiling. Empty: the mode's default (10% for "
+        "time-slicing and MPS, the claim's ceiling for fractional).",
+    )
 
     def __init__(self, *args, attached: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
@@ -133,6 +150,11 @@ class PoolCreateForm(forms.Form):
 
     def clean_mig_layout(self) -> list[str]:
         return [name.strip() for name in self.cleaned_data["mig_layout"].split(",") if name.strip()]
+
+    def pool_fields(self) -> dict:
+        """The cleaned data as `create_pool` takes it; an empty sharing-policy field: the mode's default."""
+        policy = ("compute_oversubscription_percent", "default_guaranteed_percent")
+        return {k: v for k, v in self.cleaned_data.items() if k not in policy or v is not None}
 
     def clean_node_selector(self) -> dict[str, str]:
         pairs = [pair.strip() for pair in self.cleaned_data["node_selector"].split(",") if pair.strip()]
@@ -230,7 +252,18 @@ class ClaimCreateForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "4Gi"}),
     )
     compute_percent = forms.IntegerField(
-        min_value=1, max_value=100, required=False, label="Compute %", help_text="Share of the GPU's compute."
+        min_value=1,
+        max_value=100,
+        required=False,
+        label="Compute ceiling %",
+        help_text="The most of the GPU's compute it may use (its limit).",
+    )
+    guaranteed_percent = forms.IntegerField(
+        min_value=0,
+        max_value=100,
+        required=False,
+        label="Guaranteed compute %",
+        help_text="What it may always have (its request), at most the ceiling. Empty: the pool's default.",
     )
     cpu_milli = forms.IntegerField(min_value=0, initial=0, label="Host CPU (millicores)")
     host_memory_mib = forms.IntegerField(min_value=0, initial=0, label="Host memory (MiB)")

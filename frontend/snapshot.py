@@ -1,6 +1,8 @@
 """The GPU allocation snapshot of the pool and node pages: each GPU's memory and compute drawn to scale,
 one segment per claim share on each. MIG slices sit at their place on the GPU's 8-slot memory axis; other
-memory shares, and every compute share, are laid side by side."""
+memory shares, and every compute share, are laid side by side. Compute is drawn twice: the guaranteed
+shares on the GPU's 100%, and the ceilings on the pool's oversubscription budget (which may pass 100%,
+marked where the GPU ends)."""
 
 from dataclasses import dataclass
 
@@ -21,7 +23,7 @@ class Segment:
     left: str  # CSS percentages
     width: str
     memory: str
-    compute: str
+    compute: str  # "20%", or "10% of 20%" when the guaranteed share is less than the ceiling
     swatch: int
 
     @property
@@ -43,6 +45,7 @@ class ComputeSegment:
     segment: Segment  # the same claim's memory segment
     left: str
     width: str
+    figure: str  # its guaranteed share or its ceiling
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,12 @@ class GpuBar:
     gpu: Gpu
     mig: bool
     segments: list[Segment]
-    compute_segments: list[ComputeSegment]
+    compute_segments: list[ComputeSegment]  # guaranteed shares, on the GPU's 100%
+    ceiling_segments: list[ComputeSegment]  # ceilings, on the budget
     figures: str  # "12Gi / 22.5Gi, 75%"
-    compute_figure: str  # "75%"
+    compute_figure: str  # "40% guaranteed"
+    ceiling_figure: str  # "130% of 200%"
+    gpu_end: str  # where 100% of the GPU lies on the ceilings' scale (CSS %)
 
     @property
     def label(self) -> str:
@@ -60,9 +66,25 @@ class GpuBar:
         return f"GPU {self.gpu.index}: {self.figures} held. {held}."
 
 
-def gpu_bar(gpu: Gpu, mig: bool = False) -> GpuBar:
-    """`mig`: the GPU is cut into MIG slices (its axis shows the slots even when idle). Reads
-    gpu.shares.all() with each share's allocation.claim: prefetch them."""
+def _compute(share: GpuShare) -> str:
+    ceiling, guaranteed = share.compute_milli // 10, share.guaranteed_milli // 10
+    return f"{ceiling}%" if guaranteed == ceiling else f"{guaranteed}% of {ceiling}%"
+
+
+def _side_by_side(segments: list[Segment], milli_of, scale: int) -> list[ComputeSegment]:
+    parts, offset = [], 0
+    for segment in segments:
+        milli = milli_of(segment.share)
+        left, width = css_percent(offset / scale), css_percent(milli / scale)
+        parts.append(ComputeSegment(segment, left, width, f"{milli // 10}%"))
+        offset += milli
+    return parts
+
+
+def gpu_bar(gpu: Gpu, mig: bool = False, budget_percent: int = 100) -> GpuBar:
+    """`mig`: the GPU is cut into MIG slices (its axis shows the slots even when idle); `budget_percent`:
+    how far the pool lets ceilings add up. Reads gpu.shares.all() with each share's allocation.claim:
+    prefetch them."""
     shares = list(gpu.shares.all())
     total = gpu.memory_mib or 1
     segments = []
@@ -79,27 +101,25 @@ def gpu_bar(gpu: Gpu, mig: bool = False) -> GpuBar:
                 left=css_percent(left),
                 width=css_percent(width),
                 memory=human_mib(share.memory_mib),
-                compute=f"{share.compute_milli // 10}%",
+                compute=_compute(share),
                 swatch=share.allocation.claim_id % SWATCHES,
             )
         )
-    compute_segments = []
-    compute_offset = 0
-    for segment in segments:
-        milli = segment.share.compute_milli
-        compute_segments.append(
-            ComputeSegment(segment, css_percent(compute_offset / 1000), css_percent(milli / 1000))
-        )
-        compute_offset += milli
     used = sum(share.memory_mib for share in shares)
-    compute = sum(share.compute_milli for share in shares) // 10
+    guaranteed = sum(share.guaranteed_milli for share in shares) // 10
+    ceilings = sum(share.compute_milli for share in shares) // 10
+    # A whole GPU's share is all of it; its ceiling takes all of the budget, as in the allocator.
+    scale = max(budget_percent, ceilings, 100) * 10
     return GpuBar(
         gpu=gpu,
         mig=mig or any(segment.mig for segment in segments),
         segments=segments,
-        compute_segments=compute_segments,
-        figures=f"{human_mib(used)} / {human_mib(gpu.memory_mib)}, {compute}%",
-        compute_figure=f"{compute}%",
+        compute_segments=_side_by_side(segments, lambda s: s.guaranteed_milli, 1000),
+        ceiling_segments=_side_by_side(segments, lambda s: s.compute_milli, scale),
+        figures=f"{human_mib(used)} / {human_mib(gpu.memory_mib)}, {guaranteed}%",
+        compute_figure=f"{guaranteed}% guaranteed",
+        ceiling_figure=f"{ceilings}% of {budget_percent}%",
+        gpu_end=css_percent(1000 / scale),
     )
 
 

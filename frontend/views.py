@@ -23,6 +23,8 @@ from clusters.models import Cluster
 from nodepools import allocator
 from nodepools import services as pool_services
 from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
+from nodepools.sharing import isolation_detail
+from nodepools.sizing import sizing_hints
 from nvke.errors import DomainError
 from nvke.providers.kubernetes import rbac
 from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant
@@ -296,7 +298,7 @@ def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
     form = PoolCreateForm(request.POST or None, attached=cluster.attached)
     if request.method == "POST" and form.is_valid():
         try:
-            pool = pool_services.create_pool(context=context, cluster=cluster, **form.cleaned_data)
+            pool = pool_services.create_pool(context=context, cluster=cluster, **form.pool_fields())
         except DomainError as error:
             add_domain_error(form, error)
         else:
@@ -470,6 +472,7 @@ def claim_list(request: HttpRequest, context: TenantContext, pk: int) -> HttpRes
         .annotate(
             memory_held=Sum("allocation__shares__memory_mib", filter=allocated),
             compute_held=Sum("allocation__shares__compute_milli", filter=allocated),
+            guaranteed_held=Sum("allocation__shares__guaranteed_milli", filter=allocated),
         )
         .order_by("namespace", "name")
     )
@@ -523,21 +526,6 @@ def _allocation_of(claim: Claim) -> Allocation | None:
     )
 
 
-ISOLATION_EXPLAINED = {
-    Allocation.Isolation.EXCLUSIVE: "Exclusive GPU: no other claim runs on its GPUs.",
-    Allocation.Isolation.HARD: (
-        "Hard isolation (MIG): its own memory and compute slices, enforced by the GPU."
-    ),
-    Allocation.Isolation.MEMORY_CAPPED: (
-        "Memory-capped (MPS): its GPU memory is capped; compute is shared with the GPU's other claims."
-    ),
-    Allocation.Isolation.NONE: (
-        "No isolation (time-slicing): it shares the GPU's memory and compute with other claims, and "
-        "nothing enforces its share."
-    ),
-}
-
-
 RECENT_DECISIONS = 10  # rescaling decisions shown on a claim's page (telemetry/rescale.py)
 
 
@@ -545,6 +533,7 @@ RECENT_DECISIONS = 10  # rescaling decisions shown on a claim's page (telemetry/
 def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
     claim = _get_claim(context, pk)
     allocation = _allocation_of(claim)
+    pool = allocation.node.pool if allocation else None
     shares = list(allocation.shares.all()) if allocation else []
     scaling = ClaimScaling.objects.filter(claim=claim).first()
     return render(
@@ -562,8 +551,9 @@ def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
                 "idle_s": settings.TELEMETRY_IDLE_S,
             },
             "allocation": allocation,
-            "isolation": ISOLATION_EXPLAINED.get(allocation.isolation, "") if allocation else "",
+            "isolation": isolation_detail(allocation.isolation, pool.sharing_mode) if allocation else "",
             "shares": shares,
+            "sizing": sizing_hints(claim, allocation),
             "live": live(
                 f"cluster={claim.cluster_id}",
                 refresh_on=f"claim:{claim.pk}",

@@ -171,6 +171,19 @@ class NodePool(Conditions):
         default=list, blank=True, help_text="MIG profiles created on every GPU (mig mode); empty = on demand"
     )
     placement_policy = models.CharField(max_length=8, choices=PlacementPolicy.choices, default="fgd")
+    # Compute sharing (nodepools.sharing): how far the fractions' compute ceilings on one GPU may add up,
+    # and the guaranteed share of a fraction that names none (null: its ceiling).
+    compute_oversubscription_percent = models.PositiveSmallIntegerField(
+        default=100,
+        validators=[MinValueValidator(100), MaxValueValidator(400)],
+        help_text="Ceilings of the claims on one GPU may add up to this % (100 = no oversubscription)",
+    )
+    default_guaranteed_percent = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(100)],
+        help_text="Guaranteed compute % of a fraction naming none (at most its ceiling); empty = the ceiling",
+    )
     node_selector = models.JSONField(
         default=dict,
         blank=True,
@@ -281,7 +294,16 @@ class Claim(models.Model):
     mig_profile = models.CharField(max_length=24, blank=True)
     gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     compute_percent = models.PositiveSmallIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Fractions: the compute ceiling (the limit)",
+    )
+    guaranteed_percent = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(100)],
+        help_text="Fractions: guaranteed compute % (the request), at most the ceiling; empty = pool default",
     )
     cpu_milli = models.PositiveIntegerField(default=0)
     host_memory_mib = models.PositiveIntegerField(default=0)
@@ -324,7 +346,8 @@ class Allocation(models.Model):
     def __str__(self) -> str:
         return f"{self.claim} on {self.node}"
 
-    # What the claim holds over all its GPUs (the GPU-MEMORY and GPU-UTIL columns); prefetch `shares`.
+    # What the claim holds over all its GPUs (the GPU-MEMORY and GPU-UTIL columns: memory, compute
+    # ceiling and guaranteed compute); prefetch `shares`.
     @property
     def memory_mib(self) -> int:
         return sum(share.memory_mib for share in self.shares.all())
@@ -333,14 +356,20 @@ class Allocation(models.Model):
     def compute_milli(self) -> int:
         return sum(share.compute_milli for share in self.shares.all())
 
+    @property
+    def guaranteed_milli(self) -> int:
+        return sum(share.guaranteed_milli for share in self.shares.all())
+
 
 class GpuShare(models.Model):
-    """One GPU's part of an allocation: memory, compute share, and the MIG slice if any."""
+    """One GPU's part of an allocation: memory, compute ceiling and guaranteed share (equal for whole GPUs
+    and MIG slices), and the MIG slice if any."""
 
     allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="shares")
     gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="shares")
     memory_mib = models.PositiveIntegerField()
-    compute_milli = models.PositiveSmallIntegerField(validators=[MaxValueValidator(1000)])
+    compute_milli = models.PositiveSmallIntegerField(validators=[MaxValueValidator(1000)])  # the ceiling
+    guaranteed_milli = models.PositiveSmallIntegerField(validators=[MaxValueValidator(1000)])
     exclusive = models.BooleanField(default=False)
     mig_profile = models.CharField(max_length=24, blank=True)
     mig_start = models.PositiveSmallIntegerField(null=True, blank=True)

@@ -35,18 +35,24 @@ def allocation_violations(cluster_id: int) -> list[str]:
     """Over-commits in the cluster's stored allocations, recomputed from the rows (the race test and
     the service benchmark use it). Empty when every invariant holds."""
     problems = []
-    shares = GpuShare.objects.filter(gpu__node__pool__cluster_id=cluster_id).select_related("gpu")
+    shares = GpuShare.objects.filter(gpu__node__pool__cluster_id=cluster_id).select_related("gpu__node__pool")
     by_gpu: dict[int, list] = {}
     for share in shares:
         by_gpu.setdefault(share.gpu_id, []).append(share)
     for gpu_shares in by_gpu.values():
         gpu = gpu_shares[0].gpu
         memory = sum(s.memory_mib for s in gpu_shares)
-        compute = sum(s.compute_milli for s in gpu_shares)
+        guaranteed = sum(s.guaranteed_milli for s in gpu_shares)
+        ceilings = sum(s.compute_milli for s in gpu_shares)
+        budget = gpu.node.pool.compute_oversubscription_percent
         if memory > gpu.memory_mib:
             problems.append(f"{gpu}: memory {memory}/{gpu.memory_mib} MiB")
-        if compute > 1000:
-            problems.append(f"{gpu}: compute {compute / 10:g}%")
+        if guaranteed > 1000:
+            problems.append(f"{gpu}: guaranteed compute {guaranteed / 10:g}%")
+        if ceilings > budget * 10:
+            problems.append(f"{gpu}: compute ceilings {ceilings / 10:g}% over the pool's {budget}%")
+        if any(s.guaranteed_milli > s.compute_milli for s in gpu_shares):
+            problems.append(f"{gpu}: a share is guaranteed more than its ceiling")
         if any(s.exclusive for s in gpu_shares) and len(gpu_shares) > 1:
             problems.append(f"{gpu}: an exclusive GPU is shared by {len(gpu_shares)} claims")
         spans = sorted((s.mig_start, s.mig_start + s.mig_size) for s in gpu_shares if s.mig_start is not None)

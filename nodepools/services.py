@@ -13,7 +13,7 @@ from nvke.models import check_dns_label
 from nvke.providers.base import PoolSpec, ProviderError
 from nvke.tenancy.context import TenantContext
 
-from . import quotas
+from . import quotas, sharing
 from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
 from .events import publish_pool
 from .models import NodePool, SharingMode
@@ -33,6 +33,8 @@ MUTABLE_FIELDS = (
     "sharing_mode",
     "mig_layout",
     "placement_policy",
+    "compute_oversubscription_percent",
+    "default_guaranteed_percent",
 )
 
 
@@ -67,6 +69,7 @@ def validate_pool(pool: NodePool) -> None:
         raise DomainError("mig_layout applies only to sharing_mode mig.", field="mig_layout")
     if refusal := mig_layout_refusal(model, pool.mig_layout):
         raise Incompatible(refusal.message, field="mig_layout", code=refusal.rule)
+    sharing.validate_policy(pool)
     if refusals := driver_refusals(pool.driver_release, model, pool.sharing_mode):
         raise Incompatible(
             refusals[0].message,
@@ -80,6 +83,7 @@ def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePo
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no new pools.", field="cluster")
     pool = NodePool(tenant=context.tenant, cluster=cluster, status=NodePool.Status.PROVISIONING, **fields)
+    sharing.apply_mode_defaults(pool, set(fields))
     validate_pool(pool)
     duplicate = Conflict(
         f"Cluster {cluster.name} already has a pool named {pool.name!r}.", field="name", code="duplicate"
@@ -107,8 +111,11 @@ def update_pool(pool: NodePool, **changes) -> NodePool:
         pool = NodePool.objects.select_for_update().select_related("gpu_model", "cluster").get(pk=pool.pk)
         if pool.status == NodePool.Status.DELETING:
             raise Conflict(f"Pool {pool.name} is being deleted.", code="deleting")
+        mode_changed = changes.get("sharing_mode", pool.sharing_mode) != pool.sharing_mode
         for name, value in changes.items():
             setattr(pool, name, value)
+        if mode_changed:  # a new mode brings its own sharing policy, unless the change sets one
+            sharing.apply_mode_defaults(pool, set(changes))
         validate_pool(pool)
         if "max_nodes" in changes:
             quotas.check_pool(pool)

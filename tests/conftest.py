@@ -119,6 +119,7 @@ def make_pool(catalog):
         driver: str = "580.105.08",
         sharing_mode: str = "exclusive",
         status: str = NodePool.Status.READY,
+        **fields,
     ):
         return NodePool.objects.create(
             tenant=cluster.tenant,
@@ -132,6 +133,7 @@ def make_pool(catalog):
             driver_release=DriverRelease.objects.get(version=driver),
             sharing_mode=sharing_mode,
             status=status,
+            **fields,
         )
 
     return make

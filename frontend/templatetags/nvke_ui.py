@@ -55,7 +55,8 @@ def claim_kind(claim: Claim) -> str:
 
 
 @register.inclusion_tag("frontend/_gpu_bar.html")
-def gpu_snapshot(gpu: Gpu, mig: bool = False, detail: bool = False) -> dict:
-    """One GPU's allocation drawn to scale (see frontend/snapshot.py); `detail` adds the compute bar
-    and the MIG slot numbers (the node page)."""
-    return {"bar": gpu_bar(gpu, mig), "detail": detail, "mig_slots": range(MIG_SLOTS)}
+def gpu_snapshot(gpu: Gpu, mig: bool = False, detail: bool = False, budget: int = 100) -> dict:
+    """One GPU's allocation drawn to scale (see frontend/snapshot.py); `detail` adds the compute bars
+    (guaranteed, and ceilings on the pool's oversubscription `budget` %) and the MIG slot numbers (the
+    node page)."""
+    return {"bar": gpu_bar(gpu, mig, budget), "detail": detail, "mig_slots": range(MIG_SLOTS)}

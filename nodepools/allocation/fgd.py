@@ -230,10 +230,8 @@ def gpu_takes(gpu: InternedGpu, shape: Request) -> bool:
     if not gpu.healthy or gpu.exclusive:
         return False
     if shape.kind == FRACTION:
-        return (
-            not gpu.profiles
-            and gpu.memory_used + shape.memory_mib <= gpu.memory
-            and gpu.compute_used + shape.compute_milli <= 1000
+        return not gpu.profiles and gpu.takes_fraction(
+            shape.memory_mib, gpu.guarantee(shape), shape.compute_milli
         )
     profiles = list(gpu.profiles)
     profile = next((p for p in profiles if p.name == shape.mig_profile), None)

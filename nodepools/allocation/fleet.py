@@ -150,7 +150,6 @@ def candidates(interner: Interner, node: InternedNode, request: Request) -> int 
     result: list[Candidate] = []
     healthy = usable = with_memory = False  # which GPU check fails, for the reason
     if request.kind == FRACTION:
-        part = (FRACTION, request.memory_mib, request.compute_milli)
         for g, _, pos in node.distinct:  # equal GPU states are interchangeable: try one of each
             if not g.healthy:
                 continue
@@ -161,7 +160,9 @@ def candidates(interner: Interner, node: InternedNode, request: Request) -> int 
             if g.memory_used + request.memory_mib > g.memory:
                 continue
             with_memory = True
-            if g.compute_used + request.compute_milli <= MILLI:
+            guaranteed = g.guarantee(request)
+            if g.takes_fraction(request.memory_mib, guaranteed, request.compute_milli):
+                part = (FRACTION, request.memory_mib, guaranteed, request.compute_milli)
                 result.append(Candidate(interner, node, request, (pos,), part, fit=(g.free,)))
         if result:
             return result
@@ -436,7 +437,13 @@ class Fleet:
             return Placement(node.id, indexes, gpu.memory_mib, MILLI, EXCLUSIVE, request)
         if request.kind == FRACTION:
             return Placement(
-                node.id, indexes, request.memory_mib, request.compute_milli, FRACTION_ISOLATION[mode], request
+                node.id,
+                indexes,
+                request.memory_mib,
+                request.compute_milli,
+                FRACTION_ISOLATION[mode],
+                request,
+                guaranteed_milli=node.guarantee(request),
             )
         if request.kind == MIG_SLICE:
             profile = node.profile(request.mig_profile)
@@ -515,6 +522,8 @@ def fits_ever(request: Request, node_shapes: Iterable[NodeState]) -> str | None:
             cpu_milli_total=n.cpu_milli_total,
             memory_mib_total=n.memory_mib_total,
             mig_profiles=list(n.mig_profiles),
+            ceiling_budget=n.ceiling_budget,
+            default_guarantee=n.default_guarantee,
         )
         for i, n in enumerate(node_shapes)
     ]

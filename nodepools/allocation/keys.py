@@ -10,13 +10,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .mig import Profile, gpu_geometry
-from .state import FRACTION, MIG_SLICE, MILLI, WHOLE, MigSlice, NodeState, mig_start_fits
+from .state import (
+    FRACTION,
+    MIG_SLICE,
+    MILLI,
+    WHOLE,
+    MigSlice,
+    NodeState,
+    Request,
+    guarantee_of,
+    mig_start_fits,
+)
 
 PCIE = -1  # link label of a GPU without NVLink
 
 
 class InternedGpu:
-    """One interned GPU state. `link` is the node-local NVLink domain label (PCIE when none)."""
+    """One interned GPU state. `link` is the node-local NVLink domain label (PCIE when none); `budget` and
+    `default_guarantee` are its node's compute-sharing policy (NodeState.ceiling_budget and
+    default_guarantee), kept here so that "can this GPU take the claim" needs only the GPU."""
 
     __slots__ = (
         "id",
@@ -26,6 +38,9 @@ class InternedGpu:
         "memory",
         "memory_used",
         "compute_used",
+        "ceiling_used",
+        "budget",
+        "default_guarantee",
         "link",
         "mig",
         "profiles",
@@ -43,6 +58,9 @@ class InternedGpu:
             self.memory,
             self.memory_used,
             self.compute_used,
+            self.ceiling_used,
+            self.budget,
+            self.default_guarantee,
             self.link,
             self.mig,
             self.profiles,
@@ -52,12 +70,24 @@ class InternedGpu:
             and not self.exclusive
             and not self.memory_used
             and not self.compute_used
+            and not self.ceiling_used
             and not self.mig
         )
         self.free = self._free_share()
         # How many (profile, start) slices still fit: the MIG tie-breaker keeps this high.
         self.mig_options = sum(
             mig_start_fits(self.mig, p, s, list(self.profiles)) for p in self.profiles for s in p.placements
+        )
+
+    def guarantee(self, shape: Request) -> int:
+        return guarantee_of(shape, self.default_guarantee)
+
+    def takes_fraction(self, memory: int, guaranteed: int, ceiling: int) -> bool:
+        """Memory, guaranteed compute and ceiling fit (health, exclusivity and MIG checked apart)."""
+        return (
+            self.memory_used + memory <= self.memory
+            and self.compute_used + guaranteed <= MILLI
+            and self.ceiling_used + ceiling <= self.budget
         )
 
     def _free_share(self) -> int:
@@ -70,7 +100,8 @@ class InternedGpu:
             used_slots = sum(s.size for s in self.mig)
             used_compute = sum(by_name[s.profile].compute_slices for s in self.mig)
             return min((slots - used_slots) * MILLI // slots, (compute - used_compute) * MILLI // compute)
-        free = MILLI - self.compute_used
+        # A fraction needs guaranteed compute and room under the ceiling budget: the scarcer one counts.
+        free = min(MILLI - self.compute_used, self.budget - self.ceiling_used)
         if self.memory:
             free = min(free, (self.memory - self.memory_used) * MILLI // self.memory)
         return free
@@ -127,8 +158,9 @@ class InternedNode:
         self.total_free = sum(g.free for g in gpus)
         # Quick necessary conditions for whole GPUs and fractions (see Fleet.place).
         self.idle_count = sum(g.idle for g in gpus)
+        # Room under the ceiling budget: a fraction's ceiling must fit it (its guarantee is smaller).
         self.compute_free = max(
-            (MILLI - g.compute_used for g in gpus if g.healthy and not g.exclusive and not g.profiles),
+            (g.budget - g.ceiling_used for g in gpus if g.healthy and not g.exclusive and not g.profiles),
             default=-1,
         )
         # Allocated shares, for binpack/spread: unhealthy GPUs count as taken.
@@ -187,6 +219,9 @@ class Interner:
                 g.memory_mib,
                 g.memory_used_mib,
                 g.compute_used,
+                g.ceiling_used,
+                node.ceiling_budget,
+                node.default_guarantee,
                 link,
                 tuple(sorted(g.mig_used)),
                 profiles,
@@ -202,13 +237,25 @@ class Interner:
         return info, tuple(node.gpus[i].index for i in order)
 
     def after(self, gpu: InternedGpu, part: tuple) -> InternedGpu:
-        """The GPU state after taking `part`: (WHOLE,) | (FRACTION, memory, compute) | (MIG_SLICE, slice)."""
+        """The GPU state after taking `part`: (WHOLE,) | (FRACTION, memory, guaranteed, ceiling) |
+        (MIG_SLICE, slice)."""
         cache_key = (gpu.id, part)
         info = self._transitions.get(cache_key)
         if info is None:
-            healthy, exclusive, memory, memory_used, compute_used, link, mig, profiles = gpu.key
+            (
+                healthy,
+                exclusive,
+                memory,
+                memory_used,
+                compute_used,
+                ceiling_used,
+                *policy,
+                link,
+                mig,
+                profiles,
+            ) = gpu.key
             if part[0] == WHOLE:
-                key = (healthy, True, memory, memory, MILLI, link, mig, profiles)
+                key = (healthy, True, memory, memory, MILLI, gpu.budget, *policy, link, mig, profiles)
             elif part[0] == FRACTION:
                 key = (
                     healthy,
@@ -216,6 +263,8 @@ class Interner:
                     memory,
                     memory_used + part[1],
                     compute_used + part[2],
+                    ceiling_used + part[3],
+                    *policy,
                     link,
                     mig,
                     profiles,
@@ -229,6 +278,8 @@ class Interner:
                     memory,
                     memory_used,
                     compute_used,
+                    ceiling_used,
+                    *policy,
                     link,
                     tuple(sorted(mig + (new,))),
                     profiles,

@@ -41,6 +41,11 @@ FRACTION_ISOLATION = {MPS: "memory-capped", TIME_SLICING: "none", FRACTIONAL: "n
 
 MILLI = 1000  # compute share of one whole GPU
 
+# Compute requests and limits, like Kubernetes CPU. A fraction's `compute_milli` is its ceiling (the
+# limit: MPS's active-thread percentage, time-slicing's share of slices); its guaranteed share (the
+# request) is what it may always have. Guaranteed shares on one GPU add up to at most MILLI; ceilings up
+# to the node's `ceiling_budget` (its pool's oversubscription policy). Memory is never oversubscribed.
+
 
 class MigSlice(NamedTuple):
     """A MIG GPU instance in use: `size` memory slots from `start`, created from `profile`."""
@@ -53,13 +58,15 @@ class MigSlice(NamedTuple):
 @dataclass
 class GpuState:
     """One GPU and what is on it. `memory_used_mib`/`compute_used` add up every share on the GPU: a
-    fraction's, a MIG slice's (its memory and compute-slice share, besides its span in `mig_used`), or
-    all of it for a whole-GPU claim (`exclusive`)."""
+    fraction's (its guaranteed compute), a MIG slice's (its memory and compute-slice share, besides its
+    span in `mig_used`), or all of it for a whole-GPU claim (`exclusive`). `ceiling_used` adds up the
+    fractions' ceilings (all of the node's budget for a whole-GPU claim)."""
 
     index: int
     memory_mib: int  # total; 0 = unknown (then only claims without a memory figure fit)
     memory_used_mib: int = 0
-    compute_used: int = 0  # milli, 0..1000
+    compute_used: int = 0  # guaranteed, milli, 0..1000
+    ceiling_used: int = 0  # milli, 0..the node's ceiling_budget
     nvlink_domain: str = ""  # GPUs with the same non-empty value are NVLink-connected
     healthy: bool = True
     exclusive: bool = False  # held whole by one claim
@@ -75,6 +82,7 @@ class GpuState:
             and not self.exclusive
             and self.memory_used_mib == 0
             and self.compute_used == 0
+            and self.ceiling_used == 0
             and not self.mig_used
         )
 
@@ -91,15 +99,33 @@ class NodeState:
     memory_mib_used: int = 0
     schedulable: bool = True
     mig_profiles: list[Profile] = field(default_factory=list)  # MIG pools: what the GPUs can be cut into
+    ceiling_budget: int = MILLI  # how far the fractions' ceilings on one GPU may add up, milli
+    default_guarantee: int | None = None  # guaranteed share of a fraction that names none; None = its ceiling
 
     def __post_init__(self) -> None:
         if self.sharing_mode not in SHARING_MODES:
             raise ValueError(f"unknown sharing mode {self.sharing_mode!r}")
         if self.sharing_mode == MIG and not self.mig_profiles:
             raise ValueError("a MIG node needs its mig_profiles")
+        if self.ceiling_budget < MILLI:
+            raise ValueError("the ceiling budget is at least one whole GPU")
 
     def profile(self, name: str) -> Profile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)
+
+    def guarantee(self, request: Request) -> int:
+        """The guaranteed share `request` gets here (milli): its own, else this node's default."""
+        return guarantee_of(request, self.default_guarantee)
+
+
+def guarantee_of(request: Request, default_guarantee: int | None) -> int:
+    """A fraction's guaranteed share: its own when it names one, else the pool's default (never above its
+    ceiling), else its ceiling."""
+    if request.guaranteed_milli is not None:
+        return request.guaranteed_milli
+    if default_guarantee is None:
+        return request.compute_milli
+    return min(request.compute_milli, default_guarantee)
 
 
 @dataclass(frozen=True)
@@ -107,15 +133,17 @@ class Request:
     """A claim's shape. Frozen and hashable: the workload model counts shapes.
 
     kind "whole": `gpus` idle GPUs on one node (NVLink-connected when `nvlink_required`);
-    kind "mig": one slice of profile `mig_profile`; kind "fraction": `memory_mib` and/or
-    `compute_milli` of ONE GPU; kind "cpu": host resources only."""
+    kind "mig": one slice of profile `mig_profile`; kind "fraction": `memory_mib` and/or a compute
+    ceiling `compute_milli` of ONE GPU, with `guaranteed_milli` of it guaranteed (None: the node's
+    pool decides); kind "cpu": host resources only."""
 
     kind: str
     gpus: int = 1
     nvlink_required: bool = False
     mig_profile: str = ""
     memory_mib: int = 0  # fraction: GPU memory on the one GPU
-    compute_milli: int = 0  # fraction: compute share, 1..1000
+    compute_milli: int = 0  # fraction: compute ceiling, 1..1000
+    guaranteed_milli: int | None = None  # fraction: guaranteed share, 0..compute_milli
     cpu_milli: int = 0
     host_memory_mib: int = 0
     allowed_models: frozenset[str] = frozenset()  # empty = any
@@ -134,6 +162,10 @@ class Request:
             not 0 <= self.compute_milli <= MILLI or (self.memory_mib == 0 and self.compute_milli == 0)
         ):
             raise ValueError("a fraction needs memory_mib and/or compute_milli in 1..1000")
+        if self.guaranteed_milli is not None and (
+            self.kind != FRACTION or not 0 <= self.guaranteed_milli <= self.compute_milli
+        ):
+            raise ValueError("a guaranteed share belongs to a fraction, within its ceiling")
         if self.kind == MIG_SLICE and not self.mig_profile:
             raise ValueError("a MIG claim names its profile")
 
@@ -153,7 +185,8 @@ class Request:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a claim goes. `memory_mib`/`compute_milli` are per chosen GPU (a whole GPU: all of it)."""
+    """Where a claim goes. `memory_mib`/`compute_milli` (the ceiling)/`guaranteed_milli` are per chosen
+    GPU (a whole GPU: all of it); `guaranteed_milli` defaults to the ceiling."""
 
     node_id: Hashable
     gpu_indexes: tuple[int, ...]
@@ -163,6 +196,11 @@ class Placement:
     request: Request
     mig_start: int | None = None
     mig_size: int = 0  # memory slots of the MIG slice
+    guaranteed_milli: int = -1
+
+    def __post_init__(self) -> None:
+        if self.guaranteed_milli < 0:
+            object.__setattr__(self, "guaranteed_milli", self.compute_milli)
 
     @property
     def mig_slice(self) -> MigSlice | None:
@@ -212,13 +250,15 @@ def mig_start_fits(used: Iterable[MigSlice], profile: Profile, start: int, profi
     return used_compute + profile.compute_slices <= compute and same_profile < profile.max_instances
 
 
-def fraction_fits(gpu: GpuState, memory_mib: int, compute_milli: int) -> bool:
+def fraction_fits(gpu: GpuState, node: NodeState, memory_mib: int, guaranteed: int, ceiling: int) -> bool:
+    """Memory, guaranteed compute and ceiling all fit `gpu` of `node`."""
     return (
         gpu.healthy
         and not gpu.exclusive
         and not gpu.mig_used
         and gpu.memory_used_mib + memory_mib <= gpu.memory_mib
-        and gpu.compute_used + compute_milli <= MILLI
+        and gpu.compute_used + guaranteed <= MILLI
+        and gpu.ceiling_used + ceiling <= node.ceiling_budget
     )
 
 
@@ -253,11 +293,16 @@ def apply_to_node(placement: Placement, node: NodeState) -> None:
             g.exclusive = True
             g.memory_used_mib = g.memory_mib
             g.compute_used = MILLI
+            g.ceiling_used = node.ceiling_budget
     elif request.kind == FRACTION:
-        if len(gpus) != 1 or not fraction_fits(gpus[0], placement.memory_mib, placement.compute_milli):
+        p = placement
+        if len(gpus) != 1 or not fraction_fits(
+            gpus[0], node, p.memory_mib, p.guaranteed_milli, p.compute_milli
+        ):
             raise ValueError("the fraction does not fit the GPU")
-        gpus[0].memory_used_mib += placement.memory_mib
-        gpus[0].compute_used += placement.compute_milli
+        gpus[0].memory_used_mib += p.memory_mib
+        gpus[0].compute_used += p.guaranteed_milli
+        gpus[0].ceiling_used += p.compute_milli
     elif request.kind == MIG_SLICE:
         profile = node.profile(request.mig_profile)
         mig = placement.mig_slice
@@ -281,7 +326,9 @@ def release_from_node(placement: Placement, node: NodeState) -> None:
         WHOLE: lambda g: g.exclusive,
         MIG_SLICE: lambda g: placement.mig_slice in g.mig_used,
         FRACTION: lambda g: (
-            g.memory_used_mib >= placement.memory_mib and g.compute_used >= placement.compute_milli
+            g.memory_used_mib >= placement.memory_mib
+            and g.compute_used >= placement.guaranteed_milli
+            and g.ceiling_used >= placement.compute_milli
         ),
         CPU_ONLY: lambda g: False,
     }[request.kind]
@@ -293,10 +340,11 @@ def release_from_node(placement: Placement, node: NodeState) -> None:
             gpu.memory_used_mib -= placement.memory_mib
             gpu.compute_used -= placement.compute_milli
         elif request.kind == WHOLE:
-            gpu.exclusive, gpu.memory_used_mib, gpu.compute_used = False, 0, 0
+            gpu.exclusive, gpu.memory_used_mib, gpu.compute_used, gpu.ceiling_used = False, 0, 0, 0
         else:
             gpu.memory_used_mib -= placement.memory_mib
-            gpu.compute_used -= placement.compute_milli
+            gpu.compute_used -= placement.guaranteed_milli
+            gpu.ceiling_used -= placement.compute_milli
     node.cpu_milli_used -= request.cpu_milli
     node.memory_mib_used -= request.host_memory_mib
 
@@ -325,7 +373,14 @@ def invariant_violations(nodes: Iterable[NodeState]) -> list[str]:
                 problems.append(f"{where}: memory {g.memory_used_mib}/{g.memory_mib}")
             if not 0 <= g.compute_used <= MILLI:
                 problems.append(f"{where}: compute {g.compute_used}")
-            if g.exclusive and (g.mig_used or g.compute_used != MILLI or g.memory_used_mib != g.memory_mib):
+            if not 0 <= g.ceiling_used <= node.ceiling_budget:
+                problems.append(f"{where}: ceilings {g.ceiling_used}/{node.ceiling_budget}")
+            if g.exclusive and (
+                g.mig_used
+                or g.compute_used != MILLI
+                or g.memory_used_mib != g.memory_mib
+                or g.ceiling_used != node.ceiling_budget
+            ):
                 problems.append(f"{where}: a whole-GPU claim shares its GPU")
             if g.mig_used:
                 for k, s in enumerate(g.mig_used):

@@ -12,6 +12,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from .. import allocation as core
+from .. import sharing
 from ..models import Allocation, AllocationEvent, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
 from .shapes import catalog_shapes, mig_profiles, request_of
 
@@ -61,27 +62,40 @@ def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
             memory_mib_total=memory,
             schedulable=status == Node.Status.READY and not cordoned,
             mig_profiles=profiles.get(pool_id, []),
+            **sharing.node_policy(pool),
         )
         inventory.nodes[pk] = state
         inventory.pool_nodes[pool_id].append(state)
     gpus: dict[int, core.GpuState] = {}
+    node_of: dict[int, core.NodeState] = {}
     gpu_rows = Gpu.objects.filter(node__pool__in=pools).order_by("node_id", "index")
     for pk, node_id, index, memory, nvlink, healthy in gpu_rows.values_list(
         "pk", "node_id", "index", "memory_mib", "nvlink_domain", "healthy"
     ):
         gpus[pk] = core.GpuState(index, memory, nvlink_domain=nvlink, healthy=healthy)
+        node_of[pk] = inventory.nodes[node_id]
         inventory.nodes[node_id].gpus.append(gpus[pk])
         inventory.gpu_pk[node_id, index] = pk
     shares = GpuShare.objects.filter(gpu__node__pool__in=pools)
-    for gpu_id, memory, compute, exclusive, profile, start, size in shares.values_list(
-        "gpu_id", "memory_mib", "compute_milli", "exclusive", "mig_profile", "mig_start", "mig_size"
+    for gpu_id, memory, ceiling, guaranteed, exclusive, profile, start, size in shares.values_list(
+        "gpu_id",
+        "memory_mib",
+        "compute_milli",
+        "guaranteed_milli",
+        "exclusive",
+        "mig_profile",
+        "mig_start",
+        "mig_size",
     ):
         gpu = gpus[gpu_id]
         gpu.memory_used_mib += memory
-        gpu.compute_used += compute
-        gpu.exclusive |= exclusive
-        if start is not None:
+        gpu.compute_used += guaranteed
+        if exclusive:  # as apply_to_node: a whole GPU takes all of the node's ceiling budget
+            gpu.exclusive, gpu.ceiling_used = True, node_of[gpu_id].ceiling_budget
+        elif start is not None:
             gpu.mig_used.append(core.MigSlice(start, size, profile))
+        else:
+            gpu.ceiling_used += ceiling
     host = Allocation.objects.filter(node__pool__in=pools).values("node_id")
     for row in host.annotate(cpu=Sum("cpu_milli"), memory=Sum("host_memory_mib")):
         node = inventory.nodes[row["node_id"]]
@@ -107,6 +121,7 @@ def _placements(pools: list[NodePool]) -> dict[int, core.Placement]:
             request=request_of(alloc.claim),
             mig_start=first.mig_start if first else None,
             mig_size=(first.mig_size or 0) if first else 0,
+            guaranteed_milli=first.guaranteed_milli if first else 0,
         )
     return result
 
@@ -121,6 +136,7 @@ def placement_json(p: core.Placement) -> dict:
         "gpus": list(p.gpu_indexes),
         "memory_mib": p.memory_mib,
         "compute_milli": p.compute_milli,
+        "guaranteed_milli": p.guaranteed_milli,
         "isolation": p.isolation,
         "mig_start": p.mig_start,
         "mig_size": p.mig_size,
@@ -131,6 +147,7 @@ def placement_json(p: core.Placement) -> dict:
             "mig_profile": r.mig_profile,
             "memory_mib": r.memory_mib,
             "compute_milli": r.compute_milli,
+            "guaranteed_milli": r.guaranteed_milli,
             "cpu_milli": r.cpu_milli,
             "host_memory_mib": r.host_memory_mib,
             "allowed_models": sorted(r.allowed_models),
@@ -148,6 +165,7 @@ def _placement_of(data: dict) -> core.Placement:
         request=core.Request(**data["request"]),
         mig_start=data["mig_start"],
         mig_size=data["mig_size"],
+        guaranteed_milli=data.get("guaranteed_milli", -1),  # entries logged before guarantees: the ceiling
     )
 
 
@@ -200,8 +218,8 @@ class Snapshot:
         self.fleet_of[placement.node_id].apply(placement)
         self.inventory.placements[claim_id] = placement
 
-    def gpu(self, node_id: int, index: int) -> core.GpuState:
-        return self.fleet_of[node_id].node(node_id).gpus[index]
+    def node(self, node_id: int) -> core.NodeState:
+        return self.fleet_of[node_id].node(node_id)
 
     def pool_holding(self, claim_id: int) -> int | None:
         """The pool the claim is placed in, if it is."""

@@ -31,6 +31,7 @@ class ShareRow:
     gpu_id: int
     memory_mib: int
     compute_milli: int
+    guaranteed_milli: int
     exclusive: bool
     mig_profile: str
     mig_start: int | None
@@ -71,6 +72,7 @@ def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outco
                 gpu_id=snap.inventory.gpu_pk[p.node_id, index],
                 memory_mib=p.memory_mib,
                 compute_milli=p.compute_milli,
+                guaranteed_milli=p.guaranteed_milli,
                 exclusive=claim.kind == Claim.Kind.WHOLE,
                 mig_profile=claim.mig_profile if p.mig_start is not None else "",
                 mig_start=p.mig_start,
@@ -98,11 +100,13 @@ WITH a_rows AS (
     RETURNING id, claim_id
 ), s AS (
     INSERT INTO nodepools_gpushare
-        (allocation_id, gpu_id, memory_mib, compute_milli, exclusive, mig_profile, mig_start, mig_size)
-    SELECT a.id, r.gpu_id, r.memory_mib, r.compute_milli, r.exclusive, r.mig_profile, r.mig_start, r.mig_size
+        (allocation_id, gpu_id, memory_mib, compute_milli, guaranteed_milli, exclusive, mig_profile,
+         mig_start, mig_size)
+    SELECT a.id, r.gpu_id, r.memory_mib, r.compute_milli, r.guaranteed_milli, r.exclusive, r.mig_profile,
+        r.mig_start, r.mig_size
     FROM jsonb_to_recordset(%(shares)s::jsonb) AS r(
-        claim_id bigint, gpu_id bigint, memory_mib integer, compute_milli integer, exclusive boolean,
-        mig_profile text, mig_start integer, mig_size integer)
+        claim_id bigint, gpu_id bigint, memory_mib integer, compute_milli integer, guaranteed_milli integer,
+        exclusive boolean, mig_profile text, mig_start integer, mig_size integer)
     JOIN a ON a.claim_id = r.claim_id
 ), u AS (
     UPDATE nodepools_claim c

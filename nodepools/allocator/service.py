@@ -40,6 +40,7 @@ def create_claim(
     mig_profile: str = "",
     gpu_memory_mib: int | None = None,
     compute_percent: int | None = None,
+    guaranteed_percent: int | None = None,
     cpu_milli: int = 0,
     host_memory_mib: int = 0,
     allowed_models: list[str] | None = None,
@@ -62,6 +63,7 @@ def create_claim(
         mig_profile=mig_profile,
         gpu_memory_mib=gpu_memory_mib,
         compute_percent=compute_percent,
+        guaranteed_percent=guaranteed_percent,
         cpu_milli=cpu_milli,
         host_memory_mib=host_memory_mib,
         allowed_models=allowed_models or [],
@@ -189,12 +191,19 @@ def resize_claim(claim_id: int, *, compute_percent: int | Callable[[Claim], int 
         resized = copy.copy(claim)
         resized.compute_percent = asked
         request = request_of(resized)
-        grown = request.compute_milli - old.compute_milli
-        if grown <= 0 or fraction_fits(snap.gpu(old.node_id, old.gpu_indexes[0]), 0, grown):
-            new = replace(old, compute_milli=request.compute_milli, request=request)
+        node = snap.node(old.node_id)
+        guaranteed = node.guarantee(request)
+        grown = (guaranteed - old.guaranteed_milli, request.compute_milli - old.compute_milli)
+        gpu = node.gpus[old.gpu_indexes[0]]
+        if max(grown) <= 0 or fraction_fits(gpu, node, 0, *grown):
+            new = replace(
+                old, compute_milli=request.compute_milli, guaranteed_milli=guaranteed, request=request
+            )
             snap.remove(claim_id)
             snap.apply(claim_id, new)
-            GpuShare.objects.filter(allocation__claim_id=claim_id).update(compute_milli=new.compute_milli)
+            GpuShare.objects.filter(allocation__claim_id=claim_id).update(
+                compute_milli=new.compute_milli, guaranteed_milli=guaranteed
+            )
             Claim.objects.filter(pk=claim_id).update(compute_percent=asked)
             _log_add(snap, claim_id, new)
             return replace(unchanged, compute_percent=asked)

@@ -5,6 +5,7 @@ from nvke.errors import DomainError
 from nvke.models import check_dns_label
 
 from .. import allocation as core
+from .. import sharing
 from ..allocation import fleet
 from ..models import Claim, GpuModel, NodePool, SharingMode
 
@@ -20,10 +21,12 @@ def request_of(claim: Claim) -> core.Request:
         return core.Request("whole", gpus=claim.gpus, nvlink_required=claim.nvlink_required, **common)
     if claim.kind == Claim.Kind.MIG:
         return core.Request("mig", mig_profile=claim.mig_profile, **common)
+    guaranteed = claim.guaranteed_percent
     return core.Request(
         "fraction",
         memory_mib=claim.gpu_memory_mib or 0,
         compute_milli=(claim.compute_percent or 0) * 10,
+        guaranteed_milli=None if guaranteed is None else guaranteed * 10,
         **common,
     )
 
@@ -49,6 +52,14 @@ def validate_claim(claim: Claim) -> None:
             raise DomainError("A fraction takes no mig_profile.", field="mig_profile")
         if not claim.gpu_memory_mib and not claim.compute_percent:
             raise DomainError("A fraction asks for gpu_memory and/or compute_percent.", field="gpu_memory")
+        if claim.guaranteed_percent is not None and claim.guaranteed_percent > (claim.compute_percent or 0):
+            raise DomainError(
+                f"guaranteed_percent {claim.guaranteed_percent} is above the claim's ceiling, "
+                f"compute_percent {claim.compute_percent or 0}: it is guaranteed at most what it may use.",
+                field="guaranteed_percent",
+            )
+    elif claim.guaranteed_percent is not None:
+        raise DomainError("guaranteed_percent applies to fractions.", field="guaranteed_percent")
     unknown = claim.allowed_models and sorted(
         set(claim.allowed_models) - set(GpuModel.objects.values_list("name", flat=True))
     )
@@ -88,6 +99,7 @@ def pool_shape(pool: NodePool) -> core.NodeState:
         cpu_milli_total=model.host_cpus_per_gpu * pool.gpus_per_node * 1000,
         memory_mib_total=model.host_memory_gib_per_gpu * pool.gpus_per_node * 1024,
         mig_profiles=mig_profiles(pool) if pool.sharing_mode == SharingMode.MIG else [],
+        **sharing.node_policy(pool),
     )
 
 
@@ -98,6 +110,7 @@ def catalog_shapes() -> list[core.NodeState]:
         modes = [m for m in SharingMode.values if m != SharingMode.MIG or model.supports_mig]
         for mode in modes:
             pool = NodePool(gpu_model=model, gpus_per_node=model.max_gpus_per_node, sharing_mode=mode)
+            sharing.apply_mode_defaults(pool, set())
             shapes.append(pool_shape(pool))
     return shapes
 

@@ -8,6 +8,8 @@ from clusters.models import Cluster
 from nodepools import allocator
 from nodepools.filtersets import ClaimFilter
 from nodepools.models import Claim, NodePool
+from nodepools.sharing import isolation_detail
+from nodepools.sizing import sizing_hints
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.quantity import format_mib, human_mib, parse_mib
 from nvke.tenancy.context import resolve_tenant
@@ -34,7 +36,8 @@ class GpuShareSerializer(serializers.Serializer):
     gpu_index = serializers.IntegerField(source="gpu.index")
     gpu_uuid = serializers.UUIDField(source="gpu.uuid")
     memory_mib = serializers.IntegerField()
-    compute_percent = serializers.SerializerMethodField()
+    compute_percent = serializers.SerializerMethodField(help_text="The compute ceiling on this GPU")
+    guaranteed_percent = serializers.SerializerMethodField(help_text="The guaranteed compute on this GPU")
     exclusive = serializers.BooleanField()
     mig_profile = serializers.CharField()
     mig_start = serializers.IntegerField(allow_null=True)
@@ -42,13 +45,26 @@ class GpuShareSerializer(serializers.Serializer):
     def get_compute_percent(self, share) -> float:
         return share.compute_milli / 10
 
+    def get_guaranteed_percent(self, share) -> float:
+        return share.guaranteed_milli / 10
+
 
 class AllocationSerializer(serializers.Serializer):
     node = serializers.IntegerField(source="node_id")
     node_name = serializers.CharField(source="node.name")
     pool = serializers.CharField(source="node.pool.name")
     isolation = serializers.CharField()
+    isolation_detail = serializers.SerializerMethodField(help_text="What holds its memory and compute")
     gpus = GpuShareSerializer(source="shares", many=True)
+
+    def get_isolation_detail(self, allocation) -> str:
+        return isolation_detail(allocation.isolation, allocation.node.pool.sharing_mode)
+
+
+def gpu_util_display(allocation) -> str:
+    """The GPU-UTIL column: the compute ceiling held, and the guaranteed part when it is less."""
+    ceiling, guaranteed = allocation.compute_milli // 10, allocation.guaranteed_milli // 10
+    return f"{ceiling}%" if guaranteed == ceiling else f"{guaranteed}%/{ceiling}%"
 
 
 class ClaimSerializer(serializers.ModelSerializer):
@@ -64,8 +80,14 @@ class ClaimSerializer(serializers.ModelSerializer):
         help_text="GPU model names (see gpu-models/); empty = any",
     )
     allocation = serializers.SerializerMethodField()
+    sizing = serializers.SerializerMethodField(
+        help_text="A placed fraction's start-up hints: vllm_gpu_memory_utilization and vllm_explained, "
+        "mps_environment (MPS pools), pod_resources (YAML to copy); null otherwise"
+    )
     gpu_memory_display = serializers.SerializerMethodField(help_text="GPU-MEMORY column: total held")
-    gpu_util_display = serializers.SerializerMethodField(help_text="GPU-UTIL column: compute share held")
+    gpu_util_display = serializers.SerializerMethodField(
+        help_text="GPU-UTIL column: compute ceiling held, as guaranteed/ceiling when they differ"
+    )
 
     class Meta:
         model = Claim
@@ -81,6 +103,7 @@ class ClaimSerializer(serializers.ModelSerializer):
             "mig_profile",
             "gpu_memory",
             "compute_percent",
+            "guaranteed_percent",
             "cpu_milli",
             "host_memory_mib",
             "allowed_models",
@@ -90,6 +113,7 @@ class ClaimSerializer(serializers.ModelSerializer):
             "allocation",
             "gpu_memory_display",
             "gpu_util_display",
+            "sizing",
             "created_at",
             "allocated_at",
         ]
@@ -112,13 +136,17 @@ class ClaimSerializer(serializers.ModelSerializer):
         allocation = self._allocation(claim)
         return AllocationSerializer(allocation).data if allocation else None
 
+    @extend_schema_field({"type": "object", "nullable": True})
+    def get_sizing(self, claim: Claim) -> dict | None:
+        return sizing_hints(claim, self._allocation(claim))
+
     def get_gpu_memory_display(self, claim: Claim) -> str:
         allocation = self._allocation(claim)
         return human_mib(allocation.memory_mib) if allocation else "-"
 
     def get_gpu_util_display(self, claim: Claim) -> str:
         allocation = self._allocation(claim)
-        return f"{allocation.compute_milli // 10}%" if allocation else "-"
+        return gpu_util_display(allocation) if allocation else "-"
 
 
 class ClaimViewSet(
@@ -131,7 +159,7 @@ class ClaimViewSet(
     """GPU claims. Create places the claim at once when it fits (201 with `allocation`), else leaves it
     `pending` with a reason and places it when capacity frees. DELETE releases it."""
 
-    queryset = Claim.objects.select_related("allocation__node__pool").prefetch_related(
+    queryset = Claim.objects.select_related("allocation__node__pool__gpu_model").prefetch_related(
         "allocation__shares__gpu"
     )
     serializer_class = ClaimSerializer

@@ -149,6 +149,8 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "sharing_mode",
             "mig_layout",
             "placement_policy",
+            "compute_oversubscription_percent",
+            "default_guaranteed_percent",
             "node_selector",
             "status",
             "status_reason",
@@ -188,7 +190,8 @@ class GpuSnapshotShareSerializer(serializers.ModelSerializer):
     claim = serializers.IntegerField(source="allocation.claim_id")
     namespace = serializers.CharField(source="allocation.claim.namespace")
     name = serializers.CharField(source="allocation.claim.name")
-    compute_percent = serializers.SerializerMethodField()
+    compute_percent = serializers.SerializerMethodField(help_text="Its compute ceiling")
+    guaranteed_percent = serializers.SerializerMethodField(help_text="Its guaranteed compute")
 
     class Meta:
         model = GpuShare
@@ -198,6 +201,7 @@ class GpuSnapshotShareSerializer(serializers.ModelSerializer):
             "name",
             "memory_mib",
             "compute_percent",
+            "guaranteed_percent",
             "exclusive",
             "mig_profile",
             "mig_start",
@@ -207,11 +211,19 @@ class GpuSnapshotShareSerializer(serializers.ModelSerializer):
     def get_compute_percent(self, share: GpuShare) -> float:
         return share.compute_milli / 10
 
+    def get_guaranteed_percent(self, share: GpuShare) -> float:
+        return share.guaranteed_milli / 10
+
 
 class GpuSerializer(serializers.ModelSerializer):
     shares = GpuSnapshotShareSerializer(many=True, read_only=True)
     memory_allocated_mib = serializers.SerializerMethodField()
-    compute_allocated_percent = serializers.SerializerMethodField()
+    compute_allocated_percent = serializers.SerializerMethodField(
+        help_text="Guaranteed compute held (at most 100)"
+    )
+    compute_ceilings_percent = serializers.SerializerMethodField(
+        help_text="The claims' compute ceilings added up (at most compute_oversubscription_percent)"
+    )
 
     class Meta:
         model = Gpu
@@ -223,6 +235,7 @@ class GpuSerializer(serializers.ModelSerializer):
             "healthy",
             "memory_allocated_mib",
             "compute_allocated_percent",
+            "compute_ceilings_percent",
             "shares",
         ]
 
@@ -230,6 +243,9 @@ class GpuSerializer(serializers.ModelSerializer):
         return sum(s.memory_mib for s in gpu.shares.all())
 
     def get_compute_allocated_percent(self, gpu: Gpu) -> float:
+        return sum(s.guaranteed_milli for s in gpu.shares.all()) / 10
+
+    def get_compute_ceilings_percent(self, gpu: Gpu) -> float:
         return sum(s.compute_milli for s in gpu.shares.all()) / 10
 
 

@@ -197,7 +197,7 @@ def test_a_claim_from_the_form_shows_in_the_gpu_snapshot(owner_page, frac_pool):
     page.get_by_label("Name", exact=True).fill("infer")
     page.get_by_label("Kind").select_option("fraction")
     page.get_by_label("GPU memory").fill("6Gi")
-    page.get_by_label("Compute %").fill("25")
+    page.get_by_label("Compute ceiling %").fill("25")
     page.get_by_role("button", name="Create claim").click()
 
     claim = Claim.objects.get(name="infer")

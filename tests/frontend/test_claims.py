@@ -177,7 +177,7 @@ def test_mig_claim_from_the_form_is_hard_isolated_and_detailed(ui, cluster, mig_
     assert response.status_code == 302 and claim.status == "allocated"
     share = GpuShare.objects.select_related("gpu").get(allocation__claim=claim)
     page = text(ui.get(f"/claims/{claim.pk}/"))
-    assert "Hard isolation (MIG)" in page
+    assert "MIG: its own memory and compute slices" in page
     assert f"<td>GPU {share.gpu.index}</td>" in page
     assert str(share.gpu.uuid).split("-")[0] in page
     assert f"3g.40gb at slice {share.mig_start}" in page
@@ -190,7 +190,7 @@ def test_claim_detail_explains_where_a_fraction_landed(ui, cluster, frac_pool):
     page = text(ui.get(f"/claims/{claim.pk}/"))
     assert Node.objects.get(pool=frac_pool).name in page
     assert f'href="/pools/{frac_pool.pk}/">frac</a>' in page
-    assert "No isolation (time-slicing)" in page
+    assert "Fractional: memory and compute caps are enforced in software" in page
     assert '<td class="num">4Gi</td>' in page and '<td class="num">50%</td>' in page
 
 

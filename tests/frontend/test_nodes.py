@@ -50,9 +50,32 @@ def test_memory_and_compute_of_each_claim_are_drawn_to_scale(ui, tenant, cluster
         b.pk: "left: 17.78%; width: 35.56%",
     }
     assert drawn(page, "data-claim-compute") == {a.pk: "left: 0%; width: 50%", b.pk: "left: 50%; width: 25%"}
-    assert "12Gi / 22.5Gi, 75%" in page and "75% compute" in page
+    assert "12Gi / 22.5Gi, 75%" in page and "75% guaranteed" in page
+    # A fractional pool does not oversubscribe: the ceilings are the guarantees, on the GPU's 100%.
+    assert drawn(page, "data-claim-ceiling") == drawn(page, "data-claim-compute")
+    assert "75% of 100% ceilings" in page
     assert f"2 / {node.cpu_millicores / 1000:g} cores" in page  # host CPU held by claim a
     assert ">2</dd>" in page  # claims on it
+
+
+def test_guarantees_and_oversubscribed_ceilings_are_told_apart(ui, tenant, cluster, make_pool):
+    node = one_node(
+        make_pool,
+        cluster,
+        name="shared",
+        sharing_mode="time-slicing",
+        compute_oversubscription_percent=200,
+        default_guaranteed_percent=10,
+    )
+    a = claim(tenant, cluster, "a", kind="fraction", gpu_memory_mib=1024, compute_percent=70)
+    b = claim(tenant, cluster, "b", kind="fraction", gpu_memory_mib=1024, compute_percent=60)
+    page = text(ui.get(f"/nodes/{node.pk}/"))
+    assert drawn(page, "data-claim-compute") == {a.pk: "left: 0%; width: 10%", b.pk: "left: 10%; width: 10%"}
+    # Ceilings (130%) on the pool's 200% budget; the GPU's own 100% ends halfway.
+    assert drawn(page, "data-claim-ceiling") == {a.pk: "left: 0%; width: 35%", b.pk: "left: 35%; width: 30%"}
+    assert 'class="gpu-end" style="left: 50%"' in page
+    assert "20% guaranteed" in page and "130% of 200% ceilings" in page
+    assert "10% of 70%" in page  # the claim list under the GPU
 
 
 def test_mig_slices_sit_at_their_slots_with_the_slot_axis(ui, tenant, cluster, make_pool):

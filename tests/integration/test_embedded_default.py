@@ -64,8 +64,87 @@ def test_embedded_default_serves_api_and_pages(tmp_path):
         )
         assert second.status_code == 201 and second.json()["status"] == "allocated", second.text
 
+        sharing_scenarios(browser, base, clusters[0]["id"], csrf_header)
+
         page = browser.get(f"{base}/clusters/{clusters[0]['id']}/", timeout=10)
         assert page.status_code == 200 and "training-h100" in page.text
         assert browser.get(f"{base}/static/frontend/live.js", timeout=10).status_code == 200
     finally:
         server.stop()
+
+
+def sharing_scenarios(browser: requests.Session, base: str, cluster: int, headers: dict) -> None:
+    """What users bring first, through the REST API on a fresh database: one A10 (time-slicing) holding a
+    training job (8Gi, 70%) and three inference services (2Gi, 20%) at once; seven 10Gi + 10% inference
+    claims on one A100 80GB (MPS)."""
+
+    def post(path: str, body: dict) -> dict:
+        response = browser.post(f"{base}/api/v1/{path}", json=body, headers=headers, timeout=10)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def one_gpu_pool(name: str, model: str, mode: str) -> dict:
+        return post(
+            "node-pools/",
+            {
+                "cluster": cluster,
+                "name": name,
+                "gpu_model": model,
+                "gpus_per_node": 1,
+                "node_count": 1,
+                "max_nodes": 1,
+                "driver_release": "580.105.08",
+                "sharing_mode": mode,
+            },
+        )
+
+    a10 = one_gpu_pool("a10-shared", "a10", "time-slicing")
+    assert (a10["compute_oversubscription_percent"], a10["default_guaranteed_percent"]) == (200, 10)
+    asks = [("train", "8Gi", 70)] + [(f"infer-{i}", "2Gi", 20) for i in range(3)]
+    placed = [
+        post(
+            "claims/",
+            {
+                "cluster": cluster,
+                "pool": a10["id"],
+                "name": name,
+                "kind": "fraction",
+                "gpu_memory": memory,
+                "compute_percent": compute,
+            },
+        )
+        for name, memory, compute in asks
+    ]
+    assert [c["status"] for c in placed] == ["allocated"] * 4, [c["pending_reason"] for c in placed]
+    assert len({c["allocation"]["gpus"][0]["gpu_uuid"] for c in placed}) == 1  # all on the one card
+    assert [c["gpu_util_display"] for c in placed] == ["10%/70%"] + ["10%/20%"] * 3
+    assert "nothing holds its memory" in placed[0]["allocation"]["isolation_detail"]
+    node = browser.get(f"{base}/api/v1/nodes/{placed[0]['allocation']['node']}/", timeout=10).json()
+    (gpu,) = node["gpus"]
+    assert (
+        gpu["memory_allocated_mib"],
+        gpu["compute_allocated_percent"],
+        gpu["compute_ceilings_percent"],
+    ) == (
+        14 * 1024,
+        40.0,
+        130.0,
+    )
+
+    a100 = one_gpu_pool("a100-mps", "a100-sxm4-80gb", "mps")
+    seven = [
+        post(
+            "claims/",
+            {
+                "cluster": cluster,
+                "pool": a100["id"],
+                "name": f"llm-{i}",
+                "kind": "fraction",
+                "gpu_memory": "10Gi",
+                "compute_percent": 10,
+            },
+        )
+        for i in range(7)
+    ]
+    assert [c["status"] for c in seven] == ["allocated"] * 7
+    assert all(c["allocation"]["isolation"] == "memory-capped" for c in seven)

@@ -23,10 +23,14 @@ from nodepools.allocation.state import MigSlice
 from .fleets import node
 
 
-def used(n, gpu, compute=0, memory=0, exclusive=False, mig=()):
-    """Mark GPU `gpu` of node `n` in use (returns the node, for building fleets inline)."""
+def used(n, gpu, compute=0, memory=0, exclusive=False, mig=(), ceiling=None):
+    """Mark GPU `gpu` of node `n` in use (returns the node, for building fleets inline). Fractions'
+    ceilings add up to `ceiling` (default: their guaranteed `compute`, as with request = limit)."""
     g = n.gpus[gpu]
     g.compute_used, g.memory_used_mib, g.exclusive, g.mig_used = compute, memory, exclusive, list(mig)
+    g.ceiling_used = (
+        n.ceiling_budget if exclusive else compute if ceiling is None and not mig else ceiling or 0
+    )
     return n
 
 
@@ -472,3 +476,76 @@ def test_fits_ever_ignores_current_use_and_health():
     busy.gpus[1].healthy = False
     assert isinstance(place(whole(2), [busy]), Unplaceable)
     assert fits_ever(whole(2), [busy]) is None
+
+
+# --- compute requests and limits ---------------------------------------------------------------------
+
+A10_MIB = 24 * 1024
+TRAINING = Request("fraction", memory_mib=8 * 1024, compute_milli=700)
+INFERENCE = Request("fraction", memory_mib=2 * 1024, compute_milli=200)
+
+
+def a10(**policy):
+    return node("a10", mode="time-slicing", gpus=1, model="A10", gpu_memory=A10_MIB, **policy)
+
+
+def place_all(nodes, requests):
+    fleet = Fleet(nodes)
+    results = []
+    for request in requests:
+        result = fleet.place(request)
+        if isinstance(result, Placement):
+            fleet.apply(result)
+        results.append(result)
+    return results
+
+
+def test_ceilings_may_oversubscribe_a_time_sliced_gpu_within_its_budget():
+    """The users' first scenario: a training job (8Gi, 70%) and three inference services (2Gi, 20%) on
+    one A10. Ceilings add up to 130%: over the GPU, within a 200% budget; guarantees (10% each) do not."""
+    nodes = [a10(ceiling_budget=2000, default_guarantee=100)]
+    results = place_all(nodes, [TRAINING, INFERENCE, INFERENCE, INFERENCE])
+    assert all(isinstance(r, Placement) for r in results)
+    assert [(r.compute_milli, r.guaranteed_milli) for r in results] == [(700, 100)] + [(200, 100)] * 3
+    gpu = nodes[0].gpus[0]
+    assert (gpu.memory_used_mib, gpu.compute_used, gpu.ceiling_used) == (14 * 1024, 400, 1300)
+    assert invariant_violations(nodes) == []
+
+
+def test_without_oversubscription_ceilings_are_reservations():
+    nodes = [a10()]  # budget 1000, guarantee = ceiling: today's semantics
+    results = place_all(nodes, [TRAINING, INFERENCE, INFERENCE, INFERENCE])
+    assert [isinstance(r, Placement) for r in results] == [True, True, False, False]
+    assert results[2].reason == "0/1 nodes: 1 insufficient GPU compute"
+
+
+def test_guaranteed_shares_never_add_up_past_the_gpu():
+    """Explicit guarantees are held even where ceilings may oversubscribe: 70% + 20% + 20% > 100%."""
+    nodes = [a10(ceiling_budget=4000, default_guarantee=100)]
+    sure = [
+        Request(
+            "fraction",
+            memory_mib=r.memory_mib,
+            compute_milli=r.compute_milli,
+            guaranteed_milli=r.compute_milli,
+        )
+        for r in (TRAINING, INFERENCE, INFERENCE)
+    ]
+    results = place_all(nodes, sure)
+    assert [isinstance(r, Placement) for r in results] == [True, True, False]
+    assert nodes[0].gpus[0].compute_used == 900
+
+
+def test_memory_is_never_oversubscribed_whatever_the_budget():
+    nodes = [a10(ceiling_budget=4000, default_guarantee=0)]
+    big = Request("fraction", memory_mib=10 * 1024, compute_milli=100)
+    results = place_all(nodes, [big, big, big])
+    assert [isinstance(r, Placement) for r in results] == [True, True, False]
+    assert results[2].reason == "0/1 nodes: 1 insufficient GPU memory"
+
+
+def test_the_ceiling_budget_bounds_the_sum_of_ceilings():
+    nodes = [a10(ceiling_budget=1500, default_guarantee=0)]
+    results = place_all(nodes, [TRAINING, TRAINING, INFERENCE])
+    assert [isinstance(r, Placement) for r in results] == [True, True, False]
+    assert nodes[0].gpus[0].ceiling_used == 1400

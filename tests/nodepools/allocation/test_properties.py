@@ -26,9 +26,11 @@ def fleets(draw):
     nodes = []
     for i in range(draw(st.integers(1, 4))):
         gpus = draw(st.integers(1, 4))
+        mode = draw(st.sampled_from(SHARING_MODES))
+        shares = mode in ("time-slicing", "mps", "fractional")  # may oversubscribe compute ceilings
         n = node(
             f"n{i}",
-            mode=draw(st.sampled_from(SHARING_MODES)),
+            mode=mode,
             gpus=gpus,
             model=draw(st.sampled_from(MODELS)),
             cpu=draw(st.sampled_from([16_000, 64_000])),
@@ -36,6 +38,8 @@ def fleets(draw):
             domains=draw(st.lists(st.sampled_from(["", "a", "b"]), min_size=gpus, max_size=gpus)),
             gpu_memory=draw(st.sampled_from([16_384, 81_920])),
             schedulable=draw(st.integers(0, 9)) > 0,  # mostly schedulable
+            ceiling_budget=draw(st.sampled_from([1000, 2000, 4000])) if shares else 1000,
+            default_guarantee=draw(st.sampled_from([None, 100, 300])) if shares else None,
         )
         for g in n.gpus:
             g.healthy = draw(st.integers(0, 9)) > 0  # mostly healthy
@@ -55,6 +59,23 @@ fractions = st.builds(
     compute_milli=st.sampled_from([0, 100, 250, 500, 900]),
     memory_mib=st.sampled_from([1_024, 4_096, 8_192, 20_000]),
     **host,
+)
+# Some fractions name their guaranteed share (a fraction of their ceiling), the rest leave it to the pool.
+fractions = st.one_of(
+    fractions,
+    st.builds(
+        lambda r, part: Request(
+            "fraction",
+            compute_milli=r.compute_milli,
+            guaranteed_milli=r.compute_milli * part // 4,
+            memory_mib=r.memory_mib,
+            cpu_milli=r.cpu_milli,
+            host_memory_mib=r.host_memory_mib,
+            allowed_models=r.allowed_models,
+        ),
+        fractions,
+        st.integers(0, 4),
+    ),
 )
 migs = st.builds(
     Request, kind=st.just("mig"), mig_profile=st.sampled_from([p.name for p in H100_MIG]), **host
@@ -84,7 +105,8 @@ def assert_sound(nodes):
         profiles = {p.name: p for p in n.mig_profiles}
         for g in n.gpus:
             assert 0 <= g.memory_used_mib <= g.memory_mib
-            assert 0 <= g.compute_used <= 1000
+            assert 0 <= g.compute_used <= 1000  # guaranteed shares never add up past the GPU
+            assert 0 <= g.ceiling_used <= n.ceiling_budget  # ceilings within the pool's budget
             if g.exclusive:  # a whole-GPU claim's GPU holds nothing else
                 assert (g.compute_used, g.memory_used_mib, g.mig_used) == (1000, g.memory_mib, [])
             slots = [0] * 8
@@ -115,6 +137,14 @@ def check_placement(nodes, p: Placement):
             assert len(domains) == 1 and "" not in domains
     if r.kind == "mig":
         assert p.mig_start in n.profile(r.mig_profile).placements
+    if r.kind == "fraction":
+        assert p.compute_milli == r.compute_milli and p.guaranteed_milli <= p.compute_milli
+        expected = r.guaranteed_milli
+        if expected is None:
+            expected = (
+                r.compute_milli if n.default_guarantee is None else min(r.compute_milli, n.default_guarantee)
+            )
+        assert p.guaranteed_milli == expected
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -152,7 +182,7 @@ def test_claims_and_releases_keep_the_invariants(nodes, ops, policy, learn):
         n.cpu_milli_used == 0
         and n.memory_mib_used == 0
         and all(
-            g.compute_used == 0 and g.memory_used_mib == 0 and not g.exclusive and not g.mig_used
+            g.compute_used == g.ceiling_used == g.memory_used_mib == 0 and not g.exclusive and not g.mig_used
             for g in n.gpus
         )
         for n in nodes

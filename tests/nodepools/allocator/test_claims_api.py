@@ -202,9 +202,17 @@ def test_violation_checker_sees_an_overcommit(api, cluster, pools):
     assert claim(api, cluster, "a", kind="fraction", gpu_memory="20Gi").data["status"] == "allocated"
     assert allocation_violations(cluster.pk) == []
     share = GpuShare.objects.get(allocation__claim__name="a")
-    GpuShare.objects.create(allocation=share.allocation, gpu=share.gpu, memory_mib=8192, compute_milli=0)
+    extra = GpuShare.objects.create(
+        allocation=share.allocation, gpu=share.gpu, memory_mib=8192, compute_milli=0, guaranteed_milli=0
+    )
     (problem,) = allocation_violations(cluster.pk)
     assert "memory 28672/23034 MiB" in problem
+    GpuShare.objects.filter(pk=extra.pk).update(memory_mib=0, compute_milli=1000, guaranteed_milli=1000)
+    assert allocation_violations(cluster.pk) == []  # all of the GPU's compute, and no more
+    GpuShare.objects.filter(pk=extra.pk).update(guaranteed_milli=1001)
+    problems = allocation_violations(cluster.pk)
+    assert any("guaranteed compute 100.1%" in p for p in problems)
+    assert any("guaranteed more than its ceiling" in p for p in problems)
 
 
 def test_node_detail_shows_each_gpus_allocation_snapshot(api, cluster, pools):
