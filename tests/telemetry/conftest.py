@@ -83,16 +83,17 @@ def client_of_node(node: Node) -> APIClient:
 
 @pytest.fixture
 def add_pool(cluster, make_pool):
-    """add_pool(name, nodes, gpus_per_node): a fractional L4 pool, provisioned."""
+    """add_pool(name, nodes, gpus_per_node, sharing_mode="fractional", **policy): an L4 pool, provisioned."""
 
-    def add(name: str, nodes: int = 1, gpus_per_node: int = 1):
+    def add(name: str, nodes: int = 1, gpus_per_node: int = 1, sharing_mode: str = "fractional", **policy):
         pool = make_pool(
             cluster,
             name=name,
             gpu_model="l4",
             nodes=nodes,
             gpus_per_node=gpus_per_node,
-            sharing_mode="fractional",
+            sharing_mode=sharing_mode,
+            **policy,
         )
         reconcile(pool.pk)
         return pool
@@ -102,11 +103,12 @@ def add_pool(cluster, make_pool):
 
 @pytest.fixture
 def claim_in(cluster, tenant):
-    """claim_in(name, compute_percent, pool=None): a fractional claim, placed at once."""
+    """claim_in(name, compute_percent, pool=None, guaranteed_percent=None): a fractional claim, placed at
+    once."""
     from nodepools.allocator import create_claim
     from nvke.tenancy.context import TenantContext
 
-    def make(name: str, compute_percent: int, pool=None):
+    def make(name: str, compute_percent: int, pool=None, guaranteed_percent: int | None = None):
         return create_claim(
             context=TenantContext(tenant, "owner"),
             cluster=cluster,
@@ -114,6 +116,7 @@ def claim_in(cluster, tenant):
             kind="fraction",
             gpu_memory_mib=2048,
             compute_percent=compute_percent,
+            guaranteed_percent=guaranteed_percent,
             pool=pool,
         )
 

@@ -151,3 +151,50 @@ def test_a_claims_page_says_why_it_is_throttled(add_pool, claim_in, owner):
     assert rescale.rescale() == [(claim.pk, "claim.throttled")]
     page = claim_page(owner, claim)
     assert "<strong>Throttled:</strong>" in page and "needs 60% compute" in page
+
+
+# --- contention: guaranteed shares win ---------------------------------------------------------------
+
+
+def test_throttle_plan_takes_from_those_above_their_guarantee():
+    shares = [
+        rescale.Share(1, usage=100, ceiling=70, guaranteed=10),  # wants 70, 60 above its guarantee
+        rescale.Share(2, usage=100, ceiling=60, guaranteed=50),  # wants 60, 10 above
+        rescale.Share(3, usage=50, ceiling=20, guaranteed=20),  # wants 10, within its guarantee
+    ]
+    plan = rescale.throttle_plan(shares)
+    assert set(plan) == {1, 2}  # the claim within its guarantee is left alone
+    assert plan[1] >= 10 and plan[2] >= 50  # never below a guarantee
+    assert plan[1] + plan[2] + 10 <= 100  # the demand fits the GPU
+    assert 70 - plan[1] > 60 - plan[2]  # who runs further above its guarantee gives up more
+    assert rescale.throttle_plan([rescale.Share(1, 90, 50, 10), rescale.Share(2, 90, 50, 10)]) == {}
+
+
+def test_a_contended_gpu_throttles_claims_above_their_guarantee_then_restores_them(add_pool, claim_in, api):
+    pool = add_pool("shared", sharing_mode="time-slicing", compute_oversubscription_percent=200)
+    train = claim_in("train", 70, guaranteed_percent=10)
+    service = claim_in("service", 60, guaranteed_percent=50)
+    assert gpu_of(train) == gpu_of(service)
+    start = time.time() - 5
+    report(train, [100] * 3, start)
+    report(service, [100] * 3, start)
+
+    done = dict(rescale.rescale())
+    assert done == {train.pk: "claim.throttled", service.pk: "claim.throttled"}
+    lowered = {c.name: compute_of(c) for c in (train, service)}
+    assert lowered["train"] >= 10 and lowered["service"] >= 50
+    assert lowered["train"] + lowered["service"] <= 100
+    assert 70 - lowered["train"] > 60 - lowered["service"]
+    scaling = ClaimScaling.objects.get(claim=train)
+    assert scaling.state == "throttled" and "Guaranteed shares win" in scaling.reason
+    assert "wants 130%" in scaling.reason or "want 130%" in scaling.reason
+    assert pool.compute_oversubscription_percent == 200
+
+    # The contention ends: both get their ceilings back.
+    report(train, [20] * 3, start + 3)
+    report(service, [20] * 3, start + 3)
+    assert dict(rescale.rescale()) == {train.pk: "claim.grown", service.pk: "claim.grown"}
+    assert (compute_of(train), compute_of(service)) == (70, 60)
+    assert ClaimScaling.objects.get(claim=train).state == "normal"
+    events = api.get(f"/api/v1/telemetry/events/?claim={train.pk}").data["results"]
+    assert any("no longer contended" in e["message"] for e in events)
