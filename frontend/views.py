@@ -20,7 +20,7 @@ from clusters import services as cluster_services
 from clusters.addons import BY_NAME as ADDON_CATALOG
 from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml, parse_kubeconfig
 from clusters.models import Cluster
-from nodepools import allocator
+from nodepools import allocator, preflight
 from nodepools import services as pool_services
 from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
 from nodepools.sharing import isolation_detail
@@ -437,6 +437,7 @@ def node_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
             "gpus": _gpus_with_shares().filter(node=node),
             "mig": pool.sharing_mode == SharingMode.MIG,
             "host": host_usage(node, held["cpu"] or 0, held["memory"] or 0),
+            "preflight_failures": preflight.failures(node, pool),
             "claim_count": held["claims"],
             "live": live(
                 f"cluster={pool.cluster_id}",

@@ -226,6 +226,9 @@ class Node(models.Model):
     cpu_millicores = models.PositiveIntegerField()
     memory_mib = models.PositiveBigIntegerField()
     labels = models.JSONField(default=dict, blank=True)
+    preflight = models.JSONField(
+        default=dict, blank=True, help_text="Sharing preflight facts (nvke.agent.preflight), as last reported"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantScopedQuerySet.as_manager()

@@ -10,7 +10,7 @@ from django.db import transaction
 from nvke.errors import Conflict, DomainError
 from nvke.providers.base import NodeInfo
 
-from . import allocator
+from . import allocator, preflight
 from .models import Gpu, Node, NodePool
 
 
@@ -35,6 +35,8 @@ def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:
             "memory_mib": info.memory_mib,
             "labels": info.labels,
         }
+        if info.preflight:  # else the provider knows none: keep what the node's agent reported
+            values["preflight"] = info.preflight
         changed |= _save_if_changed(node, values)
         have = {gpu.index: gpu for gpu in node.gpus.all()} if info.name in existing else {}
         for gpu_info in info.gpus:
@@ -46,9 +48,28 @@ def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:
                 values["healthy"] = gpu_info.healthy
             changed |= _save_if_changed(gpu, values)
     if changed:
+        preflight.update_condition(pool)  # the caller saves the pool
         allocator.topology_changed(pool.cluster_id)
         allocator.request_placement(pool.cluster_id)
     return changed
+
+
+def record_preflight(node_id: int, facts: dict) -> list[str]:
+    """The sharing preflight facts a node's agent read (checked by preflight.validate_facts); returns
+    what fails for its pool's mode. A change of outcome tells the allocator and the pool's condition."""
+    with transaction.atomic():
+        node = Node.objects.select_for_update().select_related("pool").get(pk=node_id)
+        pool = NodePool.objects.select_for_update().get(pk=node.pool_id)
+        before = preflight.failures(node, pool)
+        node.preflight = {**node.preflight, **facts}
+        node.save(update_fields=["preflight"])
+        after = preflight.failures(node, pool)
+        if after != before:
+            preflight.update_condition(pool)
+            pool.save(update_fields=["conditions", "updated_at"])
+            allocator.topology_changed(pool.cluster_id)
+            allocator.request_placement(pool.cluster_id)
+    return after
 
 
 def _save_if_changed(row: Node | Gpu, values: dict) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from nodepools import nodes
+from nodepools import nodes, preflight
 from nodepools.models import Gpu, GpuShare
 from nvke import jobs
 from nvke.errors import DomainError
@@ -157,6 +157,13 @@ def ingest(identity: NodeIdentity, payload) -> int:
             # At once: the samples are in Redis, no transaction holds them.
             jobs.task("telemetry.tasks.gpu_failed").delay(s.gpu_id, xid)
     return len(samples)
+
+
+def record_preflight(raw_token: str, payload) -> list[str]:
+    """A node agent's sharing preflight facts, checked whole before anything is written; returns what
+    fails for its pool's sharing mode."""
+    identity = authenticate(raw_token)
+    return nodes.record_preflight(identity.node_id, preflight.validate_facts(payload))
 
 
 def record_inventory(raw_token: str, payload) -> int:

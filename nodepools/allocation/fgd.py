@@ -206,6 +206,7 @@ class FragModel:
             names = {p.name for p in static.profiles}
             vector = self._static_ok[static.id] = tuple(
                 static.schedulable
+                and not static.preflight_failure
                 and (not s.allowed_models or static.gpu_model in s.allowed_models)
                 and static.mode in MODES_FOR_KIND[s.kind]
                 and (s.kind != MIG_SLICE or s.mig_profile in names)

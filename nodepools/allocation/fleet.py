@@ -49,6 +49,7 @@ POLICIES = (FGD, BINPACK, SPREAD, BEST_FIT)
 
 # Per-node reasons, in the order they are checked (a node is counted under the first that fails).
 NOT_SCHEDULABLE = "node not schedulable"
+FAILED_PREFLIGHT = "node failed its sharing preflight"
 MODEL_NOT_ALLOWED = "GPU model not allowed"
 WRONG_MODE = "wrong sharing mode"
 NO_PROFILE = "MIG profile not offered"
@@ -62,6 +63,7 @@ INSUFFICIENT_GPU_COMPUTE = "insufficient GPU compute"
 NO_MIG_PLACEMENT = "no free MIG placement"
 REASONS = (
     NOT_SCHEDULABLE,
+    FAILED_PREFLIGHT,
     MODEL_NOT_ALLOWED,
     WRONG_MODE,
     NO_PROFILE,
@@ -133,6 +135,8 @@ def candidates(interner: Interner, node: InternedNode, request: Request) -> int 
     static = node.static
     if not static.schedulable:
         return _REASON[NOT_SCHEDULABLE]
+    if static.preflight_failure:
+        return _REASON[FAILED_PREFLIGHT]
     if request.allowed_models and static.gpu_model not in request.allowed_models:
         return _REASON[MODEL_NOT_ALLOWED]
     if static.mode not in MODES_FOR_KIND[request.kind]:

@@ -114,6 +114,7 @@ class StaticInfo:
     id: int
     gpu_model: str
     schedulable: bool
+    preflight_failure: str
     mode: str
     cpu_total: int
     memory_total: int
@@ -202,6 +203,7 @@ class Interner:
         skey = (
             node.gpu_model,
             node.schedulable,
+            node.preflight_failure,
             node.sharing_mode,
             node.cpu_milli_total,
             node.memory_mib_total,

@@ -99,6 +99,7 @@ class NodeState:
     memory_mib_used: int = 0
     schedulable: bool = True
     mig_profiles: list[Profile] = field(default_factory=list)  # MIG pools: what the GPUs can be cut into
+    preflight_failure: str = ""  # why the node is unfit for its pool's sharing mode (nvke.agent.preflight)
     ceiling_budget: int = MILLI  # how far the fractions' ceilings on one GPU may add up, milli
     default_guarantee: int | None = None  # guaranteed share of a fraction that names none; None = its ceiling
 

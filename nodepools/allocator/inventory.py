@@ -12,7 +12,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from .. import allocation as core
-from .. import sharing
+from .. import preflight, sharing
 from ..models import Allocation, AllocationEvent, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
 from .shapes import catalog_shapes, mig_profiles, request_of
 
@@ -49,10 +49,11 @@ def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
     by_pool = {pool.pk: pool for pool in pools}
     profiles = {pool.pk: mig_profiles(pool) for pool in pools if pool.sharing_mode == SharingMode.MIG}
     node_rows = Node.objects.filter(pool__in=pools).order_by("name")
-    for pk, pool_id, status, cordoned, cpu, memory in node_rows.values_list(
-        "pk", "pool_id", "status", "cordoned", "cpu_millicores", "memory_mib"
+    for pk, pool_id, status, cordoned, cpu, memory, driver, facts in node_rows.values_list(
+        "pk", "pool_id", "status", "cordoned", "cpu_millicores", "memory_mib", "driver_version", "preflight"
     ):
         pool = by_pool[pool_id]
+        unfit = preflight.failures(Node(driver_version=driver, preflight=facts), pool)
         state = core.NodeState(
             id=pk,
             gpu_model=pool.gpu_model.name,
@@ -61,6 +62,7 @@ def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
             cpu_milli_total=cpu,
             memory_mib_total=memory,
             schedulable=status == Node.Status.READY and not cordoned,
+            preflight_failure="; ".join(unfit),
             mig_profiles=profiles.get(pool_id, []),
             **sharing.node_policy(pool),
         )

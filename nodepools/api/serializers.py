@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from clusters.models import Cluster, Region
+from nodepools import preflight
 from nodepools.models import (
     Architecture,
     DriverRelease,
@@ -252,6 +253,12 @@ class GpuSerializer(serializers.ModelSerializer):
 class NodeSerializer(serializers.ModelSerializer):
     gpus = GpuSerializer(many=True, read_only=True)
     cluster = serializers.IntegerField(source="pool.cluster_id", read_only=True)
+    preflight_failures = serializers.SerializerMethodField(
+        help_text="Preflight checks failed for its pool's sharing mode; it takes no claims while any fail"
+    )
+
+    def get_preflight_failures(self, node: Node) -> list[str]:
+        return preflight.failures(node, node.pool)
 
     class Meta:
         model = Node
@@ -266,6 +273,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "cpu_millicores",
             "memory_mib",
             "labels",
+            "preflight",
+            "preflight_failures",
             "gpus",
             "created_at",
         ]

@@ -2,10 +2,12 @@
 
     nvke-agent --url https://nvke.example.com --token "$NVKE_NODE_TOKEN"
     nvke-agent --url http://127.0.0.1:8000 --token ... --simulate GPU-uuid1,GPU-uuid2   # no GPU needed
+    nvke-agent preflight [--mode mps]   # is this node fit for GPU sharing? (exit 1 when a check fails)
 
 The token is the node's telemetry token (POST /api/v1/telemetry/node-tokens/). Without NVML the agent
 exits at once with status 2 and says why. A refused batch (4xx) is dropped and reported; when the
-control plane is unreachable, batches are kept (up to a bound) and sent with the next one."""
+control plane is unreachable, batches are kept (up to a bound) and sent with the next one. At start it
+posts the node's GPU inventory and its sharing preflight facts (preflight.py)."""
 
 import argparse
 import json
@@ -16,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import nvml
+from . import nvml, preflight
 from .synthetic import SimulatedCollector
 
 log = logging.getLogger("nvke-agent")
@@ -55,6 +57,32 @@ def register(url: str, token: str, uuids: list[str], timeout_s: float = 10) -> i
     return _post(url, "/api/v1/telemetry/inventory/", token, body, timeout_s)["updated"]
 
 
+def report_preflight(url: str, token: str, facts: dict, timeout_s: float = 10) -> list[str]:
+    """Post the node's sharing preflight facts; returns what fails for its pool's sharing mode."""
+    return _post(url, "/api/v1/telemetry/preflight/", token, {"facts": facts}, timeout_s)["failures"]
+
+
+def preflight_command(argv: list[str]) -> int:
+    """`nvke-agent preflight`: print the node's sharing checklist; 1 when a check fails."""
+    parser = argparse.ArgumentParser(
+        prog="nvke-agent preflight", description="Check this node for GPU sharing."
+    )
+    parser.add_argument(
+        "--mode", choices=preflight.MODES, help="one sharing mode (default: every sharing mode)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        loaded = nvml.load()
+    except nvml.NvmlUnavailable as error:
+        print(f"NVML unavailable: {error}")
+        loaded = None
+    text, failed = preflight.checklist(
+        preflight.gather(loaded), [args.mode] if args.mode else list(preflight.SHARING)
+    )
+    print(text)
+    return 1 if failed else 0
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="nvke-agent", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("NVKE_URL"), required="NVKE_URL" not in os.environ)
@@ -75,6 +103,8 @@ def run(collector, args: argparse.Namespace) -> int:
         started = time.time()
         if not registered:  # once the control plane answers; a refusal (its provider names GPUs) is final
             try:
+                for failure in report_preflight(args.url, args.token, collector.facts()):
+                    log.warning("sharing preflight: %s", failure)
                 log.info("inventory: %d GPU UUIDs changed", register(args.url, args.token, collector.uuids))
                 registered = True
             except Refused as error:
@@ -100,6 +130,9 @@ def run(collector, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["preflight"]:
+        return preflight_command(argv[1:])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
     if args.simulate:

@@ -5,6 +5,8 @@ Only the agent imports this; nothing here touches Django."""
 import importlib
 from types import ModuleType
 
+from . import preflight
+
 MIB = 1024 * 1024
 
 
@@ -46,6 +48,10 @@ class NvmlCollector:
                 pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self.events)
             except pynvml.NVMLError:  # not supported on this GPU: its XIDs are not reported
                 pass
+
+    def facts(self) -> dict:
+        """The node's sharing preflight facts (preflight.py)."""
+        return preflight.gather(self.nvml)
 
     def _xids(self) -> dict[str, int]:
         """GPU uuid → the last critical XID since the previous sample."""

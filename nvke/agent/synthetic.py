@@ -1,6 +1,7 @@
 """`nvke-agent --simulate`: plausible metrics for given GPU UUIDs, for development without a GPU."""
 
 import math
+import os
 import random
 
 
@@ -9,6 +10,19 @@ class SimulatedCollector:
         self.uuids = [u.removeprefix("GPU-").lower() for u in uuids]
         self.memory_mib = memory_mib
         self.random = random.Random(42)
+
+    def facts(self) -> dict:
+        """A node fit for every sharing mode (preflight.py), on this machine's kernel."""
+        return {
+            "driver_version": "580.105.08",
+            "kernel_version": os.uname().release,
+            "iommu": True,
+            "mps": True,
+            "mig_current": False,
+            "mig_pending": False,
+            "nvml_memory": True,
+            "nvml_utilization": True,
+        }
 
     def sample(self, now: float) -> list[dict]:
         samples = []

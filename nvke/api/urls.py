@@ -23,6 +23,7 @@ from telemetry.api.views import (
     InventoryView,
     NodeTokenViewSet,
     PoolRescalingViewSet,
+    PreflightView,
     TelemetryEventViewSet,
 )
 from upgrades.api.views import DriverOptionsView, FleetRolloutViewSet, UpgradeRunViewSet
@@ -55,6 +56,7 @@ urlpatterns = [
     path("me/", me, name="me"),
     path("telemetry/ingest/", IngestView.as_view(), name="telemetry-ingest"),
     path("telemetry/inventory/", InventoryView.as_view(), name="telemetry-inventory"),
+    path("telemetry/preflight/", PreflightView.as_view(), name="telemetry-preflight"),
     path("quota/", quota, name="quota"),
     path("node-pools/<int:pk>/driver-options/", DriverOptionsView.as_view(), name="driver-options"),
     path("", include(router.urls)),

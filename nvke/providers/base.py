@@ -44,6 +44,7 @@ class NodeInfo:
     memory_mib: int
     labels: dict[str, str] = field(default_factory=dict)
     gpus: tuple[GpuInfo, ...] = ()
+    preflight: dict = field(default_factory=dict)  # sharing preflight facts it knows (nvke.agent.preflight)
 
 
 @dataclass(frozen=True)

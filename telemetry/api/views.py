@@ -66,6 +66,20 @@ class InventoryView(APIView):
         return Response({"updated": ingest.record_inventory(node_token(request), request.data)})
 
 
+class PreflightView(APIView):
+    """POST the node's sharing preflight facts as nvke-agent reads them (`{"facts": {"driver_version":
+    "580.105.08", "kernel_version": "6.1.0", "iommu": true, "mps": true, ...}}`, see nvke.agent.preflight)
+    with `Authorization: Node <node token>`; answers what fails for its pool's sharing mode. A node that
+    fails takes no claims until a report says it passes."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=None, responses={200: None})
+    def post(self, request):
+        return Response({"failures": ingest.record_preflight(node_token(request), request.data)})
+
+
 class NodeTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, TenantScopedViewSet):
     """Per-node telemetry tokens for nvke-agent. Creating one for a node replaces its old token."""
 

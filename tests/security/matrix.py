@@ -117,6 +117,7 @@ API_ROUTES: dict[str, Api] = {
     ),
     "api/v1/telemetry/ingest/": Api(MACHINE),
     "api/v1/telemetry/inventory/": Api(MACHINE),
+    "api/v1/telemetry/preflight/": Api(MACHINE),
     # Node tokens: everyone lists them (prefixes only), owners and admins create them.
     "api/v1/telemetry/node-tokens/": Api(TENANT),
     "api/v1/telemetry/gpus/": Api(TENANT),

@@ -294,6 +294,7 @@ def machine_credentials(world) -> dict[str, dict]:
     return {
         "api/v1/telemetry/ingest/": {"HTTP_AUTHORIZATION": f"Node {node_token}"},
         "api/v1/telemetry/inventory/": {"HTTP_AUTHORIZATION": f"Node {node_token}"},
+        "api/v1/telemetry/preflight/": {"HTTP_AUTHORIZATION": f"Node {node_token}"},
         "metrics": {"HTTP_AUTHORIZATION": f"Bearer {METRICS_TOKEN}"},
     }
 

@@ -33,6 +33,9 @@ class SimNode(models.Model):
     memory_mib = models.PositiveBigIntegerField()
     labels = models.JSONField(default=dict)
     gpus = models.JSONField(default=list, help_text="[{index, uuid, memory_mib, nvlink_domain, healthy}]")
+    preflight = models.JSONField(
+        default=dict, blank=True, help_text="Sharing preflight facts that differ from a fit node's (a fault)"
+    )
     busy_until = models.DateTimeField(null=True, blank=True, help_text="An operation runs until then")
     driver_target = models.CharField(max_length=24, blank=True, help_text="The driver being installed")
     driver_outcome = models.CharField(max_length=300, blank=True, help_text="'', 'unhealthy' or a failure")

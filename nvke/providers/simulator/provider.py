@@ -88,6 +88,17 @@ def _settle_install(node: SimNode) -> None:
     )
 
 
+# A simulated node is fit for every sharing mode unless it is given other facts (SimNode.preflight, a
+# fault); its MIG mode stays unknown, as the simulator cuts slices whatever the mode.
+FIT_NODE = {
+    "kernel_version": "6.8.0-nvke-sim",
+    "iommu": True,
+    "mps": True,
+    "nvml_memory": True,
+    "nvml_utilization": True,
+}
+
+
 def _node_info(node: SimNode) -> NodeInfo:
     return NodeInfo(
         name=node.name,
@@ -99,6 +110,7 @@ def _node_info(node: SimNode) -> NodeInfo:
         memory_mib=node.memory_mib,
         labels=dict(node.labels),
         gpus=tuple(GpuInfo(**gpu) for gpu in node.gpus),
+        preflight={**FIT_NODE, **node.preflight},
     )
 
 

@@ -5,8 +5,9 @@ from types import ModuleType, SimpleNamespace
 
 
 def make(gpus: list[dict], xids: list[tuple[int, int]] = (), init_error: str | None = None) -> ModuleType:
-    """gpus: [{"uuid": "GPU-…", "util": %, "used": bytes, "temp": °C, "power_mw": mW, "sm": MHz}];
-    a missing key raises NVMLError_NotSupported for that call. xids: pending (gpu index, XID) events."""
+    """gpus: [{"uuid": "GPU-…", "util": %, "used": bytes, "temp": °C, "power_mw": mW, "sm": MHz,
+    "mig": (current, pending)}]; a missing key raises NVMLError_NotSupported for that call. xids: pending
+    (gpu index, XID) events. The driver is 580.105.08."""
     nvml = ModuleType("pynvml")
 
     class NVMLError(Exception):
@@ -47,6 +48,8 @@ def make(gpus: list[dict], xids: list[tuple[int, int]] = (), init_error: str | N
         nvmlInit=init,
         nvmlShutdown=lambda: state.update(shut_down=True),
         nvmlDeviceGetCount=lambda: len(gpus),
+        nvmlSystemGetDriverVersion=lambda: "580.105.08",
+        nvmlDeviceGetMigMode=lambda h: list(field(h, "mig")),
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetUUID=lambda h: gpus[h]["uuid"],
         nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=field(h, "util"), memory=0),

@@ -80,6 +80,8 @@ def test_agent_posts_a_batch_the_control_plane_stores(asgi_server, node, monkeyp
     latest = store.latest([g.pk for g in gpus])
     assert [latest[g.pk]["util"] for g in gpus] == [40, 41]
     assert latest[gpus[1].pk]["mem"] == 2048 and latest[gpus[0].pk]["ts"] >= before
+    node.refresh_from_db()  # its sharing preflight facts came first
+    assert node.preflight["driver_version"] == "580.105.08" and node.preflight["nvml_memory"] is True
 
     # A wrong token: refused, and the agent stops (resending cannot help).
     assert agent.main(["--url", asgi_server.url, "--token", "nvkenode_wrong", "--once"]) == 1
