@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views, views_account, views_rollouts, views_telemetry, views_upgrades
+from . import views, views_account, views_rollouts, views_telemetry, views_upgrades, views_usage
 from .sign_in import SignInView
 
 urlpatterns = [
@@ -28,6 +28,7 @@ urlpatterns = [
     path("claims/<int:pk>/release/", views.claim_release, name="claim-release"),
     path("tenant/switch/", views.tenant_switch, name="tenant-switch"),
     path("telemetry/", views_telemetry.fleet, name="telemetry"),
+    path("usage/", views_usage.usage_page, name="usage-page"),
     path("telemetry/clusters/<int:pk>/", views_telemetry.cluster, name="telemetry-cluster"),
     path("telemetry/pools/<int:pk>/", views_telemetry.pool, name="telemetry-pool"),
     path("telemetry/gpus/<int:pk>/", views_telemetry.gpu, name="telemetry-gpu"),

@@ -57,6 +57,13 @@ class GpuModel(models.Model):
     mig_min_driver_version = models.CharField(max_length=24, blank=True, help_text="Oldest driver for MIG.")
     host_cpus_per_gpu = models.PositiveSmallIntegerField(default=16, help_text="vCPUs a node has per GPU")
     host_memory_gib_per_gpu = models.PositiveSmallIntegerField(default=128)
+    price_per_gpu_hour = models.DecimalField(
+        max_digits=8,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        help_text="Optional: what one GPU-hour costs; usage reports then carry a cost column",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -406,3 +413,45 @@ class AllocationEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.claim_id or ''}"
+
+
+class UsageInterval(models.Model):
+    """Metering: one stretch of time during which a claim held one allocation, as it held it. Opened in
+    the transaction that places the claim (or resizes it), closed in the one that removes the allocation
+    (nodepools.usage), so a placement and its interval commit or roll back together. Names are copied:
+    the history outlives the claim, its pool and its cluster."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
+    allocation_id = models.BigIntegerField()
+    claim_id = models.BigIntegerField()
+    claim_name = models.CharField(max_length=63)
+    namespace = models.CharField(max_length=63)
+    kind = models.CharField(max_length=8)
+    cluster_id = models.BigIntegerField()
+    cluster_name = models.CharField(max_length=63)
+    pool_id = models.BigIntegerField()
+    pool_name = models.CharField(max_length=63)
+    gpu_model = models.CharField(max_length=48)
+    gpus = models.PositiveSmallIntegerField(help_text="GPUs it had a share of")
+    memory_mib = models.PositiveIntegerField(help_text="GPU memory held, over all its GPUs")
+    guaranteed_milli = models.PositiveIntegerField(help_text="Guaranteed compute, milli-GPUs, all GPUs")
+    ceiling_milli = models.PositiveIntegerField(help_text="Compute ceilings, milli-GPUs over all its GPUs")
+    gpu_equivalent_milli = models.PositiveIntegerField(
+        help_text="Whole-GPU equivalents held (per GPU the larger of its memory and guaranteed compute share)"
+    )
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["started_at", "pk"]
+        indexes = [models.Index(fields=["tenant", "started_at"])]
+        constraints = [  # an allocation is metered once at a time (and this index finds the open one)
+            models.UniqueConstraint(
+                fields=["allocation_id"], condition=models.Q(ended_at__isnull=True), name="one_open_usage"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.claim_name} from {self.started_at:%Y-%m-%d %H:%M:%S}"

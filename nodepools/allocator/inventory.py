@@ -41,7 +41,7 @@ def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
     pools = list(
         NodePool.objects.filter(cluster_id=cluster_id)
         .exclude(status=NodePool.Status.DELETING)
-        .select_related("gpu_model")
+        .select_related("gpu_model", "cluster")
         .prefetch_related("gpu_model__mig_profiles")
         .order_by("name")
     )

@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from django.db import connection
 
 from .. import allocation as core
-from ..models import Allocation, AllocationEvent, Claim, GpuShare
+from ..models import Allocation, AllocationEvent, Claim, GpuShare, UsageInterval
 from .inventory import Snapshot, placement_json
+from .metering import UsageRow, usage_row
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,13 @@ class Pass:
     shares: list[ShareRow]
     log: list[tuple[int, dict]]  # (claim id, placement as the log stores it)
     outcomes: list[Outcome]
+    usage: list[UsageRow]  # a metering interval opened for each allocation
 
 
 def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outcomes: list[Outcome]) -> None:
-    """Rows for placements already applied to the snapshot (allocations, GPU shares, log entries) and the
-    claims' new status, in the current transaction: one statement on PostgreSQL however many claims."""
+    """Rows for placements already applied to the snapshot (allocations, GPU shares, log entries, metering
+    intervals) and the claims' new status, in the current transaction: one statement on PostgreSQL however
+    many claims."""
     decided = Pass(
         cluster_id=snap.cluster_id,
         allocations=[
@@ -83,6 +86,7 @@ def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outco
         ],
         log=[(claim.pk, placement_json(p)) for claim, p in placed],
         outcomes=outcomes,
+        usage=[usage_row(snap, claim, p) for claim, p in placed],
     )
     write = _write_one_statement if connection.vendor == "postgresql" else _write_with_orm
     last = write(decided)
@@ -107,6 +111,19 @@ WITH a_rows AS (
     FROM jsonb_to_recordset(%(shares)s::jsonb) AS r(
         claim_id bigint, gpu_id bigint, memory_mib integer, compute_milli integer, guaranteed_milli integer,
         exclusive boolean, mig_profile text, mig_start integer, mig_size integer)
+    JOIN a ON a.claim_id = r.claim_id
+), m AS (
+    INSERT INTO nodepools_usageinterval
+        (tenant_id, allocation_id, claim_id, claim_name, namespace, kind, cluster_id, cluster_name, pool_id,
+         pool_name, gpu_model, gpus, memory_mib, guaranteed_milli, ceiling_milli, gpu_equivalent_milli,
+         started_at)
+    SELECT r.tenant_id, a.id, r.claim_id, r.claim_name, r.namespace, r.kind, r.cluster_id, r.cluster_name,
+        r.pool_id, r.pool_name, r.gpu_model, r.gpus, r.memory_mib, r.guaranteed_milli, r.ceiling_milli,
+        r.gpu_equivalent_milli, %(now)s
+    FROM jsonb_to_recordset(%(usage)s::jsonb) AS r(
+        claim_id bigint, tenant_id bigint, claim_name text, namespace text, kind text, cluster_id bigint,
+        cluster_name text, pool_id bigint, pool_name text, gpu_model text, gpus integer, memory_mib integer,
+        guaranteed_milli integer, ceiling_milli integer, gpu_equivalent_milli integer)
     JOIN a ON a.claim_id = r.claim_id
 ), u AS (
     UPDATE nodepools_claim c
@@ -136,6 +153,7 @@ def _write_one_statement(decided: Pass) -> int | None:
             {
                 "allocations": _json(decided.allocations),
                 "shares": _json(decided.shares),
+                "usage": _json(decided.usage),
                 "outcomes": _json(decided.outcomes),
                 "log": json.dumps(
                     [{"n": n, "claim_id": c, "placement": p} for n, (c, p) in enumerate(decided.log)]
@@ -148,8 +166,13 @@ def _write_one_statement(decided: Pass) -> int | None:
 
 
 def _write_with_orm(decided: Pass) -> int | None:
+    now = datetime.datetime.now(datetime.UTC)
     allocations = Allocation.objects.bulk_create(Allocation(**asdict(row)) for row in decided.allocations)
     allocation_of = {a.claim_id: a for a in allocations}
+    UsageInterval.objects.bulk_create(
+        UsageInterval(allocation_id=allocation_of[row.claim_id].pk, started_at=now, **asdict(row))
+        for row in decided.usage
+    )
     GpuShare.objects.bulk_create(
         GpuShare(allocation=allocation_of[row.claim_id], **asdict(row, dict_factory=_without_claim))
         for row in decided.shares

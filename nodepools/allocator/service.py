@@ -20,6 +20,7 @@ from .. import quotas
 from ..allocation.state import fraction_fits, unplaceable
 from ..events import publish_claim
 from ..models import Allocation, AllocationEvent, Claim, GpuShare, Node, NodePool
+from . import metering
 from .inventory import CACHE, Inventory, Snapshot, placement_json
 from .locks import allocation_lock
 from .queue import request_placement
@@ -204,6 +205,8 @@ def resize_claim(claim_id: int, *, compute_percent: int | Callable[[Claim], int 
             GpuShare.objects.filter(allocation__claim_id=claim_id).update(
                 compute_milli=new.compute_milli, guaranteed_milli=guaranteed
             )
+            allocation_id = Allocation.objects.filter(claim_id=claim_id).values_list("pk", flat=True).get()
+            metering.reopen(allocation_id, metering.usage_row(snap, resized, new), timezone.now())
             Claim.objects.filter(pk=claim_id).update(compute_percent=asked)
             _log_add(snap, claim_id, new)
             return replace(unchanged, compute_percent=asked)

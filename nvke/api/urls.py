@@ -6,6 +6,7 @@ from clusters.api.views import ClusterViewSet
 from nodepools.api.claims import ClaimViewSet
 from nodepools.api.defrag import ClusterDefragViewSet
 from nodepools.api.quota import quota
+from nodepools.api.usage import usage_export, usage_report
 from nodepools.api.views import (
     DriverReleaseViewSet,
     GpuModelViewSet,
@@ -58,6 +59,8 @@ urlpatterns = [
     path("telemetry/inventory/", InventoryView.as_view(), name="telemetry-inventory"),
     path("telemetry/preflight/", PreflightView.as_view(), name="telemetry-preflight"),
     path("quota/", quota, name="quota"),
+    path("usage/", usage_report, name="usage"),
+    path("usage/export/", usage_export, name="usage-export"),
     path("node-pools/<int:pk>/driver-options/", DriverOptionsView.as_view(), name="driver-options"),
     path("", include(router.urls)),
 ]

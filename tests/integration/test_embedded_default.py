@@ -148,3 +148,8 @@ def sharing_scenarios(browser: requests.Session, base: str, cluster: int, header
     ]
     assert [c["status"] for c in seven] == ["allocated"] * 7
     assert all(c["allocation"]["isolation"] == "memory-capped" for c in seven)
+
+    # Metered from the allocations (SQLite writes them through the ORM): both pools, their claims.
+    usage = browser.get(f"{base}/api/v1/usage/", params={"group_by": "pool"}, timeout=10).json()["results"]
+    claims_by_pool = {row["key"]: row["claims"] for row in usage}
+    assert claims_by_pool["demo/a10-shared"] == 4 and claims_by_pool["demo/a100-mps"] == 7
