@@ -59,7 +59,7 @@ def capacity_by_model(context: TenantContext) -> list[ModelCapacity]:
             gpu__tenant=context.tenant, allocation__claim__status=Claim.Status.ALLOCATED
         )
         .values("gpu__node__pool__gpu_model__name")
-        .annotate(memory=Sum("memory_mib"), compute=Sum("compute_milli"))
+        .annotate(memory=Sum("memory_mib"), compute=Sum("guaranteed_milli"))
         .order_by()
     }
     return [

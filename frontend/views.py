@@ -1,6 +1,7 @@
 """Dashboard views. Thin: parse the form, check the role, call a service (writes) or read through the
 tenant-restricted querysets, then render or redirect. Another tenant's object is a 404."""
 
+import datetime
 from collections.abc import Callable
 from functools import wraps
 
@@ -14,15 +15,17 @@ from django.db.models import Count, Prefetch, Q, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from clusters import services as cluster_services
 from clusters.addons import BY_NAME as ADDON_CATALOG
 from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml, parse_kubeconfig
 from clusters.models import Cluster
-from nodepools import allocator, preflight
+from nodepools import allocator, preflight, usage
 from nodepools import services as pool_services
 from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
+from nodepools.savings import savings
 from nodepools.sharing import isolation_detail
 from nodepools.sizing import sizing_hints
 from nvke.errors import DomainError
@@ -101,6 +104,8 @@ def dashboard(request: HttpRequest, context: TenantContext) -> HttpResponse:
     clusters = Cluster.objects.restrict(context)
     by_status = dict(clusters.values_list("status").annotate(n=Count("pk")).order_by())
     recent = clusters.select_related("region").annotate(pool_count=Count("node_pools")).order_by("name")
+    by_cluster, by_pool = savings(context.tenant)
+    week = usage.report(context.tenant, timezone.now() - datetime.timedelta(days=7), timezone.now(), "tenant")
     return render(
         request,
         "frontend/dashboard.html",
@@ -112,6 +117,9 @@ def dashboard(request: HttpRequest, context: TenantContext) -> HttpResponse:
             "gpus_by_model": capacity_by_model(context),
             "attention": clusters_needing_attention(context),
             "clusters": recent[:10],
+            "savings_clusters": by_cluster,
+            "savings_pools": by_pool,
+            "savings_week": week[0] if week else None,
             "live": live(refresh_on="*"),  # every event may move a count
         },
     )

@@ -1,7 +1,10 @@
+from django import forms
 from django.contrib import admin
 
 from clusters.models import Region
+from nvke.errors import DomainError
 
+from . import sharing
 from .models import (
     Allocation,
     AllocationEvent,
@@ -15,6 +18,7 @@ from .models import (
     Node,
     NodePool,
     RegionInventory,
+    UsageInterval,
 )
 
 
@@ -64,6 +68,7 @@ class GpuModelAdmin(admin.ModelAdmin):
         "nvlink",
         "mig_max_instances",
         "min_driver_version",
+        "price_per_gpu_hour",
     ]
     list_filter = ["architecture", "form_factor", "nvlink"]
     search_fields = ["name", "display_name", "product_name"]
@@ -116,8 +121,27 @@ class NodeInline(admin.TabularInline):
     show_change_link = True
 
 
+class NodePoolAdminForm(forms.ModelForm):
+    """Operators change a pool's compute-sharing policy here too; it must suit the pool's mode (the
+    admin supplies the model and fields)."""
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        pool = NodePool(
+            sharing_mode=cleaned.get("sharing_mode"),
+            compute_oversubscription_percent=cleaned.get("compute_oversubscription_percent") or 100,
+            default_guaranteed_percent=cleaned.get("default_guaranteed_percent"),
+        )
+        try:
+            sharing.validate_policy(pool)
+        except DomainError as error:
+            raise forms.ValidationError({error.field: error.message}) from None
+        return cleaned
+
+
 @admin.register(NodePool)
 class NodePoolAdmin(admin.ModelAdmin):
+    form = NodePoolAdminForm
     list_display = [
         "name",
         "cluster",
@@ -127,6 +151,7 @@ class NodePoolAdmin(admin.ModelAdmin):
         "node_count",
         "driver_release",
         "sharing_mode",
+        "compute_oversubscription_percent",
         "status",
     ]
     list_filter = ["status", "sharing_mode", "gpu_model", "driver_release", "tenant"]
@@ -215,6 +240,7 @@ class GpuShareAdmin(ReadOnlyAdmin):
         "gpu",
         "memory_mib",
         "compute_milli",
+        "guaranteed_milli",
         "exclusive",
         "mig_profile",
         "mig_start",
@@ -230,3 +256,27 @@ class AllocationEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "cluster", "kind", "claim_id", "created_at"]
     list_filter = ["kind"]
     search_fields = ["claim_id"]
+
+
+@admin.register(UsageInterval)
+class UsageIntervalAdmin(ReadOnlyAdmin):
+    """Metering, every tenant's (the API and usage page show a tenant only its own)."""
+
+    list_display = [
+        "tenant",
+        "cluster_name",
+        "namespace",
+        "claim_name",
+        "pool_name",
+        "gpu_model",
+        "memory_mib",
+        "guaranteed_milli",
+        "ceiling_milli",
+        "gpu_equivalent_milli",
+        "started_at",
+        "ended_at",
+    ]
+    list_filter = ["tenant", "gpu_model", "kind"]
+    search_fields = ["claim_name", "namespace", "pool_name", "cluster_name"]
+    list_select_related = ["tenant"]
+    date_hierarchy = "started_at"

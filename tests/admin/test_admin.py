@@ -79,3 +79,23 @@ def test_a_tokens_user_and_tenant_cannot_be_changed_in_the_admin(operator, make_
     assert operator.post(page, form).status_code == 302
     token.refresh_from_db()
     assert (token.name, token.user, token.tenant) == ("renamed", owner, owner.memberships.get().tenant)
+
+
+def test_operators_change_a_pools_sharing_policy_within_its_modes_rules(
+    rf, operator, django_user_model, make_member, make_cluster, make_pool
+):
+    from django.forms.models import model_to_dict
+
+    from nodepools.models import NodePool
+
+    cluster = make_cluster(make_member("acme", "owner").memberships.get().tenant, "prod")
+    pool = make_pool(cluster, name="gpu", sharing_mode="time-slicing")
+    request = rf.get("/")
+    request.user = django_user_model.objects.get(username="operator")
+    form_class = admin.site._registry[NodePool].get_form(request, obj=pool)
+    data = {k: v for k, v in model_to_dict(pool).items() if v is not None}
+    assert form_class({**data, "compute_oversubscription_percent": 300}, instance=pool).is_valid()
+    exclusive = form_class(
+        {**data, "sharing_mode": "exclusive", "compute_oversubscription_percent": 200}, instance=pool
+    )
+    assert not exclusive.is_valid() and "never oversubscribes" in str(exclusive.errors)

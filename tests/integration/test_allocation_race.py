@@ -1,10 +1,12 @@
-"""Several processes allocate on one cluster against PostgreSQL at once: nothing is over-committed."""
+"""Several processes allocate on one cluster against PostgreSQL at once: nothing is over-committed —
+no GPU's memory, guaranteed compute past 100%, or ceilings past its pool's oversubscription budget."""
 
 import json
 
 import pytest
+from django.db.models import Sum
 
-from nodepools.models import Claim
+from nodepools.models import Claim, GpuShare
 from nodepools.selectors import allocation_violations
 from nodepools.services import reconcile
 
@@ -17,9 +19,20 @@ WORKERS, CLAIMS_EACH = 4, 40
 
 def test_concurrent_workers_never_overcommit(owner, make_cluster, make_pool, transactional_db):
     cluster = make_cluster(owner.memberships.get().tenant, "race")
-    # Small on purpose: 160 claims compete for 8 L4s (fractions) and 4 H100s (MIG), so many must wait.
+    # Small on purpose: 160 claims compete for 8 L4s (fractions), 4 time-sliced L4s whose ceilings may add up
+    # to 200%, and 4 H100s (MIG), so many must wait.
     for pool in (
         make_pool(cluster, name="frac", gpu_model="l4", nodes=2, gpus_per_node=4, sharing_mode="fractional"),
+        make_pool(
+            cluster,
+            name="ts",
+            gpu_model="l4",
+            nodes=1,
+            gpus_per_node=4,
+            sharing_mode="time-slicing",
+            compute_oversubscription_percent=200,
+            default_guaranteed_percent=10,
+        ),
         make_pool(
             cluster, name="mig", gpu_model="h100-sxm5-80gb", nodes=1, gpus_per_node=4, sharing_mode="mig"
         ),
@@ -54,5 +67,9 @@ def test_concurrent_workers_never_overcommit(owner, make_cluster, make_pool, tra
     allocated = sum(r["allocated"] for r in reports)
     assert 0 < allocated < WORKERS * CLAIMS_EACH  # the pools filled up: the race was real
     assert allocation_violations(cluster.pk) == []
+    ceilings = (
+        GpuShare.objects.filter(gpu__node__pool__name="ts").values("gpu").annotate(c=Sum("compute_milli"))
+    )
+    assert max(row["c"] for row in ceilings) > 1000  # the race covered oversubscribed ceilings
     for claim in Claim.objects.filter(cluster=cluster, status="pending"):
-        assert claim.pending_reason.startswith("0/3 nodes:")
+        assert claim.pending_reason.startswith("0/4 nodes:")

@@ -23,6 +23,10 @@ def shapes_for(cluster: Cluster) -> list[dict]:
             {"kind": "fraction", "gpu_memory_mib": mib, "compute_percent": pct}
             for mib, pct in [(2048, 10), (4096, 25), (8192, 50), (1024, 5), (16384, 30)]
         ]
+        # A ceiling above its guarantee: where ceilings may oversubscribe, the guarantees still must fit.
+        shapes.append(
+            {"kind": "fraction", "gpu_memory_mib": 2048, "compute_percent": 60, "guaranteed_percent": 30}
+        )
     if modes & {SharingMode.EXCLUSIVE}:
         shapes += [{"kind": "whole", "gpus": n} for n in (1, 1, 2)]
     if SharingMode.MIG in modes:
