@@ -324,6 +324,11 @@ class Fleet:
     def distinct_states(self) -> int:
         return len(self._groups)
 
+    @property
+    def version(self) -> int:
+        """Changes whenever a node's state does (a placement, a release, a refresh)."""
+        return len(self._moves)
+
     def node(self, node_id: Hashable) -> NodeState:
         return self.nodes[self._position[node_id]]
 

@@ -26,6 +26,7 @@ from .locks import allocation_lock
 from .queue import request_placement
 from .rows import Outcome, write_pass
 from .shapes import field_at_fault, pool_shape, request_of, validate_claim
+from .shortfall import shortfall
 
 
 def create_claim(
@@ -266,6 +267,7 @@ def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None,
     workload = CACHE.workload(claim.cluster_id)
     counts: Counter[str] = Counter()
     total = 0
+    tried = []
     for pool in _candidate_pools(claim, snap.inventory):
         nodes = snap.inventory.pool_nodes[pool.pk]
         total += len(nodes)
@@ -275,9 +277,28 @@ def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None,
         if result:
             return result, ""
         counts.update(result.counts)
+        tried.append(pool.pk)
     if total == 0:
         return None, "No ready GPU nodes in the cluster" + (" pool." if claim.pool_id else ".")
-    return None, unplaceable(counts, total).reason
+    return None, _with_numbers(unplaceable(counts, total), request, snap, tried)
+
+
+_SHORTFALLS: dict[tuple, str] = {}  # (request, pools and their fleets' versions) → the numbers
+SHORTFALLS_KEPT = 1000
+
+
+def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapshot, pools: list[int]) -> str:
+    """The reason, then what the claim needs against the best on offer for its most frequent part. A
+    claim shape is answered once per state of the fleets (a pending pass holds many claims alike)."""
+    key = (snap.cluster_id, request, tuple((pk, snap.fleets[pk].version) for pk in pools))
+    numbers = _SHORTFALLS.get(key)
+    if numbers is None:
+        if len(_SHORTFALLS) >= SHORTFALLS_KEPT:
+            _SHORTFALLS.clear()
+        top = max(reason.counts, key=reason.counts.get)
+        nodes = [node for pk in pools for node in snap.inventory.pool_nodes[pk]]
+        numbers = _SHORTFALLS[key] = shortfall(request, nodes, top)
+    return f"{reason.reason}. It {numbers}" if numbers else reason.reason
 
 
 def _place_all(claims: list[Claim], snap: Snapshot) -> int:

@@ -103,13 +103,18 @@ def test_a_claim_that_cannot_fit_now_is_pending_with_its_reason(ui, cluster, fra
     response = create(ui, cluster, name="late", gpu_memory="8Gi")
     late = Claim.objects.get(name="late")
     assert response.status_code == 302 and late.status == "pending"
-    assert late.pending_reason == "0/1 nodes: 1 insufficient GPU memory"
+    # What it asks for against the most on offer: 20Gi of the L4's 22.5Gi are taken.
+    reason = (
+        "0/1 nodes: 1 insufficient GPU memory. It needs 8Gi of GPU memory; the most free on one GPU is "
+        "2.5Gi; another node (scale the pool up) or releasing claims would help."
+    )
+    assert late.pending_reason == reason
     listing = ui.get(f"/clusters/{cluster.pk}/claims/")
     assert row(listing, late) == [
         "default",
         "late",
         "fraction",
-        "pending 0/1 nodes: 1 insufficient GPU memory",
+        f"pending {reason}",
         "-",
         "-",
         "-",
@@ -117,7 +122,7 @@ def test_a_claim_that_cannot_fit_now_is_pending_with_its_reason(ui, cluster, fra
     ]
     detail = text(ui.get(f"/claims/{late.pk}/"))
     assert '<p class="pending-reason" data-claim-reason="' in detail
-    assert "0/1 nodes: 1 insufficient GPU memory</p>" in detail
+    assert f"{reason}</p>" in detail
     assert "Where it landed" not in detail
 
 

@@ -102,7 +102,11 @@ def test_explicit_guarantees_are_held_and_never_pass_the_gpu(api, cluster):
     assert first.data["gpu_util_display"] == "70%"
     second = claim(api, cluster, pool, "svc", gpu_memory="2Gi", compute_percent=40, guaranteed_percent=40)
     assert second.data["status"] == "pending"
-    assert second.data["pending_reason"] == "0/1 nodes: 1 insufficient GPU compute"
+    assert second.data["pending_reason"] == (
+        "0/1 nodes: 1 insufficient GPU compute. It needs 40% compute; the best GPU has 30% free to "
+        "guarantee and 130% left under its pool's 200% of ceilings; another node (scale the pool up) or "
+        "releasing claims would help."
+    )
     # Without a guarantee of its own it gets the pool's default (10%) and fits under the 200% ceilings.
     third = claim(api, cluster, pool, "svc2", gpu_memory="2Gi", compute_percent=40)
     assert third.data["status"] == "allocated" and third.data["gpu_util_display"] == "10%/40%"

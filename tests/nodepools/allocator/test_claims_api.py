@@ -84,7 +84,10 @@ def test_pending_with_reason_then_placed_when_capacity_frees(
     waiting = claim(api, cluster, "next", kind="whole", gpus=8)
     assert waiting.status_code == 201
     assert waiting.data["status"] == "pending"
-    assert waiting.data["pending_reason"] == "0/3 nodes: 2 not enough free GPUs, 1 wrong sharing mode"
+    assert waiting.data["pending_reason"] == (
+        "0/3 nodes: 2 not enough free GPUs, 1 wrong sharing mode. It needs 8 idle GPUs on one node; the most "
+        "on a node is 4; another node (scale the pool up) or releasing claims would help."
+    )
     big = Claim.objects.get(name="big")
     with django_capture_on_commit_callbacks(execute=True):
         assert api.delete(f"/api/v1/claims/{big.pk}/").status_code == 204
