@@ -4,9 +4,12 @@ Discovery, and the disruption controller. No threads or timers, so tests are det
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import secrets
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from .objects import OPERATOR_NAMESPACE, VALIDATOR_IMAGE, driver_version_labels
@@ -18,6 +21,8 @@ DRIVER_COMPONENT = "nvidia-driver"
 VALIDATOR_APP = "nvidia-operator-validator"
 OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"
 GPU_PRESENT = "nvidia.com/gpu.present"
+TOKEN_SECRET_TYPE = "kubernetes.io/service-account-token"
+SERVICE_ACCOUNT_ANNOTATION = "kubernetes.io/service-account.name"
 
 
 def _labels(obj: dict[str, Any]) -> dict[str, str]:
@@ -58,11 +63,15 @@ class Actors:
         self.crashloop_nodes: set[str] = set()
         self.validator_never_ready: set[str] = set()
         self.pod_grace_seconds = 0
+        self.token_controller = True
+        self.extra: list[Callable[[], None]] = []  # more simulated controllers (capi_actors.ClusterAPI)
         registry = store.registry
         self._pods = registry.by_kind("v1", "Pod")
         self._nodes = registry.by_kind("v1", "Node")
         self._daemonsets = registry.by_kind("apps/v1", "DaemonSet")
         self._revisions = registry.by_kind("apps/v1", "ControllerRevision")
+        self._secrets = registry.by_kind("v1", "Secret")
+        self._service_accounts = registry.by_kind("v1", "ServiceAccount")
 
     def reconcile(self) -> None:
         for _ in range(50):
@@ -74,6 +83,10 @@ class Actors:
             if self.gfd:
                 self._feature_discovery()
             self._disruption()
+            if self.token_controller:
+                self._service_account_tokens()
+            for actor in self.extra:
+                actor()
             if self.store.rv == before:
                 return
         raise RuntimeError("the simulated cluster components do not settle")
@@ -468,3 +481,25 @@ class Actors:
             status = pdb_status(pdb, pdb_pods(self.store, pdb), pdb.get("status", {}), self.store.now())
             if status != pdb.get("status"):
                 self.store.update(pdbs, {**pdb, "status": status}, api=False)
+
+    # ---- the token controller ----------------------------------------------------------------------------
+
+    def _service_account_tokens(self) -> None:
+        """Fill a service-account-token Secret whose ServiceAccount exists with a token the server accepts
+        (kept in `store.tokens`), the namespace and the CA, as kube-controller-manager's token controller."""
+        for secret in self.store.list(self._secrets):
+            meta = secret["metadata"]
+            account = (meta.get("annotations") or {}).get(SERVICE_ACCOUNT_ANNOTATION)
+            if (
+                secret.get("type") != TOKEN_SECRET_TYPE
+                or not account
+                or (secret.get("data") or {}).get("token")
+            ):
+                continue
+            if self.store.find(self._service_accounts, meta["namespace"], account) is None:
+                continue
+            token = secrets.token_urlsafe(24)
+            self.store.tokens.add(token)
+            data = {"token": token, "namespace": meta["namespace"], "ca.crt": self.store.ca_bundle}
+            encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+            self.store.update(self._secrets, {**secret, "data": encoded}, api=False)

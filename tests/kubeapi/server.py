@@ -168,7 +168,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw.decode(errors="replace")
         api.requests.append((self.command, path, query, body))
         try:
-            if self.headers.get("Authorization") != f"Bearer {api.token}":
+            if not api.authenticates(self.headers.get("Authorization") or ""):
                 raise ApiError(401, "Unauthorized")
             fault = api.faults.take(self.command, path, ("fail", "drop"))
             if fault and fault.action == "drop":
@@ -436,6 +436,7 @@ class FakeKubeApi:
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
         self.bookmark_interval = 1.0  # seconds of silence after which a watch with bookmarks gets one
         self.ca_bundle, self._cert_file, self._key_file = server_material()
+        self.store.ca_bundle = self.ca_bundle
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         for name in ("default", "kube-system"):
@@ -474,6 +475,11 @@ class FakeKubeApi:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    def authenticates(self, authorization: str) -> bool:
+        """The server's own token, or one its token controller issued to a service account."""
+        scheme, _, token = authorization.partition(" ")
+        return scheme == "Bearer" and (token == self.token or token in self.store.tokens)
 
     @property
     def port(self) -> int:

@@ -69,6 +69,8 @@ class Store:
         self._objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = defaultdict(dict)
         self._history: dict[tuple[str, str], list[tuple[int, str, dict, dict | None]]] = defaultdict(list)
         self._reacting = False
+        self.tokens: set[str] = set()  # service account tokens the token controller issued
+        self.ca_bundle = ""  # the server's CA, which token Secrets carry
 
     def now(self) -> float:
         return time.time() + self.clock_offset

@@ -1,0 +1,391 @@
+"""Cluster API's controllers, simulated on a management FakeKubeApi (after `capi.install`), the way
+tests/kubeapi/actors.py simulates a cluster's own components: run after every write until quiet.
+
+- Cluster: owns its infrastructure cluster and control plane (ownerReferences, as the Cluster controller
+  sets them), reports `status.initialization`, the `InfrastructureReady`, `ControlPlaneInitialized`,
+  `ControlPlaneAvailable` and `Available` conditions, the control plane's replica counters and
+  `spec.controlPlaneEndpoint`.
+- KubeadmControlPlane: once its cluster has a workload FakeKubeApi (`workloads[name]`) and is not held
+  (`hold`), it is initialized and available with all replicas, and writes the kubeconfig Secret
+  `<cluster>-kubeconfig` (key `value`; a bearer-token user, which the fake accepts) owned by it.
+- MachineDeployment: one Machine per replica (`<md>-<n>`, lowest free n; scale-down removes the highest),
+  owned by it, labelled with its template's labels and `cluster.x-k8s.io/deployment-name`; a Machine
+  becomes a GPU Node on the workload cluster (the infrastructure template's `gpu`, the KubeadmConfigTemplate's
+  `node-labels` kubelet argument and registration taints) unless its deployment is in `pending`.
+  MachineDeployments and MachineHealthChecks report their counters and conditions.
+- Garbage collection: an object whose every owner is gone is deleted; a deleted Machine's Node goes too.
+
+No MachineSets: Machines belong to their MachineDeployment directly (NVKE never reads MachineSets)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import yaml
+
+from . import capi, objects
+from .store import timestamp
+
+KUBECONFIG_TYPE = "cluster.x-k8s.io/secret"
+CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
+DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
+CORE = f"{capi.CORE}/{capi.VERSION}"
+OWNED_KINDS = (
+    (CORE, "Machine"),
+    (CORE, "MachineDeployment"),
+    (CORE, "MachineHealthCheck"),
+    (f"{capi.CONTROL_PLANE}/{capi.VERSION}", "KubeadmControlPlane"),
+    (f"{capi.BOOTSTRAP}/{capi.VERSION}", "KubeadmConfigTemplate"),
+    (f"{capi.INFRA}/{capi.VERSION}", "FakeCluster"),
+    ("v1", "Secret"),
+)
+
+
+def owner_ref(obj: dict[str, Any], controller: bool = True) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def kubeconfig(server, cluster: str) -> str:
+    """What `<cluster>-kubeconfig` holds for a workload FakeKubeApi."""
+    ca = base64.b64encode(server.ca_bundle.encode()).decode()
+    user = f"{cluster}-admin"
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": cluster, "cluster": {"server": server.url, "certificate-authority-data": ca}}
+            ],
+            "users": [{"name": user, "user": {"token": server.token}}],
+            "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],
+            "current-context": f"{user}@{cluster}",
+        }
+    )
+
+
+class ClusterAPI:
+    def __init__(self, management, namespace: str = "nvke") -> None:
+        self.api, self.namespace = management, namespace
+        self.workloads: dict[str, Any] = {}  # cluster name -> its workload FakeKubeApi
+        self.hold: set[str] = set()  # clusters whose control plane never becomes available
+        self.pending: set[str] = set()  # MachineDeployments whose machines never get a Node
+        management.actors.extra.append(self.reconcile)
+
+    def _list(self, api_version: str, kind: str, **selectors: str) -> list[dict[str, Any]]:
+        return self.api.list(api_version, kind, self.namespace, **selectors)
+
+    def _get(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        return self.api.get(api_version, kind, name, self.namespace)
+
+    def _update_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+        if obj.get("status") != status:
+            self.api.update({**obj, "status": status})
+
+    def _condition(self, obj: dict[str, Any], kind: str, true: bool, reason: str, message: str = "") -> dict:
+        status = "True" if true else "False"
+        for old in obj.get("status", {}).get("conditions") or []:
+            if old["type"] == kind and old["status"] == status and old["reason"] == reason:
+                return {**old, "message": message}
+        now = timestamp(self.api.store.now())
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+        }
+
+    def reconcile(self) -> None:
+        self._collect_garbage()
+        for cluster in self._list(CORE, "Cluster"):
+            if "deletionTimestamp" not in cluster["metadata"]:
+                self._cluster(cluster)
+        for deployment in self._list(CORE, "MachineDeployment"):
+            self._deployment(deployment)
+        for check in self._list(CORE, "MachineHealthCheck"):
+            self._health_check(check)
+
+    # ---- garbage collector -------------------------------------------------------------------------------
+
+    def _collect_garbage(self) -> None:
+        live = {
+            obj["metadata"]["uid"]
+            for api_version, kind in ((CORE, "Cluster"), *OWNED_KINDS)
+            for obj in self._list(api_version, kind)
+        }
+        for api_version, kind in OWNED_KINDS:
+            for obj in self._list(api_version, kind):
+                owners = obj["metadata"].get("ownerReferences") or []
+                if owners and not any(o["uid"] in live for o in owners):
+                    if kind == "Machine":
+                        self._remove_node(obj)
+                    self.api.delete(api_version, kind, obj["metadata"]["name"], self.namespace)
+
+    # ---- Cluster and KubeadmControlPlane -----------------------------------------------------------------
+
+    def _adopt(self, ref: dict[str, Any] | None, cluster: dict[str, Any]) -> dict[str, Any] | None:
+        """The referenced object, owned by the cluster (as the Cluster controller makes it)."""
+        if not ref:
+            return None
+        obj = self._get(f"{ref['apiGroup']}/{capi.VERSION}", ref["kind"], ref["name"])
+        if obj is not None and not obj["metadata"].get("ownerReferences"):
+            obj["metadata"]["ownerReferences"] = [owner_ref(cluster)]
+            obj = self.api.update(obj)
+        return obj
+
+    def _cluster(self, cluster: dict[str, Any]) -> None:
+        name, spec = cluster["metadata"]["name"], cluster["spec"]
+        infra = self._adopt(spec.get("infrastructureRef"), cluster)
+        control_plane = self._adopt(spec.get("controlPlaneRef"), cluster)
+        if infra is not None:
+            self._update_status(infra, {"initialization": {"provisioned": True}})
+        workload = self.workloads.get(name)
+        if control_plane is not None:
+            self._control_plane(control_plane, name, workload)
+            control_plane = self._get(
+                control_plane["apiVersion"], "KubeadmControlPlane", control_plane["metadata"]["name"]
+            )
+        if workload is not None and not spec.get("controlPlaneEndpoint"):
+            endpoint = {"host": "127.0.0.1", "port": workload.port}
+            cluster = self.api.update({**cluster, "spec": {**spec, "controlPlaneEndpoint": endpoint}})
+        cp_status = (control_plane or {}).get("status", {})
+        initialized = bool(cp_status.get("initialization", {}).get("controlPlaneInitialized"))
+        available = any(
+            c["type"] == "Available" and c["status"] == "True" for c in cp_status.get("conditions") or []
+        )
+        wanted = (control_plane or {}).get("spec", {}).get("replicas", 1)
+        cp_message = (
+            ""
+            if available
+            else f"{cp_status.get('availableReplicas', 0)} of {wanted} control plane machines are available"
+        )
+        conditions = [
+            self._condition(
+                cluster, "InfrastructureReady", infra is not None, "Ready" if infra else "DoesNotExist"
+            ),
+            self._condition(
+                cluster,
+                "ControlPlaneInitialized",
+                initialized,
+                "Initialized" if initialized else "NotInitialized",
+            ),
+            self._condition(
+                cluster,
+                "ControlPlaneAvailable",
+                available,
+                "Available" if available else "NotAvailable",
+                cp_message,
+            ),
+            self._condition(
+                cluster, "Available", available, "Available" if available else "NotAvailable", cp_message
+            ),
+        ]
+        status = {
+            "initialization": {
+                "infrastructureProvisioned": infra is not None,
+                "controlPlaneInitialized": initialized,
+            },
+            "conditions": conditions,
+            "controlPlane": {
+                "desiredReplicas": wanted,
+                **{
+                    k: cp_status.get(k, 0)
+                    for k in ("replicas", "readyReplicas", "availableReplicas", "upToDateReplicas")
+                },
+            },
+            "phase": "Provisioned"
+            if infra is not None and cluster["spec"].get("controlPlaneEndpoint")
+            else "Provisioning",
+            "observedGeneration": cluster["metadata"]["generation"],
+        }
+        self._update_status(cluster, status)
+
+    def _control_plane(self, control_plane: dict[str, Any], cluster: str, workload) -> None:
+        wanted = control_plane["spec"].get("replicas", 1)
+        up = workload is not None and cluster not in self.hold
+        replicas = wanted if up else 0
+        status = {
+            "initialization": {"controlPlaneInitialized": up},
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "upToDateReplicas": replicas,
+            "version": control_plane["spec"]["version"],
+            "conditions": [
+                self._condition(
+                    control_plane,
+                    "Available",
+                    up,
+                    "Available" if up else "NotAvailable",
+                    "" if up else "Control plane not yet initialized",
+                )
+            ],
+            "observedGeneration": control_plane["metadata"]["generation"],
+        }
+        self._update_status(control_plane, status)
+        secret_name = f"{cluster}-kubeconfig"
+        if up and self.api.get("v1", "Secret", secret_name, self.namespace) is None:
+            value = base64.b64encode(kubeconfig(workload, cluster).encode()).decode()
+            self.api.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "type": KUBECONFIG_TYPE,
+                    "metadata": {
+                        "name": secret_name,
+                        "namespace": self.namespace,
+                        "labels": {CLUSTER_LABEL: cluster},
+                        "ownerReferences": [owner_ref(control_plane)],
+                    },
+                    "data": {"value": value},
+                }
+            )
+
+    # ---- MachineDeployment, Machines and their Nodes -----------------------------------------------------
+
+    def _deployment(self, deployment: dict[str, Any]) -> None:
+        meta, spec = deployment["metadata"], deployment["spec"]
+        name, cluster = meta["name"], spec["clusterName"]
+        if not meta.get("ownerReferences") and (owner := self._get(CORE, "Cluster", cluster)):
+            meta["ownerReferences"] = [owner_ref(owner)]
+            deployment = self.api.update(deployment)
+        machines = {
+            m["metadata"]["name"]: m
+            for m in self._list(CORE, "Machine", label_selector=f"{DEPLOYMENT_LABEL}={name}")
+        }
+        wanted = spec.get("replicas", 1)
+        initialized = (self._get(CORE, "Cluster", cluster) or {}).get("status", {}).get("initialization", {})
+        if initialized.get("controlPlaneInitialized"):  # workers join once the API server answers
+            for index in range(wanted):
+                if f"{name}-{index}" not in machines:
+                    machines[f"{name}-{index}"] = self._create_machine(deployment, f"{name}-{index}")
+        for extra in sorted(machines, key=lambda n: int(n.rpartition("-")[2]))[wanted:]:
+            self._remove_node(machines.pop(extra))
+            self.api.delete(CORE, "Machine", extra, self.namespace)
+        ready = 0
+        for machine in machines.values():
+            ready += self._machine(machine, deployment)
+        available = ready >= wanted
+        status = {
+            "replicas": len(machines),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "upToDateReplicas": len(machines),
+            "selector": f"{DEPLOYMENT_LABEL}={name}",
+            "phase": "Running" if available else "ScalingUp",
+            "conditions": [
+                self._condition(
+                    deployment,
+                    "Available",
+                    available,
+                    "Available" if available else "NotAvailable",
+                    "" if available else f"{ready} available replicas, at least {wanted} required",
+                )
+            ],
+            "observedGeneration": meta["generation"],
+        }
+        self._update_status(self._get(CORE, "MachineDeployment", name), status)
+
+    def _create_machine(self, deployment: dict[str, Any], name: str) -> dict[str, Any]:
+        template = deployment["spec"]["template"]
+        labels = {
+            **(template.get("metadata", {}).get("labels") or {}),
+            DEPLOYMENT_LABEL: deployment["metadata"]["name"],
+            CLUSTER_LABEL: deployment["spec"]["clusterName"],
+        }
+        return self.api.create(
+            {
+                "apiVersion": CORE,
+                "kind": "Machine",
+                "metadata": {
+                    "name": name,
+                    "namespace": self.namespace,
+                    "labels": labels,
+                    "ownerReferences": [owner_ref(deployment)],
+                },
+                "spec": template["spec"],
+            }
+        )
+
+    def _machine(self, machine: dict[str, Any], deployment: dict[str, Any]) -> bool:
+        """Boot the machine into a Node unless its deployment is pending; True when its Node is Ready."""
+        workload = self.workloads.get(deployment["spec"]["clusterName"])
+        name = machine["metadata"]["name"]
+        boots = workload is not None and deployment["metadata"]["name"] not in self.pending
+        if boots and workload.get("v1", "Node", name) is None:
+            workload.create(self._node(machine, name))
+        status = {
+            "initialization": {"infrastructureProvisioned": boots, "bootstrapDataSecretCreated": True},
+            "phase": "Running" if boots else "Provisioning",
+            "conditions": [
+                self._condition(machine, "Ready", boots, "Ready" if boots else "NotReady"),
+                self._condition(machine, "NodeReady", boots, "NodeReady" if boots else "NodeDoesNotExist"),
+            ],
+            "observedGeneration": machine["metadata"]["generation"],
+        }
+        if boots:
+            status["nodeRef"] = {"name": name}
+        self._update_status(machine, status)
+        return boots
+
+    def _node(self, machine: dict[str, Any], name: str) -> dict[str, Any]:
+        spec = machine["spec"]
+        ref = spec["infrastructureRef"]
+        template = self._get(f"{ref['apiGroup']}/{capi.VERSION}", ref["kind"], ref["name"]) or {}
+        gpu = template.get("spec", {}).get("template", {}).get("spec", {}).get("gpu") or {}
+        config_ref = spec["bootstrap"].get("configRef") or {}
+        config = self._get(
+            f"{capi.BOOTSTRAP}/{capi.VERSION}", "KubeadmConfigTemplate", config_ref.get("name", "")
+        )
+        registration = (
+            (config or {})
+            .get("spec", {})
+            .get("template", {})
+            .get("spec", {})
+            .get("joinConfiguration", {})
+            .get("nodeRegistration", {})
+        )
+        labels: dict[str, str] = {}
+        for arg in registration.get("kubeletExtraArgs") or []:
+            if arg["name"] == "node-labels":
+                labels.update(pair.split("=", 1) for pair in arg["value"].split(",") if pair)
+        node = objects.gpu_node(
+            name,
+            product=gpu.get("product", "NVIDIA-H100-80GB-HBM3"),
+            count=gpu.get("count", 8),
+            labels=labels,
+        )
+        node["status"]["nodeInfo"]["kubeletVersion"] = spec.get("version", "")
+        if taints := registration.get("taints"):
+            node["spec"]["taints"] = [{k: t[k] for k in ("key", "value", "effect") if k in t} for t in taints]
+        return node
+
+    def _remove_node(self, machine: dict[str, Any]) -> None:
+        workload = self.workloads.get(machine["spec"]["clusterName"])
+        if workload is not None and workload.get("v1", "Node", machine["metadata"]["name"]) is not None:
+            workload.delete("v1", "Node", machine["metadata"]["name"])
+
+    # ---- MachineHealthCheck ------------------------------------------------------------------------------
+
+    def _health_check(self, check: dict[str, Any]) -> None:
+        match = check["spec"]["selector"].get("matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+        machines = self._list(CORE, "Machine", label_selector=selector)
+        healthy = [m for m in machines if m.get("status", {}).get("nodeRef")]
+        status = {
+            "expectedMachines": len(machines),
+            "currentHealthy": len(healthy),
+            "targets": sorted(m["metadata"]["name"] for m in machines),
+            "conditions": [self._condition(check, "RemediationAllowed", True, "RemediationAllowed")],
+            "observedGeneration": check["metadata"]["generation"],
+        }
+        self._update_status(check, status)
