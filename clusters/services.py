@@ -9,7 +9,13 @@ from nvke import jobs
 from nvke.errors import Conflict, DomainError
 from nvke.models import check_dns_label
 from nvke.providers import get_infrastructure, operations_for
-from nvke.providers.base import ClusterOperations, ClusterRef, Infrastructure, ProviderError
+from nvke.providers.base import (
+    ClusterOperations,
+    ClusterRef,
+    Infrastructure,
+    ProviderError,
+    ProvisioningInProgress,
+)
 from nvke.providers.kubernetes import attach
 from nvke.tenancy.context import TenantContext
 
@@ -162,14 +168,17 @@ def _snake(reason: str) -> str:
 
 
 def provision(cluster_id: int) -> None:
-    """One idempotent step: ask the provider for the control plane, record the outcome."""
-    cluster = Cluster.objects.select_related("region").filter(pk=cluster_id).first()
+    """One idempotent step: ask the provider for the control plane, record the outcome. A control plane
+    still coming up (ProvisioningInProgress) keeps the cluster provisioning with what it waits for; the
+    next step (beat's resync, or the provider's watch) asks again."""
+    cluster = Cluster.objects.select_related("region", "kubernetes_version").filter(pk=cluster_id).first()
     if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
         return
     provider = cluster_infrastructure(cluster)
     key = cluster_key(cluster)
+    version = cluster.kubernetes_version.version if cluster.kubernetes_version else ""
     try:
-        access = provider.provision_cluster(key, cluster.region.name, cluster.control_plane_nodes)
+        access = provider.provision_cluster(key, cluster.region.name, cluster.control_plane_nodes, version)
         installed = provider.install_addons(key, addons.versions())
         failure = None
     except ProviderError as error:
@@ -178,6 +187,9 @@ def provision(cluster_id: int) -> None:
         cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
         if cluster is None or cluster.status != Cluster.Status.PROVISIONING:
             return  # deleted meanwhile: the teardown owns it now
+        if isinstance(failure, ProvisioningInProgress):
+            _record_waiting(cluster, failure)
+            return
         if failure:
             cluster.status = Cluster.Status.FAILED
             cluster.status_reason, cluster.status_message = failure.reason, failure.message
@@ -195,6 +207,15 @@ def provision(cluster_id: int) -> None:
         if not failure:
             for pool_id in cluster.node_pools.values_list("pk", flat=True):
                 jobs.enqueue("nodepools.tasks.reconcile_pool", pool_id)
+
+
+def _record_waiting(cluster: Cluster, waiting: ProvisioningInProgress) -> None:
+    """The Ready condition says what provisioning waits for; saved and published only when it changed."""
+    before = copy.deepcopy(cluster.conditions)
+    cluster.set_condition("Ready", False, waiting.reason, waiting.message)
+    if cluster.conditions != before:
+        cluster.save(update_fields=["conditions", "updated_at"])
+        publish_cluster(cluster)
 
 
 def _record_addons(cluster: Cluster, installed) -> None:

@@ -155,13 +155,18 @@ def pool_spec(pool: NodePool) -> PoolSpec:
         labels={"nvke.io/pool": pool.name, "nvke.io/sharing-mode": pool.sharing_mode},
         gpu_product=model.product_name,
         node_selector=pool.node_selector,
+        kubernetes_version=version.version if (version := pool.cluster.kubernetes_version) else "",
+        min_nodes=pool.min_nodes,
+        max_nodes=pool.max_nodes,
     )
 
 
 def reconcile(pool_id: int) -> None:
     """One level-triggered step: compare desired and actual nodes, act once, record the outcome."""
     pool = (
-        NodePool.objects.select_related("cluster__region", "gpu_model", "driver_release")
+        NodePool.objects.select_related(
+            "cluster__region", "cluster__kubernetes_version", "gpu_model", "driver_release"
+        )
         .filter(pk=pool_id)
         .first()
     )

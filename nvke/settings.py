@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "channels",
     "nvke.tenancy",
     "nvke.providers.simulator",
+    "nvke.providers.clusterapi",
     "clusters",
     "nodepools",
     "telemetry",
@@ -295,9 +296,11 @@ FATAL_XIDS_DEFAULT = "48,62,63,64,74,79,92,94,95,119,120"  # DBE, GSP, row remap
 TELEMETRY_FATAL_XIDS = [int(x) for x in env_list("NVKE_TELEMETRY_FATAL_XIDS", FATAL_XIDS_DEFAULT)]
 METRICS_TOKEN = os.environ.get("NVKE_METRICS_TOKEN", "")  # /metrics answers only with this bearer token
 
-# Which provider provisions the clusters NVKE creates: "simulator" (the default). Clusters a tenant
-# attaches always use the Kubernetes provider (nvke/providers/kubernetes/).
+# Which provider provisions the clusters NVKE creates: "simulator" (the default) or "clusterapi" (Cluster
+# API, nvke/providers/clusterapi/). Clusters a tenant attaches always use the Kubernetes provider.
 NVKE_PROVIDER = os.environ.get("NVKE_PROVIDER", "simulator")
+# clusterapi: the management cluster's kubeconfig file, when its admin setting (ManagementCluster) has none.
+NVKE_CAPI_KUBECONFIG = os.environ.get("NVKE_CAPI_KUBECONFIG", "")
 # The image attached clusters run nvke-agent from (telemetry/agent_manifest.py): NVKE's own image.
 NVKE_AGENT_IMAGE = os.environ.get("NVKE_AGENT_IMAGE", "nvke:latest")
 

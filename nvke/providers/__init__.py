@@ -1,6 +1,6 @@
 """The provider registry: each cluster is driven by one pair of implementations (infrastructure, cluster
 operations). A cluster NVKE provisioned uses the pair NVKE_PROVIDER names; a cluster a tenant attached
-uses "kubernetes". `register` adds another pair (the Cluster API provider)."""
+uses "kubernetes". `register` adds another pair."""
 
 from dataclasses import dataclass
 
@@ -25,6 +25,11 @@ PROVIDERS: dict[str, ProviderPaths] = {
     ),
     "kubernetes": ProviderPaths(
         "nvke.providers.kubernetes.infrastructure.KubernetesInfrastructure",
+        "nvke.providers.kubernetes.operations.KubernetesOperations",
+    ),
+    # Clusters Cluster API provisions are then plain Kubernetes clusters to operate on.
+    "clusterapi": ProviderPaths(
+        "nvke.providers.clusterapi.infrastructure.ClusterAPIInfrastructure",
         "nvke.providers.kubernetes.operations.KubernetesOperations",
     ),
 }

@@ -24,6 +24,11 @@ class ProviderError(Exception):
         self.status = status
 
 
+class ProvisioningInProgress(ProviderError):
+    """Provisioning was asked for and is under way, nothing failed: the call is to be made again later
+    (Cluster API brings a control plane up in minutes). `reason` and `message` say what it waits for."""
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     index: int
@@ -78,6 +83,9 @@ class PoolSpec:
     labels: dict[str, str] = field(default_factory=dict)
     gpu_product: str = ""  # as NVML names it (NVIDIA H100 80GB HBM3): how an attached node is matched
     node_selector: dict[str, str] = field(default_factory=dict)  # attached clusters: which nodes may join
+    kubernetes_version: str = ""  # the kubelet's minor version (1.34), for providers that make machines
+    min_nodes: int = 0  # the bounds a cluster autoscaler may scale the pool within
+    max_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,9 +159,13 @@ class Infrastructure(ABC):
         self.cluster = cluster
 
     @abstractmethod
-    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:
-        """Create (or find) the cluster's control plane; return its API endpoint, an admin token and CA.
-        Idempotent: a repeated call returns the same access."""
+    def provision_cluster(
+        self, cluster: str, region: str, control_plane_nodes: int, kubernetes_version: str = ""
+    ) -> ClusterAccess:
+        """Create (or find) the cluster's control plane running `kubernetes_version` (a catalog minor,
+        1.34); return its API endpoint, an admin token and CA. Idempotent: a repeated call returns the
+        same access. A provider whose control plane takes a while raises ProvisioningInProgress until
+        it serves."""
 
     @abstractmethod
     def delete_cluster(self, cluster: str) -> None:

@@ -24,7 +24,9 @@ class KubernetesInfrastructure(Infrastructure):
         super().__init__(cluster)
         self.ops = KubernetesOperations(cluster)
 
-    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:
+    def provision_cluster(
+        self, cluster: str, region: str, control_plane_nodes: int, kubernetes_version: str = ""
+    ) -> ClusterAccess:
         raise ProviderError("Unsupported", "An attached cluster is not provisioned by NVKE.")
 
     def delete_cluster(self, cluster: str) -> None:

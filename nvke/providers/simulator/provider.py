@@ -117,7 +117,9 @@ def _node_info(node: SimNode) -> NodeInfo:
 class SimulatorInfrastructure(Infrastructure):
     """A virtual fleet with real GPU figures from the catalog and finite regional inventory."""
 
-    def provision_cluster(self, cluster: str, region: str, control_plane_nodes: int) -> ClusterAccess:
+    def provision_cluster(
+        self, cluster: str, region: str, control_plane_nodes: int, kubernetes_version: str = ""
+    ) -> ClusterAccess:
         _raise_injected_fault(SimFault.Operation.PROVISION_CLUSTER, cluster)
         sim, _ = SimCluster.objects.get_or_create(
             key=cluster,

@@ -1,0 +1,122 @@
+"""Clusters and GPU pools as Cluster API objects in the management cluster (see manifests).
+
+Every call is one idempotent step: it creates what is missing (an object that exists is kept), brings
+what NVKE owns to the wanted size, and reports what Cluster API's status says now (read after the
+writes, so a step sees what the controllers did since the last one). Provisioning raises
+ProvisioningInProgress until the control plane is available and NVKE's service account token is issued;
+a pool reports its ready machines, so the pool waits `pending` until they are up."""
+
+from nvke.providers.base import (
+    ClusterAccess,
+    Infrastructure,
+    PoolSpec,
+    ProviderError,
+    ProvisioningInProgress,
+    ScaleResult,
+)
+
+from . import access, manifests, status
+from .management import Management, TemplateRef, load
+
+
+class ClusterAPIInfrastructure(Infrastructure):
+    def _management(self) -> Management:
+        return load()
+
+    def provision_cluster(
+        self, cluster: str, region: str, control_plane_nodes: int, kubernetes_version: str = ""
+    ) -> ClusterAccess:
+        m = self._management()
+        release = m.release(kubernetes_version)
+        template = m.cluster_template
+        source = m.get(template.api_version, template.kind, template.name)
+        if source is None:
+            raise ProviderError(
+                "NotFound",
+                f"The management cluster has no {template.kind} {m.namespace}/{template.name}.",
+                status=404,
+            )
+        infrastructure = m.create(manifests.infrastructure_cluster(cluster, m.namespace, source))
+        m.create(
+            manifests.control_plane(
+                cluster, m.namespace, control_plane_nodes, release, m.control_plane_template
+            )
+        )
+        created = m.create(manifests.cluster(cluster, m.namespace, infrastructure))
+        progress = status.cluster_progress(m.get(manifests.CORE, "Cluster", cluster) or created)
+        if not progress.done:
+            raise ProvisioningInProgress(progress.reason, progress.message)
+        secret = m.secret(access.kubeconfig_secret(cluster))
+        if secret is None:
+            name = access.kubeconfig_secret(cluster)
+            raise ProvisioningInProgress(
+                "WaitingForKubeconfig", f"Cluster API has not written Secret {name} yet."
+            )
+        granted = access.service_account_access(access.admin_kubeconfig(secret))
+        if granted is None:
+            raise ProvisioningInProgress(
+                "WaitingForToken",
+                f"The cluster has not issued a token to {access.NAMESPACE}/{access.ACCOUNT} yet.",
+            )
+        return granted
+
+    def delete_cluster(self, cluster: str) -> None:
+        """Delete the Cluster: Cluster API removes its control plane, machines and infrastructure, and
+        Kubernetes' garbage collector what NVKE made owned by it."""
+        self._management().delete(manifests.CORE, "Cluster", cluster)
+
+    def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
+        m = self._management()
+        owner = m.get(manifests.CORE, "Cluster", spec.cluster)
+        if owner is None:
+            raise ProviderError(
+                "NotFound", f"Cluster {spec.cluster} does not exist in the management cluster.", status=404
+            )
+        machines = self._machine_template(m, spec.gpu_model)
+        release = m.release(spec.kubernetes_version)
+        m.create(manifests.config_template(spec, m.namespace, owner))
+        m.create(manifests.health_check(spec, m.namespace, owner))
+        deployment = m.create(manifests.machine_deployment(spec, m.namespace, count, release, machines))
+        deployment = self._resize(m, deployment, spec, count)
+        deployment = m.get(manifests.CORE, "MachineDeployment", deployment["metadata"]["name"]) or deployment
+        ready = min(status.ready_replicas(deployment), count)
+        if ready < count:
+            return ScaleResult(
+                ready, count, "WaitingForMachines", status.deployment_message(deployment, count)
+            )
+        return ScaleResult(ready, count)
+
+    def _resize(self, m: Management, deployment: dict, spec: PoolSpec, count: int) -> dict:
+        """The wanted replicas and autoscaler bounds on a MachineDeployment made by an earlier step."""
+        annotations = deployment["metadata"].get("annotations") or {}
+        bounds = manifests.autoscaler_bounds(spec) if spec.max_nodes else {}
+        patch: dict = {}
+        if deployment["spec"].get("replicas") != count:
+            patch["spec"] = {"replicas": count}
+        if any(annotations.get(k) != v for k, v in bounds.items()):
+            patch["metadata"] = {"annotations": bounds}
+        if not patch:
+            return deployment
+        name = deployment["metadata"]["name"]
+        return m.patch(manifests.CORE, "MachineDeployment", name, patch)
+
+    @staticmethod
+    def _machine_template(m: Management, gpu_model: str) -> TemplateRef:
+        kind = m.control_plane_template.kind
+        found = m.list(m.infrastructure, kind, label_selector=f"{manifests.GPU_MODEL}={gpu_model}")
+        if not found:
+            raise ProviderError(
+                "NoMachineTemplate",
+                f"The management cluster has no {kind} labelled {manifests.GPU_MODEL}={gpu_model} "
+                f"in {m.namespace}.",
+            )
+        return TemplateRef(m.infrastructure, kind, sorted(t["metadata"]["name"] for t in found)[0])
+
+    def delete_pool(self, cluster: str, pool: str) -> None:
+        """Delete the pool's MachineDeployment (Cluster API drains and deletes its machines), its health
+        check and its bootstrap template."""
+        m = self._management()
+        name = manifests.pool_name(cluster, pool)
+        m.delete(manifests.CORE, "MachineDeployment", name)
+        m.delete(manifests.CORE, "MachineHealthCheck", name)
+        m.delete(manifests.BOOTSTRAP, "KubeadmConfigTemplate", name)

@@ -1,0 +1,55 @@
+"""What Cluster API's status says, read the way its v1beta2 conditions are meant (pure): a cluster serves
+once `ControlPlaneAvailable` is True; until then the first of its provisioning conditions that is not
+True says what it waits for. A MachineDeployment's pool has as many nodes as it has ready replicas."""
+
+from dataclasses import dataclass
+from typing import Any
+
+# In the order provisioning passes them, with NVKE's reason while each is not True yet.
+CLUSTER_STEPS = (
+    ("InfrastructureReady", "WaitingForInfrastructure", "The cluster's infrastructure is being provisioned."),
+    ("ControlPlaneInitialized", "WaitingForControlPlane", "The control plane's first machine is starting."),
+    ("ControlPlaneAvailable", "WaitingForControlPlane", "The control plane is not available yet."),
+)
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: bool
+    reason: str = ""
+    message: str = ""
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in obj.get("status", {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def is_true(obj: dict[str, Any], kind: str) -> bool:
+    return (condition(obj, kind) or {}).get("status") == "True"
+
+
+def cluster_progress(cluster: dict[str, Any]) -> Progress:
+    name = cluster["metadata"]["name"]
+    if "deletionTimestamp" in cluster["metadata"]:
+        return Progress(False, "Deleting", f"Cluster {name} is being deleted in the management cluster.")
+    for kind, reason, default in CLUSTER_STEPS:
+        if not is_true(cluster, kind):
+            found = condition(cluster, kind) or {}
+            detail = found.get("message") or default
+            return Progress(
+                False, reason, f"Cluster {name}: {kind} is {found.get('status', 'not reported')}: {detail}"
+            )
+    return Progress(True)
+
+
+def ready_replicas(deployment: dict[str, Any]) -> int:
+    return deployment.get("status", {}).get("readyReplicas") or 0
+
+
+def deployment_message(deployment: dict[str, Any], wanted: int) -> str:
+    name = deployment["metadata"]["name"]
+    text = f"MachineDeployment {name}: {ready_replicas(deployment)} of {wanted} machines ready"
+    available = condition(deployment, "Available") or {}
+    if available.get("status") != "True" and available.get("message"):
+        text += f" ({available['message']})"
+    return text + "."
