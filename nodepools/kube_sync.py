@@ -6,19 +6,28 @@ the allocator and the websockets), and a pool short of nodes adopts a new matchi
 cluster's Reachable condition and the GPU nodes outside every pool. A driver or validator pod or an
 NVIDIADriver that changed ticks the cluster's upgrade runs at once (upgrades.tasks.kick_cluster_runs).
 
+With NVKE_PROVIDER=clusterapi the clusters NVKE provisioned are watched the same way, and a
+`ManagementSync` follows their Cluster API objects in the management cluster: a Cluster that changed
+takes its cluster's next provisioning step at once (it runs once its control plane is available), a
+MachineDeployment its pool's reconcile (the pool is ready once its machines are).
+
 Clusters are sharded over processes by a stable hash of their id (`--shard 2/4`), so more clusters are
 served by more processes. One cluster's failure stays in its own threads: the others carry on."""
 
 import logging
+import re
 import threading
 import zlib
 
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from clusters.models import Cluster
-from clusters.services import cluster_operations, record_observation
+from clusters.services import cluster_operations, provision, record_observation
 from nvke import jobs
 from nvke.providers.base import ProviderError
+from nvke.providers.clusterapi import management
+from nvke.providers.clusterapi.watch import ManagementWatch
 from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.watch import ClusterWatch
 
@@ -71,7 +80,7 @@ class ClusterSync:
         self.dirty.set()  # wakes the refresher, which kicks the cluster's upgrade runs
 
     def _failed(self, error: ProviderError) -> None:
-        self._db(
+        in_own_connection(
             record_observation, self.cluster_id, reachable=False, reason=error.reason, message=error.message
         )
 
@@ -83,8 +92,8 @@ class ClusterSync:
             self.dirty.clear()
             if self.drivers.is_set():
                 self.drivers.clear()
-                self._db(jobs.enqueue, "upgrades.tasks.kick_cluster_runs", self.cluster_id)
-            self._db(self.refresh)
+                in_own_connection(jobs.enqueue, "upgrades.tasks.kick_cluster_runs", self.cluster_id)
+            in_own_connection(self.refresh)
             self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
 
     def refresh(self) -> None:
@@ -114,21 +123,85 @@ class ClusterSync:
             unpooled_nodes=outside,
         )
 
+
+def in_own_connection(function, *args, **kwargs) -> None:
+    """Run with a fresh database connection of this thread, closed afterwards; a failure is logged,
+    never the end of the thread."""
+    close_old_connections()
+    try:
+        function(*args, **kwargs)
+    except Exception:
+        log.exception("kube_sync: %s failed", getattr(function, "__name__", function))
+    finally:
+        connection.close()
+
+
+class ManagementSync:
+    """Follows the Cluster API objects of this shard's clusters (see the module's docstring)."""
+
+    def __init__(self, *, shard: int = 0, shards: int = 1, debounce_s: float = 1.0, **watch_options):
+        self.shard, self.shards, self.debounce_s = shard, shards, debounce_s
+        self.stop, self.dirty, self._lock = threading.Event(), threading.Event(), threading.Lock()
+        self._changed: set[tuple[int, str]] = set()
+        self.watch = ManagementWatch(
+            management.load(), changed=self._seen, failed=self._failed, **watch_options
+        )
+        self.refresher = threading.Thread(target=self._refresh_loop, daemon=True, name="capi-sync")
+
+    def start(self) -> "ManagementSync":
+        self.watch.start()
+        self.refresher.start()
+        return self
+
+    def close(self, timeout: float | None = None) -> None:
+        self.stop.set()
+        self.dirty.set()
+        self.watch.close(timeout)
+        self.refresher.join(timeout)
+
+    def _seen(self, cluster_key: str, pool: str) -> None:
+        if not (match := re.fullmatch(r"c(\d+)", cluster_key)):
+            return  # not a name NVKE gives (clusters.services.cluster_key)
+        cluster_id = int(match[1])
+        if shard_of(cluster_id, self.shards) == self.shard:
+            with self._lock:
+                self._changed.add((cluster_id, pool))
+            self.dirty.set()
+
     @staticmethod
-    def _db(function, *args, **kwargs) -> None:
-        """Run with a fresh database connection of this thread, closed afterwards; a failure is logged,
-        never the end of the thread."""
-        close_old_connections()
-        try:
-            function(*args, **kwargs)
-        except Exception:
-            log.exception("kube_sync: %s failed", getattr(function, "__name__", function))
-        finally:
-            connection.close()
+    def _failed(error: ProviderError) -> None:
+        log.warning("kube_sync: the management cluster: %s: %s", error.reason, error.message)
+
+    def _refresh_loop(self) -> None:
+        while not self.stop.is_set():
+            self.dirty.wait()
+            self.dirty.clear()
+            with self._lock:
+                changed, self._changed = self._changed, set()
+            for cluster_id, pool in sorted(changed):
+                if self.stop.is_set():
+                    return
+                in_own_connection(self.step, cluster_id, pool)
+            self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
+
+    @staticmethod
+    def step(cluster_id: int, pool: str) -> None:
+        """A provisioning cluster's next step, or the pool's reconcile."""
+        if not pool:
+            if Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.PROVISIONING).exists():
+                provision(cluster_id)
+            return
+        pools = NodePool.objects.filter(cluster_id=cluster_id, name=pool).exclude(status="deleting")
+        if pool_id := pools.values_list("pk", flat=True).first():
+            reconcile(pool_id)
 
 
 def attached_clusters(shard: int, shards: int) -> dict[int, Cluster]:
-    clusters = Cluster.objects.filter(attached=True, status=Cluster.Status.RUNNING)
+    """The running clusters of this shard on a real Kubernetes: attached ones, and with Cluster API the
+    ones NVKE provisioned."""
+    clusters = Cluster.objects.filter(status=Cluster.Status.RUNNING)
+    if settings.NVKE_PROVIDER != "clusterapi":
+        clusters = clusters.filter(attached=True)
     return {c.pk: c for c in clusters if shard_of(c.pk, shards) == shard}
 
 
@@ -136,6 +209,12 @@ def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float
     """Serve this shard's attached clusters until `stop`: a cluster attached or detached is picked up
     within `poll_s`; a cluster whose endpoint or token changed gets fresh watches."""
     syncs: dict[int, tuple[tuple, ClusterSync]] = {}
+    capi = None
+    if settings.NVKE_PROVIDER == "clusterapi":
+        close_old_connections()
+        watch_options = {k: v for k, v in options.items() if k in ("resync_s", "watch_timeout_s")}
+        capi = ManagementSync(shard=shard, shards=shards, **watch_options).start()
+        connection.close()
     try:
         while not stop.is_set():
             close_old_connections()
@@ -155,3 +234,5 @@ def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float
     finally:
         for _, sync in syncs.values():
             sync.close(CLOSE_S)
+        if capi is not None:
+            capi.close(CLOSE_S)

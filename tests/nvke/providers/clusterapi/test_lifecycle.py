@@ -1,0 +1,105 @@
+"""A cluster and a pool NVKE creates with NVKE_PROVIDER=clusterapi, through the services a request and
+its tasks call: the cluster waits `provisioning` while Cluster API brings its control plane up, then
+runs with NVKE's own token; the pool's MachineDeployment brings GPU nodes that become Node rows."""
+
+import pytest
+
+from clusters.models import Cluster
+from clusters.services import delete_cluster, provision, teardown
+from nodepools.models import Node, NodePool
+from nodepools.services import reconcile
+
+from .conftest import NS
+
+CORE = "cluster.x-k8s.io/v1beta2"
+
+
+@pytest.fixture
+def clusterapi(settings, capi_setting):
+    settings.NVKE_PROVIDER = "clusterapi"
+
+
+@pytest.fixture
+def tenant(owner):
+    return owner.memberships.get().tenant
+
+
+def ready(obj) -> dict:
+    return next(c for c in obj.conditions if c["type"] == "Ready")
+
+
+def test_a_cluster_runs_once_cluster_api_has_its_control_plane_up(
+    clusterapi, tenant, make_cluster, management, cluster_api, workload
+):
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    provision(cluster.pk)
+    cluster.refresh_from_db()
+    assert cluster.status == Cluster.Status.PROVISIONING
+    assert (ready(cluster)["status"], ready(cluster)["reason"]) == ("False", "WaitingForControlPlane")
+    key = f"c{cluster.pk}"
+    control_plane = management.get(
+        "controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", f"{key}-control-plane", NS
+    )
+    assert (control_plane["spec"]["replicas"], control_plane["spec"]["version"]) == (1, "v1.35.1")
+
+    cluster_api.workloads[key] = workload
+    management.settle()
+    provision(cluster.pk)
+    cluster.refresh_from_db()
+    assert cluster.status == Cluster.Status.RUNNING
+    assert (cluster.endpoint, cluster.ca_bundle) == (workload.url, workload.ca_bundle)
+    assert cluster.admin_token in workload.store.tokens
+    assert ready(cluster)["reason"] == "Provisioned"
+
+
+def test_a_control_plane_still_coming_up_changes_nothing_on_a_repeated_step(
+    clusterapi, tenant, make_cluster, cluster_api
+):
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    provision(cluster.pk)
+    first = Cluster.objects.get(pk=cluster.pk)
+    provision(cluster.pk)
+    again = Cluster.objects.get(pk=cluster.pk)
+    assert again.updated_at == first.updated_at  # the condition did not change: nothing saved
+    assert again.status == Cluster.Status.PROVISIONING
+
+
+def test_a_pool_gets_its_gpu_nodes_from_a_machine_deployment_and_goes_with_the_cluster(
+    clusterapi, tenant, make_cluster, make_pool, management, cluster_api, workload
+):
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    key = f"c{cluster.pk}"
+    cluster_api.workloads[key] = workload
+    provision(cluster.pk)
+    cluster.refresh_from_db()
+    assert cluster.status == Cluster.Status.RUNNING
+    pool = make_pool(
+        cluster,
+        "h100",
+        gpu_model="h100-sxm5-80gb",
+        nodes=2,
+        gpus_per_node=8,
+        driver="570.133.20",
+        status=NodePool.Status.PROVISIONING,
+    )
+    cluster_api.pending.add(f"{key}-h100")
+    reconcile(pool.pk)
+    pool.refresh_from_db()
+    assert (pool.status, pool.status_reason) == ("pending", "WaitingForMachines")
+    assert pool.status_message.startswith(f"MachineDeployment {key}-h100: 0 of 2 machines ready")
+
+    cluster_api.pending.clear()
+    management.settle()
+    reconcile(pool.pk)
+    pool.refresh_from_db()
+    assert pool.status == "ready"
+    nodes = Node.objects.filter(pool=pool).order_by("name")
+    assert [(n.name, n.gpus.count()) for n in nodes] == [(f"{key}-h100-0", 8), (f"{key}-h100-1", 8)]
+
+    delete_cluster(cluster)
+    teardown(cluster.pk)
+    assert not Cluster.objects.filter(pk=cluster.pk).exists()
+    management.settle()
+    assert management.list(CORE, "Cluster", NS) == []
+    assert management.list(CORE, "MachineDeployment", NS) == []
+    assert workload.list("v1", "Node") == []

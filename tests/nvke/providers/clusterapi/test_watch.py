@@ -1,0 +1,92 @@
+"""Cluster API's status flows back by watch: kube_sync's ManagementSync list-watches NVKE's Clusters and
+MachineDeployments in the management cluster (real watches over HTTPS, in their own threads with their
+own database connections), and each change takes the cluster's or the pool's next step at once."""
+
+import pytest
+
+from clusters.models import Cluster
+from clusters.services import provision
+from nodepools import kube_sync
+from nodepools.models import NodePool
+from nodepools.services import reconcile
+from tests.kubeapi.fixtures import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+FAST = {"debounce_s": 0.05, "watch_timeout_s": 2}
+
+
+@pytest.fixture
+def clusterapi(settings, capi_setting):
+    settings.NVKE_PROVIDER = "clusterapi"
+
+
+@pytest.fixture
+def tenant(owner):
+    return owner.memberships.get().tenant
+
+
+@pytest.fixture
+def management_sync(clusterapi):
+    started = []
+
+    def start(**options):
+        started.append(kube_sync.ManagementSync(**{**FAST, **options}).start())
+        return started[-1]
+
+    yield start
+    for sync in started:
+        sync.close(timeout=10)
+
+
+def status_of(row) -> str:
+    row.refresh_from_db()
+    return row.status
+
+
+def test_a_control_plane_coming_up_and_machines_joining_reach_the_rows(
+    tenant, make_cluster, make_pool, management, cluster_api, workload, management_sync
+):
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    provision(cluster.pk)
+    assert status_of(cluster) == Cluster.Status.PROVISIONING
+    management_sync()
+
+    cluster_api.workloads[f"c{cluster.pk}"] = workload
+    management.settle()  # the control plane comes up: the Cluster's status changes
+    wait_until(lambda: status_of(cluster) == Cluster.Status.RUNNING, timeout=15)
+
+    pool = make_pool(
+        cluster,
+        "h100",
+        gpu_model="h100-sxm5-80gb",
+        nodes=2,
+        gpus_per_node=8,
+        driver="570.133.20",
+        status=NodePool.Status.PROVISIONING,
+    )
+    cluster_api.pending.add(f"c{cluster.pk}-h100")
+    reconcile(pool.pk)
+    assert status_of(pool) == "pending"
+    cluster_api.pending.clear()
+    management.settle()  # the machines boot: the MachineDeployment's status changes
+    wait_until(lambda: status_of(pool) == "ready", timeout=15)
+    assert pool.nodes.count() == 2
+
+
+def test_each_shard_takes_only_its_own_clusters_and_names_nvke_gave(management_sync):
+    sync = kube_sync.ManagementSync(shard=1, shards=2, **FAST)  # not started: its callback alone
+    ours = next(pk for pk in range(1, 20) if kube_sync.shard_of(pk, 2) == 1)
+    theirs = next(pk for pk in range(1, 20) if kube_sync.shard_of(pk, 2) == 0)
+    for key, pool in ((f"c{ours}", ""), (f"c{ours}", "h100"), (f"c{theirs}", ""), ("someone-elses", "")):
+        sync._seen(key, pool)
+    assert sync._changed == {(ours, ""), (ours, "h100")}
+
+
+def test_with_cluster_api_kube_sync_also_watches_the_clusters_nvke_provisioned(
+    clusterapi, settings, tenant, make_cluster
+):
+    provisioned = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    Cluster.objects.filter(pk=provisioned.pk).update(status=Cluster.Status.RUNNING)
+    assert set(kube_sync.attached_clusters(0, 1)) == {provisioned.pk}
+    settings.NVKE_PROVIDER = "simulator"
+    assert kube_sync.attached_clusters(0, 1) == {}
