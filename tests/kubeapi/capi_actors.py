@@ -12,7 +12,8 @@ tests/kubeapi/actors.py simulates a cluster's own components: run after every wr
   owned by it, labelled with its template's labels and `cluster.x-k8s.io/deployment-name`; a Machine
   becomes a GPU Node on the workload cluster (the infrastructure template's `gpu`, the KubeadmConfigTemplate's
   `node-labels` kubelet argument and registration taints) unless its deployment is in `pending`.
-  MachineDeployments and MachineHealthChecks report their counters and conditions.
+  MachineDeployments and MachineHealthChecks report their counters and conditions; a Machine annotated
+  `cluster.x-k8s.io/remediate-machine` is remediated (deleted, so its MachineDeployment replaces it).
 - Garbage collection: an object whose every owner is gone is deleted; a deleted Machine's Node goes too.
 
 No MachineSets: Machines belong to their MachineDeployment directly (NVKE never reads MachineSets)."""
@@ -30,6 +31,7 @@ from .store import timestamp
 KUBECONFIG_TYPE = "cluster.x-k8s.io/secret"
 CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
 DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
+REMEDIATE = "cluster.x-k8s.io/remediate-machine"
 CORE = f"{capi.CORE}/{capi.VERSION}"
 OWNED_KINDS = (
     (CORE, "Machine"),
@@ -377,9 +379,16 @@ class ClusterAPI:
     # ---- MachineHealthCheck ------------------------------------------------------------------------------
 
     def _health_check(self, check: dict[str, Any]) -> None:
+        """Remediate what the remediate-machine annotation marks (its MachineDeployment replaces it)."""
         match = check["spec"]["selector"].get("matchLabels") or {}
         selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
-        machines = self._list(CORE, "Machine", label_selector=selector)
+        machines = []
+        for machine in self._list(CORE, "Machine", label_selector=selector):
+            if REMEDIATE in (machine["metadata"].get("annotations") or {}):
+                self._remove_node(machine)
+                self.api.delete(CORE, "Machine", machine["metadata"]["name"], self.namespace)
+            else:
+                machines.append(machine)
         healthy = [m for m in machines if m.get("status", {}).get("nodeRef")]
         status = {
             "expectedMachines": len(machines),

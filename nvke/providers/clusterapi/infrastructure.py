@@ -112,6 +112,19 @@ class ClusterAPIInfrastructure(Infrastructure):
             )
         return TemplateRef(m.infrastructure, kind, sorted(t["metadata"]["name"] for t in found)[0])
 
+    def repair_node(self, cluster: str, pool: str, node: str) -> bool:
+        """Have Cluster API replace the node's Machine: the remediate-machine annotation makes the pool's
+        MachineHealthCheck count it unhealthy, and its MachineDeployment replaces it. False when no
+        Machine of the pool runs the node."""
+        m = self._management()
+        selector = f"{manifests.CLUSTER_NAME}={cluster},{manifests.POOL}={pool}"
+        for machine in m.list(manifests.CORE, "Machine", label_selector=selector):
+            if (machine.get("status", {}).get("nodeRef") or {}).get("name") == node:
+                patch = {"metadata": {"annotations": {manifests.REMEDIATE: ""}}}
+                m.patch(manifests.CORE, "Machine", machine["metadata"]["name"], patch)
+                return True
+        return False
+
     def delete_pool(self, cluster: str, pool: str) -> None:
         """Delete the pool's MachineDeployment (Cluster API drains and deletes its machines), its health
         check and its bootstrap template."""

@@ -277,3 +277,38 @@ def test_the_management_kubeconfig_is_stored_encrypted(capi_setting):
         stored = cursor.fetchone()[0]
     assert stored.startswith("fernet:")
     assert "token" not in stored and base64.b64encode(b"apiVersion").decode() not in stored
+
+
+def test_the_kubeconfig_may_come_from_the_file_the_environment_names(
+    capi_setting, cluster_api, workload, settings, tmp_path
+):
+    path = tmp_path / "management.kubeconfig"
+    path.write_text(capi_setting.kubeconfig)
+    capi_setting.kubeconfig = ""
+    capi_setting.save()
+    with pytest.raises(ProviderError) as refused:
+        infrastructure().provision_cluster("c1", "eu-west-1", 3, "1.34")
+    assert refused.value.reason == "NotConfigured"
+    settings.NVKE_CAPI_KUBECONFIG = str(path)
+    cluster_api.workloads["c1"] = workload
+    assert infrastructure().provision_cluster("c1", "eu-west-1", 3, "1.34").endpoint == workload.url
+
+
+def test_a_kubeconfig_that_is_not_one_is_refused_by_name(capi_setting):
+    capi_setting.kubeconfig = "clusters: [oops"
+    capi_setting.save()
+    with pytest.raises(ProviderError) as refused:
+        infrastructure().provision_cluster("c1", "eu-west-1", 3, "1.34")
+    assert refused.value.reason == "InvalidKubeconfig"
+
+
+def test_repairing_a_node_has_cluster_api_replace_its_machine(provisioned, management, workload):
+    infrastructure().scale_pool(pool_spec(), 2)
+    before = management.get(CORE, "Machine", "c1-train-1", NS)["metadata"]["uid"]
+    assert infrastructure().repair_node("c1", "train", "c1-train-1") is True
+    management.settle()
+    replaced = management.get(CORE, "Machine", "c1-train-1", NS)
+    assert replaced["metadata"]["uid"] != before  # remediated, and made again by its MachineDeployment
+    assert management.get(CORE, "Machine", "c1-train-0", NS)["metadata"].get("annotations") is None
+    assert workload.get("v1", "Node", "c1-train-1") is not None
+    assert infrastructure().repair_node("c1", "train", "not-a-node") is False
