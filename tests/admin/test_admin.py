@@ -7,7 +7,16 @@ from django.urls import reverse
 
 pytestmark = pytest.mark.django_db
 
-PROJECT_APPS = {"tenancy", "simulator", "clusters", "nodepools", "audit", "upgrades", "telemetry"}
+PROJECT_APPS = {
+    "tenancy",
+    "simulator",
+    "clusterapi",
+    "clusters",
+    "nodepools",
+    "audit",
+    "upgrades",
+    "telemetry",
+}
 
 
 def test_every_project_model_is_registered():

@@ -1,8 +1,36 @@
 """The management cluster the Cluster API provider provisions in: one row, edited in the admin."""
 
+import re
+
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 
 from nvke.encryption import EncryptedTextField
+
+KIND_NAME = RegexValidator(
+    r"^[A-Za-z][-A-Za-z0-9]*/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+    "Give Kind/name, e.g. Metal3ClusterTemplate/gpu.",
+)
+API_VERSION = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/v[0-9]+((alpha|beta)[0-9]+)?$",
+    "Give group/version, e.g. infrastructure.cluster.x-k8s.io/v1beta2.",
+)
+
+
+def validate_releases(value) -> None:
+    """{"1.34": "v1.34.2"}: a catalog minor version to the release of that minor."""
+    if not isinstance(value, dict):
+        raise ValidationError('Give an object such as {"1.34": "v1.34.2"}.')
+    for minor, release in value.items():
+        if not (
+            isinstance(release, str)
+            and re.fullmatch(r"\d+\.\d+", minor)
+            and re.fullmatch(rf"v?{re.escape(minor)}\.\d+", release)
+        ):
+            raise ValidationError(
+                f"{minor!r}: {release!r} is not a release of Kubernetes {minor} (v{minor}.N)."
+            )
 
 
 class ManagementCluster(models.Model):
@@ -19,22 +47,26 @@ class ManagementCluster(models.Model):
     )
     infrastructure_api_version = models.CharField(
         max_length=253,
+        validators=[API_VERSION],
         help_text="apiVersion of the infrastructure provider's kinds, e.g. "
         "infrastructure.cluster.x-k8s.io/v1beta2.",
     )
     cluster_template = models.CharField(
         max_length=253,
+        validators=[KIND_NAME],
         help_text="Kind/name of the infrastructure cluster template every cluster's infrastructure is made "
         "from, e.g. Metal3ClusterTemplate/gpu-cloud.",
     )
     control_plane_machine_template = models.CharField(
         max_length=253,
+        validators=[KIND_NAME],
         help_text="Kind/name of the infrastructure machine template of control-plane machines. GPU pools "
         "use the machine template of the same kind labelled nvke.io/gpu-model=<GPU model name>.",
     )
     kubernetes_versions = models.JSONField(
         default=dict,
         blank=True,
+        validators=[validate_releases],
         help_text="The release each catalog minor version runs, as the machine images have it: "
         '{"1.34": "v1.34.2"}.',
     )

@@ -1,0 +1,58 @@
+"""The management cluster setting in the admin: its kubeconfig is write-only and checked, its other fields
+are checked by their validators, and there is one."""
+
+import pytest
+from django.urls import reverse
+
+from nvke.providers.clusterapi.models import ManagementCluster
+from tests.kubeapi.capi_actors import kubeconfig
+
+
+@pytest.fixture
+def operator(client, django_user_model, db):
+    client.force_login(django_user_model.objects.create_superuser("op", "op@example.com", "pw-secret-123"))
+    return client
+
+
+def form(**changes) -> dict:
+    fields = {
+        "kubeconfig": "",
+        "namespace": "nvke",
+        "infrastructure_api_version": "infrastructure.cluster.x-k8s.io/v1beta2",
+        "cluster_template": "Metal3ClusterTemplate/gpu-cloud",
+        "control_plane_machine_template": "Metal3MachineTemplate/control-plane",
+        "kubernetes_versions": '{"1.34": "v1.34.2"}',
+    }
+    return {**fields, **changes}
+
+
+def test_the_kubeconfig_is_stored_never_shown_and_kept_when_left_empty(operator, kubeapi):
+    text = kubeconfig(kubeapi, "management")
+    response = operator.post(reverse("admin:clusterapi_managementcluster_add"), form(kubeconfig=text))
+    assert response.status_code == 302
+    setting = ManagementCluster.objects.get()
+    assert setting.kubeconfig == text
+
+    change = reverse("admin:clusterapi_managementcluster_change", args=[setting.pk])
+    page = operator.get(change).content.decode()
+    assert kubeapi.token not in page and "certificate-authority-data" not in page
+    assert operator.post(change, form(namespace="gpu")).status_code == 302
+    setting.refresh_from_db()
+    assert (setting.namespace, setting.kubeconfig) == ("gpu", text)
+    assert operator.get(reverse("admin:clusterapi_managementcluster_add")).status_code == 403  # only one
+
+
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("kubeconfig", "clusters: [oops", "The kubeconfig cannot be used"),
+        ("cluster_template", "gpu-cloud", "Give Kind/name"),
+        ("infrastructure_api_version", "infrastructure.cluster.x-k8s.io", "Give group/version"),
+        ("kubernetes_versions", '{"1.34": "v1.35.0"}', "is not a release of Kubernetes 1.34"),
+    ],
+)
+def test_a_bad_field_is_refused_under_its_name_and_nothing_is_saved(operator, field, value, says):
+    response = operator.post(reverse("admin:clusterapi_managementcluster_add"), form(**{field: value}))
+    assert response.status_code == 200
+    assert says in str(response.context["adminform"].form.errors[field])
+    assert not ManagementCluster.objects.exists()
