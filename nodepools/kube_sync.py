@@ -205,19 +205,26 @@ def attached_clusters(shard: int, shards: int) -> dict[int, Cluster]:
     return {c.pk: c for c in clusters if shard_of(c.pk, shards) == shard}
 
 
+def _management_sync(shard: int, shards: int, options: dict) -> ManagementSync | None:
+    """The management cluster's watches, or None (said in the log) until it is configured."""
+    watch_options = {k: v for k, v in options.items() if k in ("resync_s", "watch_timeout_s")}
+    try:
+        return ManagementSync(shard=shard, shards=shards, **watch_options).start()
+    except ProviderError as error:
+        log.warning("kube_sync: not following Cluster API: %s", error.message)
+        return None
+
+
 def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float = 30.0, **options) -> None:
     """Serve this shard's attached clusters until `stop`: a cluster attached or detached is picked up
     within `poll_s`; a cluster whose endpoint or token changed gets fresh watches."""
     syncs: dict[int, tuple[tuple, ClusterSync]] = {}
     capi = None
-    if settings.NVKE_PROVIDER == "clusterapi":
-        close_old_connections()
-        watch_options = {k: v for k, v in options.items() if k in ("resync_s", "watch_timeout_s")}
-        capi = ManagementSync(shard=shard, shards=shards, **watch_options).start()
-        connection.close()
     try:
         while not stop.is_set():
             close_old_connections()
+            if capi is None and settings.NVKE_PROVIDER == "clusterapi":
+                capi = _management_sync(shard, shards, options)
             wanted = attached_clusters(shard, shards)
             connection.close()
             for pk, cluster in wanted.items():

@@ -90,3 +90,31 @@ def test_with_cluster_api_kube_sync_also_watches_the_clusters_nvke_provisioned(
     assert set(kube_sync.attached_clusters(0, 1)) == {provisioned.pk}
     settings.NVKE_PROVIDER = "simulator"
     assert kube_sync.attached_clusters(0, 1) == {}
+
+
+def test_kube_sync_follows_cluster_api_once_the_management_cluster_is_configured(
+    settings, tenant, make_cluster, management, cluster_api, workload, capi_setting, caplog
+):
+    import threading
+
+    settings.NVKE_PROVIDER = "clusterapi"
+    setting = {f.name: getattr(capi_setting, f.name) for f in capi_setting._meta.fields if f.name != "id"}
+    capi_setting.delete()
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    stop = threading.Event()
+    runner = threading.Thread(target=kube_sync.run, args=(stop,), kwargs={"poll_s": 0.1, **FAST}, daemon=True)
+    runner.start()
+    try:
+        wait_until(lambda: "not following Cluster API" in caplog.text, timeout=10)
+        from nvke.providers.clusterapi.models import ManagementCluster
+
+        ManagementCluster.objects.create(**setting)
+        provision(cluster.pk)  # its objects exist, its control plane has no machines yet
+        assert status_of(cluster) == Cluster.Status.PROVISIONING
+        cluster_api.workloads[f"c{cluster.pk}"] = workload
+        management.settle()
+        wait_until(lambda: status_of(cluster) == Cluster.Status.RUNNING, timeout=15)
+    finally:
+        stop.set()
+        runner.join(timeout=15)
+    assert not runner.is_alive()
