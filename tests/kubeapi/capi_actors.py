@@ -7,7 +7,7 @@ tests/kubeapi/actors.py simulates a cluster's own components: run after every wr
   `spec.controlPlaneEndpoint`.
 - KubeadmControlPlane: once its cluster has a workload FakeKubeApi (`workloads[name]`) and is not held
   (`hold`), it is initialized and available with all replicas, and writes the kubeconfig Secret
-  `<cluster>-kubeconfig` (key `value`; a bearer-token user, which the fake accepts) owned by it.
+  `<cluster>-kubeconfig` (key `value`; a client-certificate user, which the fake accepts) owned by it.
 - MachineDeployment: one Machine per replica (`<md>-<n>`, lowest free n; scale-down removes the highest),
   owned by it, labelled with its template's labels and `cluster.x-k8s.io/deployment-name`; a Machine
   becomes a GPU Node on the workload cluster (the infrastructure template's `gpu`, the KubeadmConfigTemplate's
@@ -27,6 +27,7 @@ import yaml
 
 from . import capi, objects
 from .store import timestamp
+from .tls import client_material
 
 KUBECONFIG_TYPE = "cluster.x-k8s.io/secret"
 CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
@@ -56,18 +57,23 @@ def owner_ref(obj: dict[str, Any], controller: bool = True) -> dict[str, Any]:
     }
 
 
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 def kubeconfig(server, cluster: str) -> str:
-    """What `<cluster>-kubeconfig` holds for a workload FakeKubeApi."""
-    ca = base64.b64encode(server.ca_bundle.encode()).decode()
+    """What `<cluster>-kubeconfig` holds for a workload FakeKubeApi: its admin's client certificate, as
+    the kubeadm control plane provider writes it."""
+    certificate, key = client_material()
     user = f"{cluster}-admin"
+    entry = {"server": server.url, "certificate-authority-data": _b64(server.ca_bundle)}
+    credentials = {"client-certificate-data": _b64(certificate), "client-key-data": _b64(key)}
     return yaml.safe_dump(
         {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [
-                {"name": cluster, "cluster": {"server": server.url, "certificate-authority-data": ca}}
-            ],
-            "users": [{"name": user, "user": {"token": server.token}}],
+            "clusters": [{"name": cluster, "cluster": entry}],
+            "users": [{"name": user, "user": credentials}],
             "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],
             "current-context": f"{user}@{cluster}",
         }

@@ -25,7 +25,7 @@ from .objects import namespace
 from .resources import Registry, ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .store import PATCH_TYPES, Store
-from .tls import OTHER_CA_BUNDLE, server_material
+from .tls import ADMIN, OTHER_CA_BUNDLE, server_material
 
 __all__ = ["OTHER_CA_BUNDLE", "FakeKubeApi"]
 
@@ -168,7 +168,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw.decode(errors="replace")
         api.requests.append((self.command, path, query, body))
         try:
-            if not api.authenticates(self.headers.get("Authorization") or ""):
+            if not (api.authenticates(self.headers.get("Authorization") or "") or self._admin_certificate()):
                 raise ApiError(401, "Unauthorized")
             fault = api.faults.take(self.command, path, ("fail", "drop"))
             if fault and fault.action == "drop":
@@ -190,6 +190,11 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:  # a bug here: answer what kube-apiserver answers for its own
             message = f"Internal error occurred: {''.join(traceback.format_exception(error))}"
             self._send(500, ApiError(500, message).status())
+
+    def _admin_certificate(self) -> bool:
+        """A client certificate the server's CA signed for `tls.ADMIN` (verified in the handshake)."""
+        subject = dict(pair[0] for pair in (self.request.getpeercert() or {}).get("subject", ()))
+        return subject.get("commonName") == ADMIN
 
     # ---- routing -----------------------------------------------------------------------------------------
 
@@ -447,6 +452,9 @@ class FakeKubeApi:
     def start(self) -> FakeKubeApi:
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(self._cert_file, self._key_file)
+        # A client may authenticate with a certificate of the server's CA instead of a bearer token.
+        tls.verify_mode = ssl.CERT_OPTIONAL
+        tls.load_verify_locations(cadata=self.ca_bundle)
         self._server = _Server(self, tls)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

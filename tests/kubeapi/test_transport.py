@@ -159,3 +159,20 @@ def test_requests_are_recorded_with_query_and_body(kubeapi, kube_client):
     )
     kubeapi.clear_requests()
     assert kubeapi.requests == []
+
+
+def test_a_client_certificate_of_the_servers_ca_authenticates(kubeapi, tmp_path):
+    from tests.kubeapi.tls import client_material
+
+    certificate, key = client_material()
+    (tmp_path / "admin.crt").write_text(certificate)
+    (tmp_path / "admin.key").write_text(key)
+    configuration = client.Configuration(host=kubeapi.url, ca_cert_data=kubeapi.ca_bundle)
+    configuration.cert_file, configuration.key_file = str(tmp_path / "admin.crt"), str(tmp_path / "admin.key")
+    with client.ApiClient(configuration) as api_client:
+        assert client.CoreV1Api(api_client).list_namespace().items
+    anonymous = client.Configuration(host=kubeapi.url, ca_cert_data=kubeapi.ca_bundle)
+    with client.ApiClient(anonymous) as api_client:
+        with pytest.raises(ApiException) as refused:
+            client.CoreV1Api(api_client).list_namespace()
+    assert refused.value.status == 401

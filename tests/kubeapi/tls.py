@@ -49,13 +49,46 @@ def _pem(cert: x509.Certificate) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
+CA_NAME = "nvke-fake-kubernetes-ca"
+ADMIN = "kubernetes-admin"  # the client certificate's subject the fake authenticates, as a cluster admin
+
+
+@functools.cache
+def _ca() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    return _make_ca(CA_NAME)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+@functools.cache
+def client_material() -> tuple[str, str]:
+    """(certificate PEM, key PEM) of the client certificate `ADMIN` the fake's CA signed: what Cluster
+    API's kubeconfig Secrets hold for a cluster's admin."""
+    ca_key, _ = _ca()
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        _builder(ADMIN, CA_NAME, key.public_key())
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return _pem(cert), _key_pem(key)
+
+
 @functools.cache
 def server_material() -> tuple[str, str, str]:
     """(CA bundle PEM, server certificate file, server key file) for 127.0.0.1 and localhost."""
-    ca_key, ca_cert = _make_ca("nvke-fake-kubernetes-ca")
+    ca_key, ca_cert = _ca()
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        _builder("kube-apiserver", "nvke-fake-kubernetes-ca", key.public_key())
+        _builder("kube-apiserver", CA_NAME, key.public_key())
         .add_extension(
             x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
@@ -73,14 +106,8 @@ def server_material() -> tuple[str, str, str]:
     cert_file, key_file = os.path.join(folder, "tls.crt"), os.path.join(folder, "tls.key")
     with open(cert_file, "w") as f:
         f.write(_pem(cert))
-    with open(key_file, "wb") as f:
-        f.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+    with open(key_file, "w") as f:
+        f.write(_key_pem(key))
     return _pem(ca_cert), cert_file, key_file
 
 
