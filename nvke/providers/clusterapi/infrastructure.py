@@ -20,13 +20,10 @@ from .management import Management, TemplateRef, load
 
 
 class ClusterAPIInfrastructure(Infrastructure):
-    def _management(self) -> Management:
-        return load()
-
     def provision_cluster(
         self, cluster: str, region: str, control_plane_nodes: int, kubernetes_version: str = ""
     ) -> ClusterAccess:
-        m = self._management()
+        m = load()
         release = m.release(kubernetes_version)
         template = m.cluster_template
         source = m.get(template.api_version, template.kind, template.name)
@@ -63,10 +60,10 @@ class ClusterAPIInfrastructure(Infrastructure):
     def delete_cluster(self, cluster: str) -> None:
         """Delete the Cluster: Cluster API removes its control plane, machines and infrastructure, and
         Kubernetes' garbage collector what NVKE made owned by it."""
-        self._management().delete(manifests.CORE, "Cluster", cluster)
+        load().delete(manifests.CORE, "Cluster", cluster)
 
     def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
-        m = self._management()
+        m = load()
         owner = m.get(manifests.CORE, "Cluster", spec.cluster)
         if owner is None:
             raise ProviderError(
@@ -116,7 +113,7 @@ class ClusterAPIInfrastructure(Infrastructure):
         """Have Cluster API replace the node's Machine: the remediate-machine annotation makes the pool's
         MachineHealthCheck count it unhealthy, and its MachineDeployment replaces it. False when no
         Machine of the pool runs the node."""
-        m = self._management()
+        m = load()
         selector = f"{manifests.CLUSTER_NAME}={cluster},{manifests.POOL}={pool}"
         for machine in m.list(manifests.CORE, "Machine", label_selector=selector):
             if (machine.get("status", {}).get("nodeRef") or {}).get("name") == node:
@@ -128,7 +125,7 @@ class ClusterAPIInfrastructure(Infrastructure):
     def delete_pool(self, cluster: str, pool: str) -> None:
         """Delete the pool's MachineDeployment (Cluster API drains and deletes its machines), its health
         check and its bootstrap template."""
-        m = self._management()
+        m = load()
         name = manifests.pool_name(cluster, pool)
         m.delete(manifests.CORE, "MachineDeployment", name)
         m.delete(manifests.CORE, "MachineHealthCheck", name)

@@ -63,7 +63,12 @@ class Management:
     def __init__(self, row: ManagementCluster):
         text = row.kubeconfig
         if not text and settings.NVKE_CAPI_KUBECONFIG:
-            text = Path(settings.NVKE_CAPI_KUBECONFIG).read_text()
+            try:
+                text = Path(settings.NVKE_CAPI_KUBECONFIG).read_text()
+            except OSError as error:
+                raise ProviderError(
+                    "NotConfigured", f"NVKE_CAPI_KUBECONFIG cannot be read: {error}"
+                ) from None
         if not text:
             raise ProviderError(
                 "NotConfigured", "The management cluster has no kubeconfig (setting or NVKE_CAPI_KUBECONFIG)."

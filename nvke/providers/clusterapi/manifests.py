@@ -129,6 +129,9 @@ def machine_deployment(
         "spec": {
             "clusterName": spec.cluster,
             "replicas": replicas,
+            # A changed template replaces a machine only when NVKE deletes it, after draining it its own
+            # way (PodDisruptionBudgets, training-aware deferral, windows): Cluster API never rolls a pool.
+            "rollout": {"strategy": {"type": "OnDelete"}},
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": {**labels, GPU_MODEL: spec.gpu_model}},

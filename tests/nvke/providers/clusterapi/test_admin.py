@@ -4,6 +4,7 @@ are checked by their validators, and there is one."""
 import pytest
 from django.urls import reverse
 
+from audit.models import AuditEntry
 from nvke.providers.clusterapi.models import ManagementCluster
 from tests.kubeapi.capi_actors import kubeconfig
 
@@ -40,6 +41,12 @@ def test_the_kubeconfig_is_stored_never_shown_and_kept_when_left_empty(operator,
     setting.refresh_from_db()
     assert (setting.namespace, setting.kubeconfig) == ("gpu", text)
     assert operator.get(reverse("admin:clusterapi_managementcluster_add")).status_code == 403  # only one
+
+    entries = AuditEntry.objects.filter(object_type="clusterapi.managementcluster").order_by("pk")
+    assert [e.action for e in entries] == ["create", "update"]
+    assert entries[0].changes["kubeconfig"] == [None, "[secret]"]
+    assert entries[1].changes == {"namespace": ["nvke", "gpu"]}  # the kept kubeconfig did not change
+    assert "client-key-data" not in str(list(AuditEntry.objects.values()))
 
 
 @pytest.mark.parametrize(

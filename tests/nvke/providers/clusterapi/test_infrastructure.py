@@ -170,6 +170,7 @@ def test_a_pool_is_a_machine_deployment_with_its_bootstrap_and_health_check(
     }
     spec = deployment["spec"]
     assert (spec["clusterName"], spec["replicas"], spec["selector"]) == ("c1", 2, {"matchLabels": labels})
+    assert spec["rollout"] == {"strategy": {"type": "OnDelete"}}  # NVKE paces replacements, not Cluster API
     assert spec["template"]["metadata"]["labels"] == {**labels, "nvke.io/gpu-model": "h100-sxm5-80gb"}
     assert spec["template"]["spec"]["version"] == "v1.34.2"
     assert spec["template"]["spec"]["infrastructureRef"] == {
@@ -289,6 +290,10 @@ def test_the_kubeconfig_may_come_from_the_file_the_environment_names(
     with pytest.raises(ProviderError) as refused:
         infrastructure().provision_cluster("c1", "eu-west-1", 3, "1.34")
     assert refused.value.reason == "NotConfigured"
+    settings.NVKE_CAPI_KUBECONFIG = str(tmp_path / "missing")
+    with pytest.raises(ProviderError) as refused:
+        infrastructure().provision_cluster("c1", "eu-west-1", 3, "1.34")
+    assert (refused.value.reason, "missing" in refused.value.message) == ("NotConfigured", True)
     settings.NVKE_CAPI_KUBECONFIG = str(path)
     cluster_api.workloads["c1"] = workload
     assert infrastructure().provision_cluster("c1", "eu-west-1", 3, "1.34").endpoint == workload.url
