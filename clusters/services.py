@@ -162,6 +162,25 @@ def record_observation(cluster_id: int, *, reachable: bool, reason: str, message
     return True
 
 
+def record_control_plane(cluster_id: int, available: bool, reason: str, message: str) -> bool:
+    """What the provider reports of a running cluster's control plane (Cluster API's
+    ControlPlaneAvailable): the ControlPlaneAvailable condition, saved and published only when it
+    changed; True when it did."""
+    with transaction.atomic():
+        cluster = (
+            Cluster.objects.select_for_update().filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
+        )
+        if cluster is None:
+            return False
+        before = copy.deepcopy(cluster.conditions)
+        cluster.set_condition("ControlPlaneAvailable", available, reason, message)
+        if cluster.conditions == before:
+            return False
+        cluster.save(update_fields=["conditions", "updated_at"])
+        publish_cluster(cluster)
+    return True
+
+
 def _snake(reason: str) -> str:
     """TLSError → tls_error, NoGpuOperator → no_gpu_operator."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", reason).lower()

@@ -8,8 +8,9 @@ NVIDIADriver that changed ticks the cluster's upgrade runs at once (upgrades.tas
 
 With NVKE_PROVIDER=clusterapi the clusters NVKE provisioned are watched the same way, and a
 `ManagementSync` follows their Cluster API objects in the management cluster: a Cluster that changed
-takes its cluster's next provisioning step at once (it runs once its control plane is available), a
-MachineDeployment its pool's reconcile (the pool is ready once its machines are).
+takes its cluster's next provisioning step at once (it runs once its control plane is available) or,
+running, records its control plane's availability; a MachineDeployment its pool's reconcile (the pool is
+ready once its machines are).
 
 Clusters are sharded over processes by a stable hash of their id (`--shard 2/4`), so more clusters are
 served by more processes. One cluster's failure stays in its own threads: the others carry on."""
@@ -23,10 +24,11 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from clusters.models import Cluster
-from clusters.services import cluster_operations, provision, record_observation
+from clusters.services import cluster_operations, provision, record_control_plane, record_observation
 from nvke import jobs
 from nvke.providers.base import ProviderError
-from nvke.providers.clusterapi import management
+from nvke.providers.clusterapi import management, manifests
+from nvke.providers.clusterapi import status as capi_status
 from nvke.providers.clusterapi.watch import ManagementWatch
 from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.watch import ClusterWatch
@@ -143,8 +145,9 @@ class ManagementSync:
         self.shard, self.shards, self.debounce_s = shard, shards, debounce_s
         self.stop, self.dirty, self._lock = threading.Event(), threading.Event(), threading.Lock()
         self._changed: set[tuple[int, str]] = set()
+        self.management = management.load()
         self.watch = ManagementWatch(
-            management.load(), changed=self._seen, failed=self._failed, **watch_options
+            self.management, changed=self._seen, failed=self._failed, **watch_options
         )
         self.refresher = threading.Thread(target=self._refresh_loop, daemon=True, name="capi-sync")
 
@@ -184,12 +187,16 @@ class ManagementSync:
                 in_own_connection(self.step, cluster_id, pool)
             self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
 
-    @staticmethod
-    def step(cluster_id: int, pool: str) -> None:
-        """A provisioning cluster's next step, or the pool's reconcile."""
+    def step(self, cluster_id: int, pool: str) -> None:
+        """A provisioning cluster's next step, a running one's ControlPlaneAvailable condition as
+        Cluster API reports it, or the pool's reconcile."""
         if not pool:
-            if Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.PROVISIONING).exists():
+            state = Cluster.objects.filter(pk=cluster_id).values_list("status", flat=True).first()
+            if state == Cluster.Status.PROVISIONING:
                 provision(cluster_id)
+            elif state == Cluster.Status.RUNNING:
+                found = self.management.get(manifests.CORE, "Cluster", f"c{cluster_id}")
+                record_control_plane(cluster_id, *capi_status.control_plane_available(found))
             return
         pools = NodePool.objects.filter(cluster_id=cluster_id, name=pool).exclude(status="deleting")
         if pool_id := pools.values_list("pk", flat=True).first():

@@ -1,6 +1,7 @@
 """What Cluster API's status says, read the way its v1beta2 conditions are meant (pure): a cluster serves
 once `ControlPlaneAvailable` is True; until then the first of its provisioning conditions that is not
-True says what it waits for. A MachineDeployment's pool has as many nodes as it has ready replicas."""
+True says what it waits for, and afterwards that condition is the control plane's health. A
+MachineDeployment's pool has as many nodes as it has ready replicas."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -53,3 +54,15 @@ def deployment_message(deployment: dict[str, Any], wanted: int) -> str:
     if available.get("status") != "True" and available.get("message"):
         text += f" ({available['message']})"
     return text + "."
+
+
+def control_plane_available(cluster: dict[str, Any] | None) -> tuple[bool, str, str]:
+    """(available, reason, message) of a running cluster's control plane: Cluster API's own
+    ControlPlaneAvailable condition, or why there is none."""
+    if cluster is None:
+        return False, "NotFound", "The cluster's Cluster object is gone from the management cluster."
+    found = condition(cluster, "ControlPlaneAvailable")
+    if found is None:
+        return False, "NotReported", "Cluster API reports no ControlPlaneAvailable condition."
+    message = found.get("message") or f"Cluster API reports the control plane {found['reason']}."
+    return found["status"] == "True", found["reason"], message

@@ -118,3 +118,50 @@ def test_kube_sync_follows_cluster_api_once_the_management_cluster_is_configured
         stop.set()
         runner.join(timeout=15)
     assert not runner.is_alive()
+
+
+def test_a_running_clusters_control_plane_health_is_mirrored_from_cluster_api(
+    tenant, make_cluster, management, cluster_api, workload, management_sync
+):
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    cluster_api.workloads[f"c{cluster.pk}"] = workload
+    provision(cluster.pk)
+    assert status_of(cluster) == Cluster.Status.RUNNING
+    management_sync()
+
+    def control_plane():
+        cluster.refresh_from_db()
+        return next((c for c in cluster.conditions if c["type"] == "ControlPlaneAvailable"), None)
+
+    wait_until(lambda: (control_plane() or {}).get("status") == "True", timeout=15)
+    cluster_api.hold.add(f"c{cluster.pk}")  # its control plane machines go
+    management.settle()
+    wait_until(lambda: control_plane()["status"] == "False", timeout=15)
+    assert (control_plane()["reason"], cluster.status) == ("NotAvailable", Cluster.Status.RUNNING)
+    assert "control plane machines are available" in control_plane()["message"]
+
+
+def test_the_management_watch_lists_again_after_410_gone(capi_setting, management):
+    from nvke.providers.clusterapi.management import load
+    from nvke.providers.clusterapi.watch import ManagementWatch
+
+    def cluster(name):
+        labels = {"nvke.io/cluster": name}
+        metadata = {"name": name, "namespace": "nvke", "labels": labels}
+        return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": metadata, "spec": {}}
+
+    management.create(cluster("c7"))
+    seen = []
+    watch = ManagementWatch(
+        load(), changed=lambda key, pool: seen.append(key), failed=print, watch_timeout_s=2
+    )
+    watch.watches[0]._list()  # the Clusters' list, as the watch's thread would begin
+    management.create(cluster("c8"))
+    management.compact()  # the list's resourceVersion is forgotten: the watch from it gets 410 Gone
+    watch.start()
+    try:
+        wait_until(lambda: "c8" in seen, timeout=10)  # only a new list shows it
+    finally:
+        watch.close(timeout=10)
+    lists = [q for _, path, q, _ in management.requests if path.endswith("/clusters") and "watch" not in q]
+    assert len(lists) == 2 and seen[0] == "c7"
