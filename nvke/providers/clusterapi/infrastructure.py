@@ -1,8 +1,8 @@
 """Clusters and GPU pools as Cluster API objects in the management cluster (see manifests).
 
-Every call is one idempotent step: it creates what is missing (an object that exists is kept), brings
-what NVKE owns to the wanted size, and reports what Cluster API's status says now (read after the
-writes, so a step sees what the controllers did since the last one). Provisioning raises
+Every call is one idempotent step: it creates what is missing (an object that exists is kept, so a
+repeated step costs reads only), brings what NVKE owns to the wanted size, and reports what Cluster
+API's status says now. Provisioning raises
 ProvisioningInProgress until the control plane is available and NVKE's service account token is issued;
 a pool reports its ready machines, so the pool waits `pending` until they are up."""
 
@@ -33,14 +33,16 @@ class ClusterAPIInfrastructure(Infrastructure):
                 f"The management cluster has no {template.kind} {m.namespace}/{template.name}.",
                 status=404,
             )
-        infrastructure = m.create(manifests.infrastructure_cluster(cluster, m.namespace, source))
-        m.create(
+        infrastructure = m.ensure(manifests.infrastructure_cluster(cluster, m.namespace, source))
+        m.ensure(
             manifests.control_plane(
                 cluster, m.namespace, control_plane_nodes, release, m.control_plane_template
             )
         )
-        created = m.create(manifests.cluster(cluster, m.namespace, infrastructure))
-        progress = status.cluster_progress(m.get(manifests.CORE, "Cluster", cluster) or created)
+        current = m.ensure(manifests.cluster(cluster, m.namespace, infrastructure))
+        if "status" not in current:  # just created: read again, the controllers may have acted since
+            current = m.get(manifests.CORE, "Cluster", cluster) or current
+        progress = status.cluster_progress(current)
         if not progress.done:
             raise ProvisioningInProgress(progress.reason, progress.message)
         secret = m.secret(access.kubeconfig_secret(cluster))
@@ -71,11 +73,14 @@ class ClusterAPIInfrastructure(Infrastructure):
             )
         machines = self._machine_template(m, spec.gpu_model)
         release = m.release(spec.kubernetes_version)
-        m.create(manifests.config_template(spec, m.namespace, owner))
-        m.create(manifests.health_check(spec, m.namespace, owner))
-        deployment = m.create(manifests.machine_deployment(spec, m.namespace, count, release, machines))
+        m.ensure(manifests.config_template(spec, m.namespace, owner))
+        m.ensure(manifests.health_check(spec, m.namespace, owner))
+        deployment = m.ensure(manifests.machine_deployment(spec, m.namespace, count, release, machines))
         deployment = self._resize(m, deployment, spec, count)
-        deployment = m.get(manifests.CORE, "MachineDeployment", deployment["metadata"]["name"]) or deployment
+        if "status" not in deployment:  # just created: read again, the controllers may have acted since
+            deployment = (
+                m.get(manifests.CORE, "MachineDeployment", deployment["metadata"]["name"]) or deployment
+            )
         ready = min(status.ready_replicas(deployment), count)
         if ready < count:
             return ScaleResult(

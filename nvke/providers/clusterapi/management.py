@@ -122,8 +122,11 @@ class Management:
         )
         return body.get("items") or []
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create the object, or return the one of that name that exists (a repeated step)."""
+    def ensure(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object of that name as it is, created from `obj` if there is none: a repeated step costs
+        one read."""
+        if existing := self.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"]):
+            return existing
         path = self._path(obj["apiVersion"], obj["kind"])
         try:
             return call(self.custom.create_namespaced_custom_object, *path, obj)
@@ -131,7 +134,7 @@ class Management:
             if error.status != 409:
                 raise
         existing = self.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
-        if existing is None:  # deleted between the two calls: the next step creates it
+        if existing is None:  # made and deleted since our read: the next step creates it
             raise ProviderError(
                 "Conflict", f"{obj['kind']} {obj['metadata']['name']} is being replaced.", status=409
             )
