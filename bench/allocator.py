@@ -24,7 +24,6 @@ Mapping of the trace onto the allocator:
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import random
 import statistics
@@ -34,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/traces.py, however this file is loaded
+
+import traces  # noqa: E402
 
 from nodepools.allocation.fgd import Workload  # noqa: E402
 from nodepools.allocation.fleet import POLICIES, Fleet, PlacementCache  # noqa: E402
@@ -47,41 +49,32 @@ class Pod:
 
 
 def read_nodes(path: Path) -> list[NodeState]:
-    with path.open(newline="") as f:
-        return [
-            NodeState(
-                id=row["sn"],
-                gpu_model=row["model"],
-                sharing_mode=FRACTIONAL,
-                gpus=[GpuState(i, memory_mib=0) for i in range(int(row["gpu"]))],
-                cpu_milli_total=int(row["cpu_milli"]),
-                memory_mib_total=int(row["memory_mib"]),
-            )
-            for row in csv.DictReader(f)
-        ]
+    return [
+        NodeState(
+            id=row.name,
+            gpu_model=row.model,
+            sharing_mode=FRACTIONAL,
+            gpus=[GpuState(i, memory_mib=0) for i in range(row.gpus)],
+            cpu_milli_total=row.cpu_milli,
+            memory_mib_total=row.memory_mib,
+        )
+        for row in traces.read_nodes(path)
+    ]
 
 
 def read_pods(path: Path) -> list[Pod]:
+    """Any pod list of the dataset's layout (bench/traces.py reads and checks it)."""
     pods = []
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            num_gpu, gpu_milli = int(row["num_gpu"]), int(row["gpu_milli"])
-            spec = row["gpu_spec"].strip()
-            models = frozenset() if spec in ("", "nan") else frozenset(spec.split("|"))
-            common = {"cpu_milli": int(row["cpu_milli"]), "host_memory_mib": int(row["memory_mib"])}
-            if num_gpu == 0:
-                pods.append(Pod(Request("cpu", allowed_models=models, **common), 0.0))
-            elif gpu_milli >= 1000:
-                pods.append(
-                    Pod(Request("whole", gpus=num_gpu, allowed_models=models, **common), float(num_gpu))
-                )
-            elif num_gpu == 1:
-                request = Request("fraction", compute_milli=gpu_milli, allowed_models=models, **common)
-                pods.append(Pod(request, gpu_milli / 1000))
-            else:
-                raise ValueError(
-                    f"{row['name']}: {num_gpu} GPUs of {gpu_milli} milli each is not in the trace model"
-                )
+    for row in traces.read_pods(path):
+        models = frozenset(row.gpu_spec.split("|")) if row.gpu_spec else frozenset()
+        common = {"cpu_milli": row.cpu_milli, "host_memory_mib": row.memory_mib, "allowed_models": models}
+        if row.num_gpu == 0:
+            request = Request("cpu", **common)
+        elif row.sharing:
+            request = Request("fraction", compute_milli=row.gpu_milli, **common)
+        else:
+            request = Request("whole", gpus=row.num_gpu, **common)
+        pods.append(Pod(request, row.gpus))
     return pods
 
 
@@ -203,10 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     policies = POLICIES if args.policy == "all" else (args.policy,)
-    results = [
-        bench(args.nodes, args.pods, p, args.seeds, args.first_seed, args.ratio, args.paper_fgd)
-        for p in policies
-    ]
+    try:
+        results = [
+            bench(args.nodes, args.pods, p, args.seeds, args.first_seed, args.ratio, args.paper_fgd)
+            for p in policies
+        ]
+    except traces.TraceError as error:
+        print(f"allocator: {error}", file=sys.stderr)
+        return 2
     if args.json:
         if len(results) == 1:
             print(json.dumps(results[0]))

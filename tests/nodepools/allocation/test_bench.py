@@ -90,3 +90,29 @@ def test_sliver_lower_bound(bench):
     assert bench.sliver_lower_bound([pod(810)] * 3 + [pod(160)]) == pytest.approx(0.41)
     # 500s pair up perfectly: no bound.
     assert bench.sliver_lower_bound([pod(500)] * 4) == 0
+
+
+def test_a_pod_list_with_only_the_required_columns_loads(bench, trace, tmp_path):
+    nodes, _ = trace
+    short = tmp_path / "short.csv"
+    short.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8192,1,500\np1,4000,8192,2,1000\n")
+    parsed = bench.read_pods(short)
+    assert [p.request.kind for p in parsed] == ["fraction", "whole"]
+    assert all(not p.request.allowed_models for p in parsed)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name,cpu_milli,memory_mib,num_gpu\np0,1,1,1\n", ":1: no column 'gpu_milli'"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8192,one,1000\n", ":2: column num_gpu: 'one'"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8192,2,500\n", ":2: column gpu_milli: 500"),
+    ],
+)
+def test_a_malformed_pod_list_names_its_line_and_column(bench, trace, tmp_path, capsys, text, message):
+    nodes, _ = trace
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text)
+    assert bench.main(["--nodes", str(nodes), "--pods", str(bad), "--seeds", "1", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

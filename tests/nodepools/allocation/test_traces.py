@@ -1,0 +1,83 @@
+"""bench/traces.py: the FGD paper's workload families generated from one pod list, seeded."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+@pytest.fixture(scope="module")
+def traces():
+    spec = importlib.util.spec_from_file_location("bench_traces", BENCH / "traces.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def source(traces):
+    pods = (
+        [traces.PodRow(f"s{i}", 4000, 8192, 1, 300 + i) for i in range(40)]  # sharing
+        + [traces.PodRow(f"w{i}", 8000, 16384, 1, 1000) for i in range(50)]  # one whole GPU
+        + [traces.PodRow(f"m{i}", 32000, 65536, 4, 1000) for i in range(10)]  # multi-GPU
+        + [traces.PodRow(f"c{i}", 2000 + 100 * i, 4096, 0, 0) for i in range(20)]  # CPU only
+    )
+    nodes = [
+        traces.NodeRow("n0", 64000, 262144, 8, "V100M16"),
+        traces.NodeRow("n1", 64000, 262144, 8, "V100M32"),
+        traces.NodeRow("n2", 32000, 131072, 2, "T4"),
+    ]
+    return pods, nodes
+
+
+def gpu_pods(pods):
+    return [p for p in pods if p.num_gpu]
+
+
+@pytest.mark.parametrize("level", [20, 60, 100])
+def test_gpushare_sets_the_share_of_sharing_pods(traces, source, level):
+    pods, nodes = source
+    out = traces.family(pods, nodes, "gpushare", level, seed=0)
+    gpu = gpu_pods(out)
+    assert len(gpu) == 100 and sum(p.sharing for p in gpu) == level
+    assert sum(not p.num_gpu for p in out) == 20  # CPU-only pods as in the source
+
+
+def test_multigpu_sets_the_share_of_multi_gpu_pods(traces, source):
+    pods, nodes = source
+    gpu = gpu_pods(traces.family(pods, nodes, "multigpu", 30, seed=0))
+    assert len(gpu) == 100 and sum(p.num_gpu > 1 for p in gpu) == 30
+
+
+def test_gpuspec_constrains_pods_to_models_that_fit_them(traces, source):
+    pods, nodes = source
+    gpu = gpu_pods(traces.family(pods, nodes, "gpuspec", 25, seed=0))
+    constrained = [p for p in gpu if p.gpu_spec]
+    assert len(constrained) == 25
+    for p in constrained:
+        models = p.gpu_spec.split("|")
+        assert all(any(n.model == m and traces._fits_node(p, n) for n in nodes) for m in models)
+    assert all("T4" not in p.gpu_spec for p in constrained if p.num_gpu > 2)  # T4 nodes have 2 GPUs
+
+
+def test_cpu_scales_the_cpu_of_cpu_only_pods(traces, source):
+    pods, nodes = source
+    base = sum(p.cpu_milli for p in pods if not p.num_gpu)
+    out = traces.family(pods, nodes, "cpu", 250, seed=0)
+    cpu = sum(p.cpu_milli for p in out if not p.num_gpu)
+    assert 2.5 * base <= cpu < 2.5 * base + 4000  # the last pod drawn crosses the target
+    assert len(gpu_pods(out)) == 100
+
+
+def test_families_are_seeded_and_round_trip_through_csv(traces, source, tmp_path):
+    pods, nodes = source
+    first = traces.family(pods, nodes, "gpushare", 40, seed=3)
+    assert first == traces.family(pods, nodes, "gpushare", 40, seed=3)
+    assert first != traces.family(pods, nodes, "gpushare", 40, seed=4)
+    path = tmp_path / "out.csv"
+    traces.write_pods(path, first)
+    assert traces.read_pods(path) == first
