@@ -6,42 +6,16 @@ import os
 import signal
 
 import pytest
-import redis
-from django.conf import settings
 from django.db.models import Count, Q
 
 from nodepools.allocator import create_claim, place_pending
 from nodepools.models import Allocation, Claim, UsageInterval
 from nodepools.services import reconcile
-from nvke.celery import app as celery_app
 from nvke.tenancy.context import TenantContext
 
-from .processes import BIN, Process, database_url_of_this_run, process_env, wait_until
+from .processes import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-def worker() -> Process:
-    process = Process(
-        [
-            str(BIN / "celery"),
-            "-A",
-            "nvke",
-            "worker",
-            "-Q",
-            "allocator,default",
-            "-P",
-            "solo",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "info",
-        ],
-        process_env(DATABASE_URL=database_url_of_this_run(), REDIS_URL=settings.REDIS_URL),
-    )
-    process.wait_for_line("ready.")
-    return process
+pytestmark = pytest.mark.integration
 
 
 def metering_is_exact() -> None:
@@ -56,14 +30,11 @@ def metering_is_exact() -> None:
     assert not UsageInterval.objects.filter(Q(claim_id__in=pending), ended_at=None).exists()
 
 
-def test_a_killed_worker_leaves_metering_exact(owner, make_cluster, make_pool):
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    celery_app.conf.task_always_eager = False
+def test_a_killed_worker_leaves_metering_exact(owner, make_cluster, make_pool, celery_worker_process):
     tenant = owner.memberships.get().tenant
     cluster = make_cluster(tenant, "prod")
     reconcile(make_pool(cluster, name="frac", gpu_model="l4", nodes=2, sharing_mode="fractional").pk)
     context = TenantContext(tenant, "owner")
-    first = worker()
     try:
         for i in range(60):
             create_claim(
@@ -77,9 +48,8 @@ def test_a_killed_worker_leaves_metering_exact(owner, make_cluster, make_pool):
             )
         wait_until(lambda: Claim.objects.filter(status="allocated").exists(), "the worker placing claims")
     finally:
-        os.killpg(first.proc.pid, signal.SIGKILL)
-        first.proc.wait()
-        celery_app.conf.task_always_eager = True
+        os.killpg(celery_worker_process.proc.pid, signal.SIGKILL)  # mid-whatever it is doing
+        celery_worker_process.proc.wait()
     metering_is_exact()  # whatever the worker had committed when it died
     place_pending(cluster.pk)  # beat's resync would
     assert Claim.objects.filter(status="allocated").count() == 60
