@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from nodepools.models import Claim, NodePool
 
-from .browser import BROWSER_TEST
+from .browser import BROWSER_TEST, screenshot
 
 pytestmark = BROWSER_TEST
 
@@ -56,3 +56,10 @@ def test_four_claims_share_one_a10(owner_page, tenant, make_cluster, celery_work
     expect(page.locator(".gpu-end")).to_have_attribute("style", "left: 50%")
     expect(page.locator(".gpu-figures", has_text="ceilings")).to_have_text("130% of 200% ceilings")
     expect(page.locator(".gpu-figures", has_text="guaranteed")).to_have_text("40% guaranteed")
+
+    # At phone width the node page fits the screen: the bars take the card's width, nothing overflows.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    expect(page.locator(f'[data-claim-ceiling="{train.pk}"]')).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    screenshot(page, "node-page-390px")
