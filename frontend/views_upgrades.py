@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
+from nodepools import allocator
 from nodepools.models import DriverRelease, NodePool
 from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
@@ -94,11 +95,14 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
                 messages.success(request, f"Upgrade of {pool.name} to {target.version} started.")
                 return redirect("upgrade-detail", pk=run.pk)
         status = 400
+    nodes = dict(pool.nodes.values_list("pk", "name"))
+    moves = allocator.drain_preview(pool.cluster_id, list(nodes))
     return render(
         request,
         "frontend/upgrades/pool_upgrade.html",
         {
             "pool": pool,
+            "drain_preview": [(nodes[pk], outcomes) for pk, outcomes in moves.items() if outcomes],
             "options": options,
             "form": form,
             "runs": pool.upgrade_runs.select_related("target_release")[:20],

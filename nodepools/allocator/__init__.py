@@ -7,6 +7,7 @@ Around the pure placement core (`nodepools.allocation`):
 - `service`: create, release, place pending, evict, resize, topology changed;
 - `rows`: a placement pass written in one statement;
 - `defrag`: moves that free whole GPUs;
+- `preview`: where a node's claims would go if it were drained now (reads only);
 - `queue`: placement passes run by a worker.
 
 Node and GPU rows are `nodepools.nodes`'s, which tells the allocator when they change. Only the
@@ -14,6 +15,7 @@ package itself takes the lock or touches its inventory and rows (the `allocator-
 
 from .defrag import PlannedMove, apply_defrag, plan_defrag
 from .inventory import prune_log
+from .preview import drain_preview
 from .queue import pass_started, request_placement
 from .service import (
     Resized,
@@ -32,6 +34,7 @@ __all__ = [
     "Resized",
     "apply_defrag",
     "create_claim",
+    "drain_preview",
     "evict_claims",
     "nodes_removed",
     "pass_started",
