@@ -275,3 +275,10 @@ def test_a_cluster_without_an_endpoint_has_no_kubeconfig(ui, tenant, make_cluste
     assert ui.get(f"/clusters/{provisioning.pk}/kubeconfig/").status_code == 404
     theirs = make_cluster(make_member("globex").memberships.get().tenant, "theirs")
     assert ui.get(f"/clusters/{theirs.pk}/kubeconfig/").status_code == 404
+
+
+def test_a_simulated_cluster_says_so_and_how_to_attach_a_real_one(ui, tenant, make_cluster):
+    cluster = make_cluster(tenant, "demo")
+    page = ui.get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "data-simulated" in page and "This cluster is simulated" in page
+    assert 'href="/clusters/attach/"' in page
