@@ -290,7 +290,9 @@ SHORTFALLS_KEPT = 1000
 def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapshot, pools: list[int]) -> str:
     """The reason, then what the claim needs against the best on offer for its most frequent part. A
     claim shape is answered once per state of the fleets (a pending pass holds many claims alike)."""
-    key = (snap.cluster_id, request, tuple((pk, snap.fleets[pk].version) for pk in pools))
+    # A reloaded snapshot starts its fleets' versions again (its load time tells it from the last one),
+    # and so does a copy (drain_preview's): the object tells it from the original.
+    key = (id(snap), snap.loaded_at, request, tuple((pk, snap.fleets[pk].version) for pk in pools))
     numbers = _SHORTFALLS.get(key)
     if numbers is None:
         if len(_SHORTFALLS) >= SHORTFALLS_KEPT:

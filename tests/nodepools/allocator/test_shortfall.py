@@ -1,7 +1,12 @@
 """Pending reasons with numbers: what a claim needs against the most on offer, and what would help."""
 
+import pytest
+
 from nodepools.allocation import GpuState, NodeState, Request, fleet
+from nodepools.allocator import create_claim, release_claim, topology_changed
 from nodepools.allocator.shortfall import shortfall
+from nodepools.services import reconcile
+from nvke.tenancy.context import TenantContext
 
 
 def a10(used_memory=0, guaranteed=0, ceilings=0, mode="time-slicing", budget=2000) -> NodeState:
@@ -50,3 +55,24 @@ def test_nodes_the_claim_could_never_use_do_not_count():
     h100_only = Request("whole", gpus=2, allowed_models=frozenset({"h100-sxm5-80gb"}))
     assert "the most on a node is 0" in shortfall(h100_only, [a10(mode="exclusive")], fleet.NOT_ENOUGH_GPUS)
     assert shortfall(Request("fraction", memory_mib=1), [a10()], fleet.WRONG_MODE) == ""
+
+
+@pytest.mark.django_db
+def test_a_reloaded_snapshot_does_not_reuse_the_last_ones_numbers(owner, make_cluster, make_pool):
+    """Fleets start their versions again when the inventory reloads: the numbers must follow the new state."""
+    tenant = owner.memberships.get().tenant
+    cluster = make_cluster(tenant, "prod")
+    reconcile(
+        make_pool(cluster, name="f", gpu_model="l4", nodes=1, gpus_per_node=1, sharing_mode="fractional").pk
+    )
+    context = TenantContext(tenant, "owner")
+
+    def fraction(name, mib):
+        return create_claim(context=context, cluster=cluster, name=name, kind="fraction", gpu_memory_mib=mib)
+
+    first = fraction("a", 20480)
+    assert "the most free on one GPU is 2.5Gi" in fraction("b", 8192).pending_reason
+    release_claim(first)
+    topology_changed(cluster.pk)  # every process reloads its inventory
+    fraction("c", 16384)
+    assert "the most free on one GPU is 6.5Gi" in fraction("d", 8192).pending_reason
