@@ -7,8 +7,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.conf import settings
-
+from nvke.addresses import request_address
 from nvke.tenancy.models import ApiToken
 
 _request: ContextVar = ContextVar("nvke_audit_request", default=None)
@@ -25,19 +24,12 @@ class Actor:
 SYSTEM = Actor("system")
 
 
-def client_ip(request) -> str | None:
-    """REMOTE_ADDR, or the first X-Forwarded-For hop when NVKE_TRUST_PROXY says a proxy sets it."""
-    if settings.NVKE_TRUST_PROXY and (forwarded := request.META.get("HTTP_X_FORWARDED_FOR")):
-        return forwarded.split(",")[0].strip() or None
-    return request.META.get("REMOTE_ADDR") or None
-
-
 def current_actor() -> Actor:
     request = _request.get()
     if request is None:
         return SYSTEM
     user = getattr(request, "user", None)
-    ip = client_ip(request)
+    ip = request_address(request)
     if user is None or not user.is_authenticated:
         return Actor("anonymous", ip=ip)
     token = getattr(request, "auth", None)

@@ -5,12 +5,14 @@ process, in-memory channel layer. Production shape: set DATABASE_URL and REDIS_U
 NVKE_SECRET_KEY, NVKE_ALLOWED_HOSTS and NVKE_SECURE=1. docs/operations.md lists every variable.
 """
 
+import ipaddress
 import os
 import secrets
 import socket
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -281,8 +283,17 @@ AUTHENTICATION_BACKENDS = ["nvke.tenancy.login_throttle.ThrottledModelBackend"]
 NVKE_LOGIN_FAILURES_PER_USER = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_USER", "10"))
 NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_ADDRESS", "50"))
 NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
-# Client addresses in the audit log: trust X-Forwarded-For only behind a proxy that sets it.
-NVKE_TRUST_PROXY = env_bool("NVKE_TRUST_PROXY", SECURE)
+# Client addresses (nvke/addresses.py: audit log, sign-in lockouts, per-address rate limits): how many
+# proxies in front append to X-Forwarded-For (one TLS proxy by default with NVKE_SECURE=1), or, taking
+# precedence, their addresses or networks. "true"/"false" read as 1/0 hops, as the setting once was.
+_trust_proxy = os.environ.get("NVKE_TRUST_PROXY", str(int(SECURE))).strip().lower()
+NVKE_TRUST_PROXY = int(_trust_proxy) if _trust_proxy.isdecimal() else int(env_bool("NVKE_TRUST_PROXY"))
+NVKE_TRUSTED_PROXIES = env_list("NVKE_TRUSTED_PROXIES", "")
+for _network in NVKE_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"NVKE_TRUSTED_PROXIES: {error}") from None
 
 # Telemetry (telemetry/): frame interval of the live streams, rescaling and health rules.
 TELEMETRY_FRAME_INTERVAL_S = float(os.environ.get("NVKE_TELEMETRY_FRAME_INTERVAL_S", "0.25"))

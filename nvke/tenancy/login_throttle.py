@@ -8,11 +8,11 @@ from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core.cache import cache
 from django.dispatch import receiver
 
-from audit.context import client_ip
+from nvke.addresses import request_address
 
 
 def _counters(request, username: str) -> list[tuple[str, int]]:
-    ip = client_ip(request) or "unknown"
+    ip = request_address(request) or "unknown"
     return [
         (f"login-failures:{ip}", settings.NVKE_LOGIN_FAILURES_PER_ADDRESS),
         (f"login-failures:{ip}:{username.lower()}", settings.NVKE_LOGIN_FAILURES_PER_USER),

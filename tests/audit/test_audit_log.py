@@ -212,3 +212,18 @@ def test_entries_past_the_retention_are_pruned_in_batches(owner, settings, monke
     settings.NVKE_AUDIT_RETENTION_DAYS = 0  # keep forever
     assert retention.prune(now + datetime.timedelta(days=10_000)) == 0
     assert set(AuditEntry.objects.values_list("pk")) == kept
+
+
+def test_the_audit_ip_is_the_proxys_peer_not_what_the_client_wrote(owner, catalog, settings):
+    settings.NVKE_TRUST_PROXY = 1
+    settings.NVKE_TRUSTED_PROXIES = []
+    _, raw = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="ci")
+    client = APIClient(REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR="6.6.6.6, 127.0.0.1, 203.0.113.7")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.post("/api/v1/clusters/", CLUSTER).status_code == 201
+    assert AuditEntry.objects.get(object_type="clusters.cluster").ip == "203.0.113.7"
+    # A hop that is no address is not written to the address column (PostgreSQL would refuse it).
+    client = APIClient(REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR="<script>")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.post("/api/v1/clusters/", {**CLUSTER, "name": "dev"}).status_code == 201
+    assert AuditEntry.objects.get(object_type="clusters.cluster", object_repr="dev").ip == "10.0.0.2"

@@ -56,3 +56,29 @@ def test_guessing_many_usernames_locks_the_address(owner):
         .status_code
         == 302
     )
+
+
+def test_a_rotated_x_forwarded_for_does_not_escape_the_lockout(owner, settings):
+    """Behind the one proxy, the hops left of the proxy's are the client's own words: rotating them
+    must not make each guess come from a new address."""
+    settings.NVKE_TRUST_PROXY = 1
+    settings.NVKE_TRUSTED_PROXIES = []
+    client = Client(REMOTE_ADDR="10.0.0.2")  # the proxy
+    for n in range(6):
+        forwarded = f"198.51.100.{n}, 127.0.0.1, 203.0.113.50"  # the proxy appended the real peer
+        client.post(
+            "/login/", {"username": owner.username, "password": "wrong"}, HTTP_X_FORWARDED_FOR=forwarded
+        )
+    refused = client.post(
+        "/login/",
+        {"username": owner.username, "password": "pw-secret-123"},
+        HTTP_X_FORWARDED_FOR="198.51.100.99, 203.0.113.50",
+    )
+    assert refused.status_code == 429 and "_auth_user_id" not in client.session
+    # Another client behind the same proxy is not locked out.
+    other = client.post(
+        "/login/",
+        {"username": owner.username, "password": "pw-secret-123"},
+        HTTP_X_FORWARDED_FOR="203.0.113.51",
+    )
+    assert other.status_code == 302

@@ -99,7 +99,7 @@ def _production_settings(tmp_path, **extra) -> subprocess.CompletedProcess:
 def test_production_settings_are_secure(tmp_path):
     result = _production_settings(tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == '[true, true, 31536000, true, ["nvke.example.com"], false, true]'
+    assert result.stdout.strip() == '[true, true, 31536000, true, ["nvke.example.com"], false, 1]'
 
 
 def test_check_deploy_wants_the_encryption_key(tmp_path):
