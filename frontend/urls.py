@@ -37,7 +37,25 @@ urlpatterns = [
     path("account/members/", views_account.member_list, name="account-members"),
     path("account/members/<int:pk>/role/", views_account.member_role, name="account-member-role"),
     path("account/members/<int:pk>/remove/", views_account.member_remove, name="account-member-remove"),
+    path(
+        "account/invitations/<int:pk>/revoke/",
+        views_account.invitation_revoke,
+        name="account-invitation-revoke",
+    ),
     path("account/audit/", views_account.audit_log, name="account-audit"),
+    path("invitations/", views_account.my_invitations, name="invitations"),
+    path(
+        "invitations/<int:pk>/accept/",
+        views_account.invitation_answer,
+        {"answer": "accept"},
+        name="invitation-accept",
+    ),
+    path(
+        "invitations/<int:pk>/decline/",
+        views_account.invitation_answer,
+        {"answer": "decline"},
+        name="invitation-decline",
+    ),
     path("pools/<int:pk>/upgrade/", views_upgrades.pool_upgrade, name="pool-upgrade"),
     path("upgrades/<int:pk>/", views_upgrades.upgrade_detail, name="upgrade-detail"),
     path(

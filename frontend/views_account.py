@@ -1,21 +1,23 @@
-"""Account pages: API tokens, members, audit log. Thin like frontend/views.py: parse the form, check the
-role, call nvke.tenancy.services, render. A new token's secret is rendered once, in the response to the
-POST that made it, and never stored anywhere it could be shown again."""
+"""Account pages: API tokens, members and invitations, audit log. Thin like frontend/views.py: parse
+the form, check the role, call nvke.tenancy.services, render. A new token's secret is rendered once, in
+the response to the POST that made it, and never stored anywhere it could be shown again."""
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from audit.filtersets import AuditEntryFilter
 from audit.models import AuditEntry
-from nvke.errors import DomainError
+from nvke.errors import DomainError, NotFound
 from nvke.tenancy import services
-from nvke.tenancy.context import TenantContext
-from nvke.tenancy.models import ApiToken, Membership
+from nvke.tenancy.context import SESSION_KEY, TenantContext
+from nvke.tenancy.models import ApiToken, Invitation, Membership
 from nvke.tenancy.roles import Action, Role
 
 from .forms import add_domain_error
@@ -36,7 +38,7 @@ class TokenForm(forms.Form):
     )
 
 
-class MemberForm(forms.Form):
+class InviteForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=ROLE_CHOICES, initial=Role.MEMBER)
 
@@ -87,30 +89,81 @@ def token_revoke(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
 
 @tenant_view
 def member_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
-    """Everyone sees the members; owners and admins add them here."""
-    form = MemberForm(request.POST or None)
+    """Everyone sees the members; owners and admins invite people and revoke invitations here."""
+    form = InviteForm(request.POST or None)
     if request.method == "POST":
         require_manage(context)
         if form.is_valid():
             try:
-                membership = services.add_member(context=context, **form.cleaned_data)
+                invitation = services.invite(context=context, invited_by=request.user, **form.cleaned_data)
             except DomainError as error:
                 add_domain_error(form, error)
             else:
-                messages.success(request, f"{membership.user.username} is now a {membership.role}.")
+                messages.success(
+                    request,
+                    f"{invitation.username} is invited as {invitation.role} until "
+                    f"{invitation.expires_at:%Y-%m-%d %H:%M} UTC, if such a user exists: they accept "
+                    "under Invitations.",
+                )
                 return redirect("account-members")
     members = Membership.objects.select_related("user").filter(tenant=context.tenant)
+    can_manage = context.allows(Action.MANAGE)
+    invitations = (
+        Invitation.objects.restrict(context).filter(expires_at__gt=timezone.now()).select_related("invited_by")
+        if can_manage
+        else Invitation.objects.none()
+    )
     return render(
         request,
         "frontend/account/members.html",
         {
             "members": members,
+            "invitations": invitations,
             "form": form,
-            "can_manage": context.allows(Action.MANAGE),
+            "can_manage": can_manage,
             "roles": ROLE_CHOICES,
         },
         status=400 if form.errors else 200,
     )
+
+
+@require_POST
+@tenant_view
+def invitation_revoke(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    invitation = get_object_or_404(Invitation.objects.restrict(context), pk=pk)
+    require_manage(context)
+    services.revoke_invitation(invitation)
+    messages.success(request, f"The invitation of {invitation.username} is revoked.")
+    return redirect("account-members")
+
+
+@login_required
+def my_invitations(request: HttpRequest) -> HttpResponse:
+    """Invitations addressed to the signed-in user, from any tenant; no tenant needed to see them."""
+    return render(
+        request, "frontend/invitations.html", {"invitations": services.pending_invitations(request.user)}
+    )
+
+
+@require_POST
+@login_required
+def invitation_answer(request: HttpRequest, pk: int, answer: str) -> HttpResponse:
+    try:
+        if answer == "accept":
+            membership = services.accept_invitation(user=request.user, pk=pk)
+        else:
+            services.decline_invitation(user=request.user, pk=pk)
+    except NotFound as error:
+        raise Http404(error.message) from None
+    except DomainError as error:
+        messages.error(request, error.message)
+        return redirect("invitations")
+    if answer == "decline":
+        messages.success(request, "The invitation is declined.")
+        return redirect("invitations")
+    request.session[SESSION_KEY] = membership.tenant_id  # act in the tenant just joined
+    messages.success(request, f"You are now a {membership.role} of {membership.tenant.name}.")
+    return redirect("dashboard")
 
 
 def _membership(context: TenantContext, pk: int) -> Membership:

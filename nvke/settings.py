@@ -283,6 +283,8 @@ AUTHENTICATION_BACKENDS = ["nvke.tenancy.login_throttle.ThrottledModelBackend"]
 NVKE_LOGIN_FAILURES_PER_USER = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_USER", "10"))
 NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_ADDRESS", "50"))
 NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
+# Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days.
+NVKE_INVITATION_TTL_DAYS = int(os.environ.get("NVKE_INVITATION_TTL_DAYS", "7"))
 # Client addresses (nvke/addresses.py: audit log, sign-in lockouts, per-address rate limits): how many
 # proxies in front append to X-Forwarded-For (one TLS proxy by default with NVKE_SECURE=1), or, taking
 # precedence, their addresses or networks. "true"/"false" read as 1/0 hops, as the setting once was.

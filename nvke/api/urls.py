@@ -15,7 +15,13 @@ from nodepools.api.views import (
     NodeViewSet,
     RegionViewSet,
 )
-from nvke.tenancy.api.views import ApiTokenViewSet, MembershipViewSet, me
+from nvke.tenancy.api.views import (
+    ApiTokenViewSet,
+    InvitationViewSet,
+    MembershipViewSet,
+    MyInvitationViewSet,
+    me,
+)
 from telemetry.api.views import (
     ClaimScalingViewSet,
     ClusterAgentViewSet,
@@ -48,6 +54,8 @@ router.register("telemetry/events", TelemetryEventViewSet)
 router.register("telemetry/claim-scaling", ClaimScalingViewSet)
 router.register("telemetry/pool-rescaling", PoolRescalingViewSet, basename="pool-rescaling")
 router.register("members", MembershipViewSet)
+router.register("invitations", InvitationViewSet)
+router.register("me/invitations", MyInvitationViewSet, basename="my-invitation")
 router.register("audit", AuditEntryViewSet)
 
 router.register("upgrades", UpgradeRunViewSet)

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import ApiToken, GpuQuota, Membership, Quota, Tenant
+from .models import ApiToken, GpuQuota, Invitation, Membership, Quota, Tenant
 
 
 class QuotaInline(admin.StackedInline):
@@ -42,6 +42,23 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__name"]
     autocomplete_fields = ["user", "tenant"]
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Tenants' owners and admins send invitations and their invitees answer them in the app; operators
+    see and revoke (delete) them here. Changing one would grant a role nobody in the tenant offered."""
+
+    list_display = ["username", "tenant", "role", "invited_by", "created_at", "expires_at"]
+    list_filter = ["role", "tenant"]
+    search_fields = ["username", "tenant__name"]
+    readonly_fields = ["tenant", "username", "role", "invited_by", "created_at", "expires_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(ApiToken)

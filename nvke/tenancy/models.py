@@ -5,6 +5,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from nvke.models import TenantScopedQuerySet
+
 from .roles import Role
 
 
@@ -34,6 +36,30 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class Invitation(models.Model):
+    """An offer of a role in a tenant to whoever holds one username, until they accept or decline it, it
+    is revoked, or it expires. Kept by username whether or not such a user exists, so inviting tells
+    nobody which usernames exist; only the user of that name sees it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150)
+    role = models.CharField(max_length=10, choices=[(r.value, r.name.title()) for r in Role])
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "username"], name="uniq_invitation")]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.username} to {self.tenant} ({self.role})"
 
 
 def hash_token(raw: str) -> str:

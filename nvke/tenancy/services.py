@@ -1,15 +1,17 @@
-"""Writes on tokens and memberships. Views (API and UI) check the role, then call these."""
+"""Writes on tokens, invitations and memberships. Views (API and UI) check the role, then call these."""
 
-from django.contrib.auth import get_user_model
-from django.db import transaction
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from nvke.errors import Conflict, DomainError
+from nvke.errors import Conflict, DomainError, NotFound
 from nvke.realtime import close_streams, member_group
 
 from .context import TenantContext
-from .models import ApiToken, Membership
-from .roles import Role
+from .models import ApiToken, Invitation, Membership
+from .roles import Action, Role, role_allows
 
 
 def issue_token(
@@ -45,15 +47,78 @@ def _may_touch(context: TenantContext, role: str) -> None:
         )
 
 
-def add_member(*, context: TenantContext, username: str, role: str) -> Membership:
+def invite(*, context: TenantContext, invited_by, username: str, role: str) -> Invitation:
+    """Offer `role` in the context's tenant to the user named `username`, for NVKE_INVITATION_TTL_DAYS.
+    The answer is the same whether or not such a user exists; only an existing member is refused (the
+    inviter sees the members anyway). An expired invitation of the same name is replaced."""
     _may_touch(context, role)
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
-    if user is None:
-        raise DomainError(f"username: No active user {username!r}.", field="username", code="unknown_user")
+    username = username.strip()
+    if not username:
+        raise DomainError("username: Name the user to invite.", field="username")
+    now = timezone.now()
     with transaction.atomic():
-        if Membership.objects.filter(tenant=context.tenant, user=user).exists():
+        if Membership.objects.filter(tenant=context.tenant, user__username=username).exists():
             raise Conflict(f"{username} is already a member.", field="username", code="duplicate")
-        return Membership.objects.create(tenant=context.tenant, user=user, role=role)
+        Invitation.objects.filter(tenant=context.tenant, username=username, expires_at__lte=now).delete()
+        try:
+            with transaction.atomic():
+                return Invitation.objects.create(
+                    tenant=context.tenant,
+                    username=username,
+                    role=role,
+                    invited_by=invited_by,
+                    expires_at=now + timedelta(days=settings.NVKE_INVITATION_TTL_DAYS),
+                )
+        except IntegrityError:  # a pending one, or a concurrent invite that just committed
+            raise Conflict(
+                f"{username} is already invited; revoke that invitation to send another.",
+                field="username",
+                code="duplicate",
+            ) from None
+
+
+def revoke_invitation(invitation: Invitation) -> None:
+    invitation.delete()
+
+
+def pending_invitations(user):
+    """The invitations the user may accept: addressed to their username, not expired."""
+    return Invitation.objects.select_related("tenant", "invited_by").filter(
+        username=user.get_username(), expires_at__gt=timezone.now()
+    )
+
+
+def _inviter_may_still_grant(invitation: Invitation) -> bool:
+    """An invitation stands only while its sender may still grant its role there (a removed or demoted
+    admin's invitations lapse with their rights)."""
+    sender = Membership.objects.filter(tenant=invitation.tenant_id, user=invitation.invited_by_id).first()
+    if sender is None or not role_allows(sender.role, Action.MANAGE):
+        return False
+    return invitation.role != Role.OWNER or sender.role == Role.OWNER
+
+
+def accept_invitation(*, user, pk: int) -> Membership:
+    """Join the invitation's tenant in its role; the invitation is used up."""
+    with transaction.atomic():
+        invitation = pending_invitations(user).select_for_update(of=("self",)).filter(pk=pk).first()
+        if invitation is None:
+            raise NotFound("No such invitation.")
+        if not _inviter_may_still_grant(invitation):
+            raise Conflict(
+                "This invitation was withdrawn: whoever sent it may no longer grant this role.",
+                code="invitation_withdrawn",
+            )
+        if Membership.objects.filter(tenant=invitation.tenant, user=user).exists():
+            raise Conflict(f"You are already a member of {invitation.tenant.name}.", code="duplicate")
+        invitation.delete()
+        return Membership.objects.create(tenant=invitation.tenant, user=user, role=invitation.role)
+
+
+def decline_invitation(*, user, pk: int) -> None:
+    invitation = pending_invitations(user).filter(pk=pk).first()
+    if invitation is None:
+        raise NotFound("No such invitation.")
+    invitation.delete()
 
 
 def change_role(*, context: TenantContext, membership: Membership, role: str) -> Membership:

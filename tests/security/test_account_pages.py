@@ -1,10 +1,10 @@
-"""The account pages of the web UI: tokens (secret shown once), members, audit log."""
+"""The account pages of the web UI: tokens (secret shown once), members and invitations, audit log."""
 
 import pytest
 from django.test import Client
 
 from audit.models import AuditEntry
-from nvke.tenancy.models import ApiToken, Membership, hash_token
+from nvke.tenancy.models import ApiToken, Invitation, Membership, hash_token
 
 pytestmark = pytest.mark.django_db
 
@@ -44,22 +44,51 @@ def test_revoking_from_the_page(owner):
     assert token.revoked_at is not None
 
 
-def test_owner_adds_changes_and_removes_a_member(owner, django_user_model):
-    django_user_model.objects.create_user("newcomer", password="pw-secret-123")
+def test_owner_invites_the_user_accepts_then_role_changes_and_removal(owner, django_user_model):
+    newcomer = django_user_model.objects.create_user("newcomer", password="pw-secret-123")
     client = signed_in(owner)
     assert client.post("/account/members/", {"username": "newcomer", "role": "viewer"}).status_code == 302
-    membership = Membership.objects.get(user__username="newcomer")
+    assert not Membership.objects.filter(user=newcomer).exists()  # not without their consent
     page = client.get("/account/members/")
-    assert b"newcomer" in page.content and b"Add member" in page.content
+    assert b"newcomer" in page.content and b"Invite a member" in page.content and b"Revoke" in page.content
+
+    theirs = signed_in(newcomer)
+    assert theirs.get("/").status_code == 403  # no tenant yet: the page points to the invitations
+    invitations = theirs.get("/invitations/")
+    assert invitations.status_code == 200 and b"Acme" in invitations.content
+    invitation = invitations.context["invitations"][0]
+    joined = theirs.post(f"/invitations/{invitation.pk}/accept/")
+    assert (joined.status_code, joined["Location"]) == (302, "/")
+    membership = Membership.objects.get(user=newcomer)
+    assert membership.role == "viewer" and theirs.get("/").status_code == 200
+
     client.post(f"/account/members/{membership.pk}/role/", {"role": "admin"})
     assert Membership.objects.get(pk=membership.pk).role == "admin"
     client.post(f"/account/members/{membership.pk}/remove/")
     assert not Membership.objects.filter(pk=membership.pk).exists()
 
 
-def test_an_unknown_user_is_named_next_to_the_field(owner):
-    page = signed_in(owner).post("/account/members/", {"username": "ghost", "role": "member"})
-    assert page.status_code == 400 and "ghost" in page.context["form"].errors["username"][0]
+def test_unknown_and_existing_users_get_the_same_answer(owner, django_user_model):
+    django_user_model.objects.create_user("usera", password="pw-secret-123")
+    texts = []
+    for name in ("usera", "ghost"):
+        answer = signed_in(owner).post("/account/members/", {"username": name, "role": "member"}, follow=True)
+        assert answer.status_code == 200
+        texts.append([str(m).replace(name, "NAME") for m in answer.context["messages"]])
+    assert texts[0] == texts[1] and len(texts[0]) == 1
+
+
+def test_a_declined_or_revoked_invitation_adds_nobody(owner, django_user_model):
+    usera = django_user_model.objects.create_user("usera", password="pw-secret-123")
+    client = signed_in(owner)
+    client.post("/account/members/", {"username": "usera", "role": "member"})
+    first = Invitation.objects.get()
+    assert signed_in(usera).post(f"/invitations/{first.pk}/decline/").status_code == 302
+    client.post("/account/members/", {"username": "usera", "role": "member"})
+    second = Invitation.objects.get()
+    assert client.post(f"/account/invitations/{second.pk}/revoke/").status_code == 302
+    assert signed_in(usera).post(f"/invitations/{second.pk}/accept/").status_code == 404
+    assert not Membership.objects.filter(user=usera).exists() and not Invitation.objects.exists()
 
 
 def test_the_last_owner_stays_and_the_page_says_why(owner):
@@ -75,7 +104,11 @@ def test_members_see_the_list_without_controls_and_no_audit_log(make_member):
     member = make_member("acme", "member")
     client = signed_in(member)
     page = client.get("/account/members/")
-    assert page.status_code == 200 and b"Add member" not in page.content and b"Audit log" not in page.content
+    assert (
+        page.status_code == 200
+        and b"Invite a member" not in page.content
+        and b"Audit log" not in page.content
+    )
     assert client.get("/account/audit/").status_code == 403
 
 

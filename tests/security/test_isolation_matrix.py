@@ -24,7 +24,7 @@ from nodepools.models import Claim, DriverRelease, Gpu, Node
 from nodepools.services import reconcile
 from nvke.routing import websocket_urlpatterns
 from nvke.tenancy.context import TenantContext
-from nvke.tenancy.models import ApiToken
+from nvke.tenancy.models import ApiToken, Invitation
 from telemetry.models import ClaimScaling, NodeToken, TelemetryEvent
 from upgrades import services as upgrade_services
 from upgrades.models import FleetRollout, UpgradeRun
@@ -119,6 +119,7 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
     event = TelemetryEvent.objects.create(
         tenant=tenant, cluster=cluster, kind="node.ready", node=node, message=f"{prefix}-node ready"
     )
+    week = timezone.now() + datetime.timedelta(days=7)
     scaling = ClaimScaling.objects.create(
         tenant=tenant, claim=claim, requested_compute_percent=10, reason=f"{prefix}-scaling"
     )
@@ -134,6 +135,10 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
         "fleet_rollout": rollout.pk,
         "token": token.pk,
         "membership": owner.memberships.get().pk,
+        # Addressed to nobody of either tenant, so only its tenant's owners and admins see it.
+        "invitation": Invitation.objects.create(
+            tenant=tenant, username=f"{prefix}-invitee", role="viewer", invited_by=owner, expires_at=week
+        ).pk,
         "audit": AuditEntry.objects.filter(tenant=tenant).first().pk,
         "gpu_model": "l4",
         "driver": "580.105.08",

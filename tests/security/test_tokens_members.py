@@ -1,4 +1,4 @@
-"""Token scopes, expiry, last use, and the members API."""
+"""Token scopes, expiry, last use, the members API and invitations."""
 
 import datetime
 
@@ -7,7 +7,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from nvke.tenancy.authentication import LAST_USE_RESOLUTION
-from nvke.tenancy.models import ApiToken, Membership
+from nvke.tenancy.models import ApiToken, Invitation, Membership
 
 pytestmark = pytest.mark.django_db
 
@@ -77,22 +77,118 @@ def test_admins_list_and_revoke_everyones_tokens_members_only_their_own(make_mem
     assert bearer(raw).get("/api/v1/me/").status_code == 401
 
 
-def test_members_api_add_change_remove(make_member, client_for, django_user_model):
+def test_members_join_by_accepting_an_invitation_then_change_and_leave(
+    make_member, client_for, django_user_model
+):
     owner = make_member("acme", "owner")
     client = client_for(owner)
     newcomer = django_user_model.objects.create_user("newcomer", password="pw-secret-123")
-    added = client.post("/api/v1/members/", {"username": "newcomer", "role": "viewer"})
-    assert added.status_code == 201 and added.data["role"] == "viewer"
-    assert client.post("/api/v1/members/", {"username": "newcomer", "role": "member"}).status_code == 409
-    assert client.post("/api/v1/members/", {"username": "ghost", "role": "member"}).data["code"] == (
-        "unknown_user"
+    # Nobody is added without consent: POST members/ is gone, an invitation adds no membership.
+    assert client.post("/api/v1/members/", {"username": "newcomer", "role": "viewer"}).status_code == 405
+    invited = client.post("/api/v1/invitations/", {"username": "newcomer", "role": "viewer"})
+    assert invited.status_code == 201 and invited.data["invited_by"] == owner.username
+    assert not Membership.objects.filter(user=newcomer).exists()
+    again = client.post("/api/v1/invitations/", {"username": "newcomer", "role": "member"})
+    assert (again.status_code, again.data["code"], again.data["details"]["field"]) == (
+        409,
+        "duplicate",
+        "username",
     )
-    changed = client.patch(f"/api/v1/members/{added.data['id']}/", {"role": "member"})
+
+    invitee = client_for(newcomer)  # in no tenant yet: the invitation is how they get one
+    mine = invitee.get("/api/v1/me/invitations/").data["results"]
+    assert [(i["tenant"], i["role"], i["invited_by"]) for i in mine] == [("Acme", "viewer", owner.username)]
+    joined = invitee.post(f"/api/v1/me/invitations/{mine[0]['id']}/accept/")
+    assert joined.status_code == 200 and joined.data == {
+        "id": owner.memberships.get().tenant_id,
+        "name": "Acme",
+        "role": "viewer",
+    }
+    assert invitee.get("/api/v1/me/invitations/").data["results"] == []  # used up
+    assert invitee.post(f"/api/v1/me/invitations/{mine[0]['id']}/accept/").status_code == 404
+    membership = Membership.objects.get(user=newcomer)
+    assert membership.role == "viewer"
+    already = client.post("/api/v1/invitations/", {"username": "newcomer", "role": "member"})
+    assert (already.status_code, already.data["code"]) == (409, "duplicate")
+
+    changed = client.patch(f"/api/v1/members/{membership.pk}/", {"role": "member"})
     assert changed.status_code == 200 and changed.data["role"] == "member"
-    _, raw = ApiToken.issue(tenant=owner.memberships.get().tenant, user=newcomer, name="theirs")
-    assert client.delete(f"/api/v1/members/{added.data['id']}/").status_code == 204
+    _, raw = ApiToken.issue(tenant=membership.tenant, user=newcomer, name="theirs")
+    assert client.delete(f"/api/v1/members/{membership.pk}/").status_code == 204
     assert not Membership.objects.filter(user=newcomer).exists()
     assert bearer(raw).get("/api/v1/me/").status_code == 401  # their tokens went with them
+
+
+def test_inviting_tells_nothing_about_which_usernames_exist(make_member, client_for, django_user_model):
+    client = client_for(make_member("acme", "owner"))
+    django_user_model.objects.create_user("usera", password="pw-secret-123")
+    answers = [
+        client.post("/api/v1/invitations/", {"username": name, "role": "viewer"})
+        for name in ("usera", "ghost")
+    ]
+    assert [a.status_code for a in answers] == [201, 201]
+    shapes = [
+        {k: v for k, v in a.data.items() if k not in ("id", "username", "created_at", "expires_at")}
+        for a in answers
+    ]
+    assert shapes[0] == shapes[1]
+    listed = client.get("/api/v1/invitations/").data["results"]
+    assert sorted(i["username"] for i in listed) == ["ghost", "usera"]
+
+
+def test_only_the_named_user_sees_declines_or_accepts(make_member, client_for, django_user_model):
+    owner = make_member("acme", "owner")
+    invitation = client_for(owner).post("/api/v1/invitations/", {"username": "usera", "role": "admin"}).data
+    usera = django_user_model.objects.create_user("usera", password="pw-secret-123")
+    stranger = make_member("globex", "owner")
+    url = f"/api/v1/me/invitations/{invitation['id']}/"
+    assert client_for(stranger).get(url).status_code == 404
+    assert client_for(stranger).post(url + "accept/").status_code == 404
+    assert client_for(owner).post(url + "accept/").status_code == 404  # the inviter cannot accept for them
+    assert client_for(usera).post(url + "decline/").status_code == 204
+    assert client_for(usera).post(url + "accept/").status_code == 404
+    assert not Membership.objects.filter(user=usera).exists()
+
+
+def test_invitations_expire_and_lapse_with_the_senders_rights(
+    make_member, client_for, django_user_model, settings
+):
+    owner = make_member("acme", "owner")
+    admin = make_member("acme", "admin")
+    usera = django_user_model.objects.create_user("usera", password="pw-secret-123")
+    userb = django_user_model.objects.create_user("userb", password="pw-secret-123")
+    # An admin cannot invite an owner (only owners grant that role).
+    refused = client_for(admin).post("/api/v1/invitations/", {"username": "usera", "role": "owner"})
+    assert (refused.status_code, refused.data["code"]) == (400, "owner_only")
+    first = client_for(admin).post("/api/v1/invitations/", {"username": "usera", "role": "member"}).data
+    Invitation.objects.filter(pk=first["id"]).update(expires_at=timezone.now())
+    assert client_for(usera).get("/api/v1/me/invitations/").data["results"] == []
+    assert client_for(usera).post(f"/api/v1/me/invitations/{first['id']}/accept/").status_code == 404
+    assert client_for(admin).get("/api/v1/invitations/").data["results"] == []
+    # An expired one does not block a fresh one.
+    second = client_for(admin).post("/api/v1/invitations/", {"username": "usera", "role": "member"})
+    assert second.status_code == 201
+    for_b = client_for(admin).post("/api/v1/invitations/", {"username": "userb", "role": "member"}).data
+    # The admin is demoted: what they sent no longer stands.
+    client_for(owner).patch(f"/api/v1/members/{admin.memberships.get().pk}/", {"role": "viewer"})
+    lapsed = client_for(userb).post(f"/api/v1/me/invitations/{for_b['id']}/accept/")
+    assert (lapsed.status_code, lapsed.data["code"]) == (409, "invitation_withdrawn")
+    assert not Membership.objects.filter(user__in=[usera, userb]).exists()
+    assert settings.NVKE_INVITATION_TTL_DAYS == 7
+    expires = Invitation.objects.get(pk=second.data["id"]).expires_at
+    assert abs((expires - timezone.now()) - datetime.timedelta(days=7)) < datetime.timedelta(minutes=1)
+
+
+def test_a_read_only_token_cannot_accept(make_member, django_user_model, client_for):
+    owner = make_member("acme", "owner")
+    invitee = make_member("globex", "viewer", username="usera")
+    invitation = client_for(owner).post("/api/v1/invitations/", {"username": "usera", "role": "member"}).data
+    _, raw = ApiToken.issue(
+        tenant=invitee.memberships.get().tenant, user=invitee, name="ro", scope=ApiToken.Scope.READ_ONLY
+    )
+    assert [i["id"] for i in bearer(raw).get("/api/v1/me/invitations/").data["results"]] == [invitation["id"]]
+    assert bearer(raw).post(f"/api/v1/me/invitations/{invitation['id']}/accept/").status_code == 403
+    assert invitee.memberships.count() == 1
 
 
 def test_only_owners_touch_owners_and_a_tenant_keeps_one(make_member, client_for):
@@ -115,7 +211,8 @@ def test_members_and_viewers_cannot_manage_members(make_member, client_for):
         client = client_for(user)
         assert client.get("/api/v1/members/").status_code == 200
         assert (
-            client.post("/api/v1/members/", {"username": user.username, "role": "owner"}).status_code == 403
+            client.post("/api/v1/invitations/", {"username": user.username, "role": "owner"}).status_code
+            == 403
         )
         assert (
             client.patch(f"/api/v1/members/{user.memberships.get().pk}/", {"role": "owner"}).status_code

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from nvke.tenancy.models import ApiToken, Membership
+from nvke.tenancy.models import ApiToken, Invitation, Membership
 from nvke.tenancy.roles import Role
 
 
@@ -32,13 +32,47 @@ class NewApiTokenSerializer(ApiTokenSerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    username = serializers.CharField(source="user.username", max_length=150)
+    username = serializers.CharField(source="user.username", read_only=True)
     role = serializers.ChoiceField(choices=[r.value for r in Role])
 
     class Meta:
         model = Membership
         fields = ["id", "username", "role", "created_at"]
         read_only_fields = ["created_at"]
+
+
+class InvitationSerializer(serializers.ModelSerializer):
+    """An invitation as its tenant's owners and admins see it."""
+
+    role = serializers.ChoiceField(choices=[r.value for r in Role])
+    invited_by = serializers.CharField(source="invited_by.username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "username", "role", "invited_by", "created_at", "expires_at"]
+        read_only_fields = ["created_at", "expires_at"]
+        extra_kwargs = {"username": {"max_length": 150}}
+
+
+class MyInvitationSerializer(serializers.ModelSerializer):
+    """An invitation as its invitee sees it: which tenant, which role, from whom, until when."""
+
+    tenant = serializers.CharField(source="tenant.name")
+    role = serializers.ChoiceField(choices=[r.value for r in Role])
+    invited_by = serializers.CharField(source="invited_by.username", allow_null=True)
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "tenant", "role", "invited_by", "created_at", "expires_at"]
+        read_only_fields = fields
+
+
+class JoinedTenantSerializer(serializers.Serializer):
+    """The tenant an accepted invitation joined, as `me/` lists a user's tenants."""
+
+    id = serializers.IntegerField(source="tenant_id")
+    name = serializers.CharField(source="tenant.name")
+    role = serializers.CharField()
 
 
 class MembershipRoleSerializer(serializers.ModelSerializer):

@@ -1,19 +1,25 @@
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status
-from rest_framework.decorators import api_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action, api_view
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
 
+from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.tenancy import services
 from nvke.tenancy.api.serializers import (
     ApiTokenSerializer,
+    InvitationSerializer,
+    JoinedTenantSerializer,
     MembershipRoleSerializer,
     MembershipSerializer,
     MeSerializer,
+    MyInvitationSerializer,
     NewApiTokenSerializer,
 )
 from nvke.tenancy.context import resolve_tenant
-from nvke.tenancy.models import ApiToken, Membership
+from nvke.tenancy.models import ApiToken, Invitation, Membership
 from nvke.tenancy.roles import Action
 
 
@@ -52,14 +58,13 @@ class ApiTokenViewSet(
 
 class MembershipViewSet(
     mixins.ListModelMixin,
-    mixins.CreateModelMixin,
     mixins.RetrieveModelMixin,
     mixins.DestroyModelMixin,
     TenantScopedViewSet,
 ):
-    """The tenant's members and their roles. Every member reads the list; owners and admins add members
-    (existing users, by username), change roles and remove members; only owners touch the owner role,
-    and a tenant keeps at least one owner."""
+    """The tenant's members and their roles. Every member reads the list; owners and admins change roles
+    and remove members (people join by accepting an invitation, `invitations/`); only owners touch the
+    owner role, and a tenant keeps at least one owner."""
 
     queryset = Membership.objects.all()
     serializer_class = MembershipSerializer
@@ -74,13 +79,6 @@ class MembershipViewSet(
     def get_serializer_class(self):
         return MembershipRoleSerializer if self.action == "partial_update" else MembershipSerializer
 
-    def perform_create(self, serializer):
-        serializer.instance = services.add_member(
-            context=self.tenant_context,
-            username=serializer.validated_data["user"]["username"],
-            role=serializer.validated_data["role"],
-        )
-
     @extend_schema(request=MembershipRoleSerializer, responses=MembershipSerializer)
     def partial_update(self, request, *args, **kwargs):
         """Change a member's role."""
@@ -94,6 +92,78 @@ class MembershipViewSet(
 
     def perform_destroy(self, instance):
         services.remove_member(context=self.tenant_context, membership=instance)
+
+
+class InvitationViewSet(
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    TenantScopedViewSet,
+):
+    """Invitations to this tenant (owners and admins): invite a username in a role; the user of that
+    name accepts or declines at `me/invitations/`. The answer is the same whether or not the user
+    exists. Invitations expire after NVKE_INVITATION_TTL_DAYS; DELETE revokes one."""
+
+    queryset = Invitation.objects.all()
+    serializer_class = InvitationSerializer
+    read_action = Action.MANAGE
+    write_action = Action.MANAGE
+
+    def get_queryset(self):
+        return (
+            Invitation.objects.restrict(self.tenant_context)
+            .select_related("invited_by")
+            .filter(expires_at__gt=timezone.now())
+        )
+
+    def perform_create(self, serializer):
+        serializer.instance = services.invite(
+            context=self.tenant_context, invited_by=self.request.user, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance):
+        services.revoke_invitation(instance)
+
+
+class SignedIn(BasePermission):
+    """Any signed-in user, in a tenant or not (invitations are how one joins a first tenant); writes not
+    with a read-only token."""
+
+    def has_permission(self, request, view) -> bool:
+        if not request.user or not request.user.is_authenticated:
+            return False
+        if request.method not in SAFE_METHODS and read_only_token(request):
+            self.message = READ_ONLY_TOKEN
+            return False
+        return True
+
+
+class MyInvitationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Invitations addressed to you, from any tenant: `accept` joins the tenant in the invitation's role,
+    `decline` drops it."""
+
+    serializer_class = MyInvitationSerializer
+    permission_classes = [SignedIn]
+    queryset = Invitation.objects.none()  # for the schema; get_queryset is the user's
+
+    def get_queryset(self):
+        return services.pending_invitations(self.request.user)
+
+    @extend_schema(request=None, responses=JoinedTenantSerializer)
+    @action(detail=True, methods=["post"])
+    def accept(self, request, pk=None):
+        membership = services.accept_invitation(user=request.user, pk=self._pk())
+        return Response(JoinedTenantSerializer(membership).data)
+
+    @extend_schema(request=None, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def decline(self, request, pk=None):
+        services.decline_invitation(user=request.user, pk=self._pk())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _pk(self) -> int:
+        return self.get_object().pk  # 404 for anything not addressed to this user
 
 
 @extend_schema(responses=MeSerializer)
