@@ -11,7 +11,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from nvke.consumers import StreamAccess, stream_context
+from nvke.consumers import StreamAccess, object_id, stream_context
 from nvke.realtime import OPERATORS_GROUP, cluster_group, tenant_group
 
 from .models import Cluster
@@ -30,9 +30,10 @@ def _group_for(scope: dict, query: dict) -> tuple[str, int | None] | None:
     cluster = query.get("cluster", [None])[0]
     if cluster is None:
         return tenant_group(tenant_id), tenant_id
-    if not cluster.isdigit() or not Cluster.objects.filter(pk=cluster, tenant=context.tenant).exists():
+    pk = object_id(cluster)
+    if pk is None or not Cluster.objects.filter(pk=pk, tenant=context.tenant).exists():
         return None
-    return cluster_group(tenant_id, int(cluster)), tenant_id
+    return cluster_group(tenant_id, pk), tenant_id
 
 
 class EventsConsumer(StreamAccess, AsyncJsonWebsocketConsumer):

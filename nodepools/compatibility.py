@@ -1,19 +1,38 @@
 """Which drivers, sharing modes and MIG layouts a GPU model admits. Each refusal names its rule."""
 
 import datetime
+import re
 from dataclasses import dataclass
 
 from django.utils import timezone
 
+from nvke.errors import DomainError
+
 from .allocation.mig import Profile, place_layout
 from .models import DriverRelease, GpuModel, SharingMode
 from .versions import version_key
+
+CUDA_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)*")  # "12.8", or a bare major: "12"
 
 
 @dataclass(frozen=True)
 class Refusal:
     rule: str
     message: str
+
+
+def cuda_refusal(driver: DriverRelease, cuda: str, releases: list[DriverRelease]) -> Refusal | None:
+    """A driver runs CUDA up to its own `cuda_version` natively; name the lowest branch that runs `cuda`."""
+    if cuda and not CUDA_VERSION.fullmatch(cuda):
+        raise DomainError(f"cuda {cuda!r} is not a version like 12.8.", field="cuda", code="invalid_version")
+    if not cuda or version_key(driver.cuda_version) >= version_key(cuda):
+        return None
+    branches = sorted(r.branch for r in releases if version_key(r.cuda_version) >= version_key(cuda))
+    needs = f"≥ {branches[0]}" if branches else "a newer driver than the catalog has"
+    return Refusal(
+        "cuda_minimum",
+        f"CUDA {cuda} needs {needs}; driver {driver.version} supports CUDA {driver.cuda_version}.",
+    )
 
 
 def driver_refusals(

@@ -3,7 +3,7 @@
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from .compatibility import Refusal, driver_refusals
+from .compatibility import Refusal, cuda_refusal, driver_refusals
 from .models import DriverRelease, Gpu, GpuModel, GpuShare, Node, RegionInventory
 
 
@@ -25,10 +25,19 @@ def region_inventory(region_id: int) -> QuerySet[RegionInventory]:
     )
 
 
-def driver_compatibility(gpu_model: GpuModel, sharing_mode: str) -> list[tuple[DriverRelease, list[Refusal]]]:
-    """Every driver release with why it cannot run this GPU (empty list: it can), newest first."""
-    drivers = DriverRelease.objects.prefetch_related("architectures").select_related()
-    return [(driver, driver_refusals(driver, gpu_model, sharing_mode)) for driver in drivers]
+def driver_compatibility(
+    gpu_model: GpuModel, sharing_mode: str, cuda: str = ""
+) -> list[tuple[DriverRelease, list[Refusal]]]:
+    """Every driver release with why it cannot run this GPU (empty list: it can), newest first; with
+    `cuda`, also why it cannot run that CUDA version (the rule a pool's driver-options apply)."""
+    drivers = list(DriverRelease.objects.prefetch_related("architectures").select_related())
+    rows = []
+    for driver in drivers:
+        refusals = driver_refusals(driver, gpu_model, sharing_mode)
+        if refusal := cuda_refusal(driver, cuda, drivers):
+            refusals.append(refusal)
+        rows.append((driver, refusals))
+    return rows
 
 
 def allocation_violations(cluster_id: int) -> list[str]:

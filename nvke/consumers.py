@@ -27,6 +27,18 @@ THROTTLED = 4429  # too many handshakes with this token or its user: retry after
 SUBPROTOCOL = "nvke"  # answered when offered, e.g. beside `nvke.bearer.<token>`
 
 
+MAX_ID = 2**63 - 1  # PostgreSQL bigint
+
+
+def object_id(value: str | None) -> int | None:
+    """A query parameter naming an object by id, or None when it is not one: ASCII digits only
+    ('²'.isdigit() is true, and int() refuses it) and within bigint."""
+    if not value or not value.isascii() or not value.isdecimal():
+        return None
+    number = int(value)
+    return number if number <= MAX_ID else None
+
+
 def stream_context(scope: dict) -> TenantContext | None:
     """The tenant and role a socket acts in: its token's, else its session's (as on the API)."""
     user = scope.get("user")

@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodepools.models import Gpu, NodePool
-from nvke.consumers import FORBIDDEN, StreamAccess, stream_context
+from nvke.consumers import FORBIDDEN, StreamAccess, object_id, stream_context
 from nvke.realtime import cluster_group, tenant_group
 
 from .hub import COLUMNS, hub
@@ -28,9 +28,9 @@ def resolve_view(scope: dict, query: dict) -> tuple[str, dict, str, int] | None:
     asked = [(kind, query[kind][0]) for kind in KINDS if kind in query]
     if not asked:
         return f"tenant-{tenant_id}.fleet", {"tenant_id": tenant_id}, tenant_group(tenant_id), tenant_id
-    if len(asked) > 1 or not asked[0][1].isdigit():
+    if len(asked) > 1 or (pk := object_id(asked[0][1])) is None:
         return None
-    kind, pk = asked[0][0], int(asked[0][1])
+    kind = asked[0][0]
     if kind == "cluster":
         cluster_id = pk if context.tenant.clusters.filter(pk=pk).exists() else None
         gpu_filter = {"node__pool__cluster_id": pk}

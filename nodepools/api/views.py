@@ -10,6 +10,7 @@ from nodepools.filtersets import NodeFilter, NodePoolFilter
 from nodepools.models import DriverRelease, GpuModel, Node, NodePool, SharingMode
 from nvke.api.permissions import AuthenticatedReadOnly
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
+from nvke.errors import DomainError
 
 from .serializers import (
     DriverCompatibilitySerializer,
@@ -74,16 +75,27 @@ class GpuModelViewSet(CatalogViewSet):
     filterset_fields = ["form_factor", "nvlink"]
 
     @extend_schema(
-        parameters=[OpenApiParameter("sharing_mode", enum=SharingMode.values, default=SharingMode.EXCLUSIVE)],
+        parameters=[
+            OpenApiParameter("sharing_mode", enum=SharingMode.values, default=SharingMode.EXCLUSIVE),
+            OpenApiParameter("cuda", str, description="A CUDA version the workloads need"),
+        ],
         responses=DriverCompatibilitySerializer(many=True),
     )
     @action(detail=True, url_path="drivers")
     def drivers(self, request, name=None):
-        """Each driver release and, when it cannot run this GPU, every rule it breaks."""
+        """Each driver release and, when it cannot run this GPU, every rule it breaks. `?cuda=12.8` adds
+        the CUDA minimum rule, as a pool's driver-options do."""
         sharing_mode = request.query_params.get("sharing_mode", SharingMode.EXCLUSIVE)
+        if sharing_mode not in SharingMode.values:
+            raise DomainError(
+                f"sharing_mode: {sharing_mode!r} is not one of {', '.join(SharingMode.values)}.",
+                field="sharing_mode",
+                code="invalid_choice",
+            )
+        cuda = request.query_params.get("cuda", "")
         rows = [
             {"driver": driver, "compatible": not refusals, "refusals": refusals}
-            for driver, refusals in selectors.driver_compatibility(self.get_object(), sharing_mode)
+            for driver, refusals in selectors.driver_compatibility(self.get_object(), sharing_mode, cuda)
         ]
         return Response(DriverCompatibilitySerializer(rows, many=True).data)
 

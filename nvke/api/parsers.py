@@ -1,30 +1,45 @@
-"""Request parsers that refuse NUL characters. PostgreSQL text cannot hold them, so a NUL that reached
-a query (a slug lookup, a filter) was a server error; here it is a 400 naming the field."""
+"""Request parsers that refuse NUL characters and bodies nested too deep. PostgreSQL text cannot hold
+NULs, so a NUL that reached a query (a slug lookup, a filter) was a server error; here it is a 400 naming
+the field. A few KB of nested arrays ran the JSON decoder (and anything walking the result) out of
+stack: a RecursionError, a 500; bodies deeper than MAX_DEPTH are now a 400."""
 
 from django.http import JsonResponse
 from rest_framework import parsers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ParseError, ValidationError
+
+MAX_DEPTH = 32  # levels of arrays and objects; the deepest body NVKE takes (a telemetry batch) has 4
+TOO_DEEP = f"The body nests arrays and objects more than {MAX_DEPTH} levels deep."
 
 
 def find_nul(data, path: str = "") -> str | None:
-    """The path of the first string (or key) holding a NUL character, or None."""
-    if isinstance(data, str):
-        return (path or "body") if "\x00" in data else None
+    """The path of the first string (or key) holding a NUL character, or None. Walks without
+    recursion; raises ParseError for data nested deeper than MAX_DEPTH."""
     if hasattr(data, "lists"):  # a QueryDict: one name, several values
         for key, values in data.lists():
             if "\x00" in key or any(isinstance(v, str) and "\x00" in v for v in values):
                 return key
-    elif isinstance(data, dict):
-        for key, value in data.items():
-            name = f"{path}.{key}" if path else str(key)
-            if "\x00" in str(key):
-                return name
-            if (found := find_nul(value, name)) is not None:
-                return found
-    elif isinstance(data, list | tuple):
-        for index, value in enumerate(data):
-            if (found := find_nul(value, f"{path}[{index}]")) is not None:
-                return found
+        return None
+    stack = [(data, path, 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return where or "body"
+            continue
+        if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
+            raise ParseError(TOO_DEEP)
+        if isinstance(value, dict):
+            children = []
+            for key, child in value.items():
+                name = f"{where}.{key}" if where else str(key)
+                if "\x00" in str(key):
+                    return name
+                children.append((child, name))
+        elif isinstance(value, list | tuple):
+            children = [(child, f"{where}[{index}]") for index, child in enumerate(value)]
+        else:
+            continue
+        stack.extend((child, name, depth + 1) for child, name in reversed(children))
     return None
 
 
@@ -35,7 +50,10 @@ def refuse_nul(data, source: str = "") -> None:
 
 class _NulFree:
     def parse(self, stream, media_type=None, parser_context=None):
-        parsed = super().parse(stream, media_type, parser_context)
+        try:
+            parsed = super().parse(stream, media_type, parser_context)
+        except RecursionError:  # the decoder itself ran out of stack: far deeper than MAX_DEPTH
+            raise ParseError(TOO_DEEP) from None
         refuse_nul(parsed.data if isinstance(parsed, parsers.DataAndFiles) else parsed)
         return parsed
 
