@@ -109,7 +109,9 @@ def member_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
     members = Membership.objects.select_related("user").filter(tenant=context.tenant)
     can_manage = context.allows(Action.MANAGE)
     invitations = (
-        Invitation.objects.restrict(context).filter(expires_at__gt=timezone.now()).select_related("invited_by")
+        Invitation.objects.restrict(context)
+        .filter(expires_at__gt=timezone.now())
+        .select_related("invited_by")
         if can_manage
         else Invitation.objects.none()
     )

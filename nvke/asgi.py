@@ -10,7 +10,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from nvke.routing import websocket_urlpatterns  # noqa: E402
-from nvke.websocket_auth import TokenAuthMiddleware  # noqa: E402
+from nvke.websocket_auth import AnonymousHandshakeLimit, TokenAuthMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -18,7 +18,9 @@ application = ProtocolTypeRouter(
         # Handshakes with an API token skip the Origin check and the session; see nvke/websocket_auth.py.
         "websocket": TokenAuthMiddleware(
             token_app=URLRouter(websocket_urlpatterns),
-            session_app=AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            session_app=AllowedHostsOriginValidator(
+                AuthMiddlewareStack(AnonymousHandshakeLimit(URLRouter(websocket_urlpatterns)))
+            ),
         ),
     }
 )

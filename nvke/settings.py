@@ -260,12 +260,18 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
-# API rate limits ("<n>/<second|minute|hour|day>"); over them: 429 with Retry-After.
+# API rate limits ("<n>/<second|minute|hour|day>"); over them: 429 with Retry-After. Counted atomically
+# in Redis (nvke/ratelimit.py), else in this process's memory.
 NVKE_RATE_LIMITS = {
     "token": os.environ.get("NVKE_RATE_LIMIT_TOKEN", "600/minute"),
     "user": os.environ.get("NVKE_RATE_LIMIT_USER", "1200/minute"),
 }
-# The shared cache counts rate limits: Redis when configured, else this process's memory.
+# Per client address: failed token authentications (API and websockets; past it every token request
+# from there is 429 until the window, which starts at the first failure, ends) and websocket handshakes
+# without a credential.
+NVKE_RATE_LIMIT_AUTH_FAILURES = os.environ.get("NVKE_RATE_LIMIT_AUTH_FAILURES", "100/minute")
+NVKE_RATE_LIMIT_ANONYMOUS = os.environ.get("NVKE_RATE_LIMIT_ANONYMOUS", "60/minute")
+# Django's cache (nothing of NVKE's counts in it now): Redis when configured, else process memory.
 CACHES = {
     "default": (
         {

@@ -12,3 +12,4 @@ CELERY_TASK_ALWAYS_EAGER = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
 # Rate limits far above what any test sends; tests/security sets low ones where it tests them.
 NVKE_RATE_LIMITS = {"token": "100000/minute", "user": "100000/minute"}
+NVKE_RATE_LIMIT_AUTH_FAILURES = NVKE_RATE_LIMIT_ANONYMOUS = "100000/minute"

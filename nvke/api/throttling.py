@@ -1,21 +1,42 @@
-"""API rate limits, per token and per user, counted in the shared cache (Redis in production, so every
-web process counts together). Over the limit: 429 with Retry-After. Rates come from settings
-(NVKE_RATE_LIMIT_TOKEN, NVKE_RATE_LIMIT_USER) and are read per request, so tests can change them."""
+"""API rate limits, per token and per user, and per client address for failed authentications and
+anonymous websocket handshakes. Counted atomically in Redis (nvke/ratelimit.py), so every web process
+counts together and concurrent requests cannot slip past a limit together. Over a limit: 429 with
+Retry-After. Rates come from settings (NVKE_RATE_LIMIT_*) and are read per request, so tests can change
+them."""
 
 from types import SimpleNamespace
 
 from django.conf import settings
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 
+from nvke import ratelimit
+from nvke.ratelimit import parse_rate
 from nvke.tenancy.models import ApiToken
 
 
-class _SettingsRateThrottle(SimpleRateThrottle):
-    def get_rate(self) -> str | None:
-        return settings.NVKE_RATE_LIMITS.get(self.scope)
+class _CounterThrottle(BaseThrottle):
+    scope = ""
+
+    def __init__(self) -> None:
+        self.retry_after_s: float | None = None
+
+    def get_cache_key(self, request, view) -> str | None:
+        raise NotImplementedError
+
+    def allow_request(self, request, view) -> bool:
+        rate = settings.NVKE_RATE_LIMITS.get(self.scope)
+        key = self.get_cache_key(request, view)
+        if not rate or key is None:
+            return True
+        decision = ratelimit.hit(key, *parse_rate(rate))
+        self.retry_after_s = decision.retry_after_s
+        return decision.allowed
+
+    def wait(self) -> float | None:
+        return self.retry_after_s
 
 
-class TokenRateThrottle(_SettingsRateThrottle):
+class TokenRateThrottle(_CounterThrottle):
     """Requests made with one API token."""
 
     scope = "token"
@@ -23,10 +44,10 @@ class TokenRateThrottle(_SettingsRateThrottle):
     def get_cache_key(self, request, view) -> str | None:
         if not isinstance(request.auth, ApiToken):
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+        return f"token:{request.auth.pk}"
 
 
-class UserRateThrottle(_SettingsRateThrottle):
+class UserRateThrottle(_CounterThrottle):
     """Requests of one user, by session and all their tokens together."""
 
     scope = "user"
@@ -34,7 +55,7 @@ class UserRateThrottle(_SettingsRateThrottle):
     def get_cache_key(self, request, view) -> str | None:
         if not request.user or not request.user.is_authenticated:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+        return f"user:{request.user.pk}"
 
 
 def handshake_allowed(token: ApiToken) -> bool:
@@ -43,3 +64,9 @@ def handshake_allowed(token: ApiToken) -> bool:
     request = SimpleNamespace(user=token.user, auth=token)
     throttles = (TokenRateThrottle(), UserRateThrottle())
     return all([throttle.allow_request(request, None) for throttle in throttles])
+
+
+def anonymous_handshake_allowed(address: str | None) -> bool:
+    """A websocket handshake without a credential, counted per client address."""
+    key = f"ws-anonymous:{address or 'unknown'}"
+    return ratelimit.hit(key, *parse_rate(settings.NVKE_RATE_LIMIT_ANONYMOUS)).allowed

@@ -1,8 +1,12 @@
 import datetime
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 from rest_framework import authentication, exceptions
+
+from nvke import ratelimit
+from nvke.addresses import request_address
 
 from .models import ApiToken, hash_token
 
@@ -18,15 +22,45 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode(errors="replace").split()
         if not header or header[0] != self.keyword:
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header.")
-        token = active_token(header[1])
+        address = request_address(request)
+        check_auth_failures(address)
+        token = active_token(header[1]) if len(header) == 2 else None
         if token is None:
-            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+            count_auth_failure(address)
+            raise exceptions.AuthenticationFailed(
+                "Malformed Authorization header."
+                if len(header) != 2
+                else "Invalid, expired or revoked token."
+            )
         return token.user, token
 
     def authenticate_header(self, request) -> str:
         return self.keyword
+
+
+def _auth_failures_key(address: str | None) -> str:
+    return f"auth-failures:{address or 'unknown'}"
+
+
+def auth_failures_exceeded(address: str | None) -> bool:
+    """Whether the address is past NVKE_RATE_LIMIT_AUTH_FAILURES failed token authentications."""
+    limit, _ = ratelimit.parse_rate(settings.NVKE_RATE_LIMIT_AUTH_FAILURES)
+    return ratelimit.failures(_auth_failures_key(address))[0] >= limit
+
+
+def check_auth_failures(address: str | None) -> None:
+    """429 while the address is past the limit: a guesser of tokens then costs no token lookup and
+    learns nothing until the window ends."""
+    if auth_failures_exceeded(address):
+        raise exceptions.Throttled(
+            wait=ratelimit.parse_rate(settings.NVKE_RATE_LIMIT_AUTH_FAILURES)[1],
+            detail="Too many failed authentications from this address.",
+        )
+
+
+def count_auth_failure(address: str | None) -> None:
+    window = ratelimit.parse_rate(settings.NVKE_RATE_LIMIT_AUTH_FAILURES)[1]
+    ratelimit.add_failure(_auth_failures_key(address), window)
 
 
 def active_token(raw: str) -> ApiToken | None:

@@ -5,9 +5,9 @@ admin, anything that checks a password through Django), and the sign-in page say
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_logged_in, user_login_failed
-from django.core.cache import cache
 from django.dispatch import receiver
 
+from nvke import ratelimit
 from nvke.addresses import request_address
 
 
@@ -21,8 +21,9 @@ def _counters(request, username: str) -> list[tuple[str, int]]:
 
 def refused_for(request, username: str) -> int | None:
     """Seconds until sign-ins from this address (for this username) are taken again, or None."""
-    counts = cache.get_many([key for key, _ in _counters(request, username)])
-    if any(counts.get(key, 0) >= limit for key, limit in _counters(request, username)):
+    counters = _counters(request, username)
+    counts = ratelimit.failures(*(key for key, _ in counters))
+    if any(count >= limit for count, (_, limit) in zip(counts, counters, strict=True)):
         return settings.NVKE_LOGIN_LOCKOUT_S
     return None
 
@@ -32,18 +33,15 @@ def _count_failure(sender, credentials, request=None, **kwargs) -> None:
     if request is None:
         return
     for key, _ in _counters(request, credentials.get("username") or ""):
-        # The window starts at the first failure; counting on does not extend it.
-        cache.add(key, 0, timeout=settings.NVKE_LOGIN_LOCKOUT_S)
-        try:
-            cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, timeout=settings.NVKE_LOGIN_LOCKOUT_S)
+        # The window starts at the first failure; counting on does not extend it (one atomic step:
+        # Django's cache.incr checks, then increments, and could leave a counter without expiry).
+        ratelimit.add_failure(key, settings.NVKE_LOGIN_LOCKOUT_S)
 
 
 @receiver(user_logged_in)
 def _forget_failures(sender, request=None, user=None, **kwargs) -> None:
     if request is not None and user is not None:
-        cache.delete(_counters(request, user.get_username())[1][0])
+        ratelimit.forget(_counters(request, user.get_username())[1][0])
 
 
 class ThrottledModelBackend(ModelBackend):

@@ -1,9 +1,17 @@
-"""Rate limits per token and per user: 429 with Retry-After once a caller is over its rate."""
+"""Rate limits per token and per user, and per address for failed authentications and anonymous
+handshakes: 429 (or 4429) with Retry-After once a caller is over its rate; atomic under concurrency."""
+
+import secrets
+import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from nvke import ratelimit
+from nvke.api.throttling import TokenRateThrottle
 from nvke.tenancy.models import ApiToken
 
 from .test_isolation_matrix import ws_outcome
@@ -57,3 +65,85 @@ def test_websocket_handshakes_count_as_requests_of_the_token_and_user(owner, set
     settings.NVKE_RATE_LIMITS = {"token": "100/minute", "user": "3/minute"}
     other = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="b")[1]
     assert ws_outcome("/ws/telemetry/", token=other) == "closed 4429"  # the user is past 3 this minute
+
+
+def test_concurrent_clients_never_get_past_the_limit(owner, settings):
+    """16 clients at once against one token's limit, each check through its own Redis connection: DRF's
+    cache throttle (read the history, append, write it back) let 960 of 960 through a limit of 600;
+    the counter is one Redis script per check, so exactly the limit passes."""
+    limit = 600
+    settings.NVKE_RATE_LIMITS = {"token": f"{limit}/day", "user": "1000000/day"}
+    token, _ = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="a")
+    request = SimpleNamespace(user=owner, auth=token)
+
+    def burst() -> tuple[int, int]:
+        cache.clear()
+        window = int(time.time() // 86400)
+        barrier = threading.Barrier(16)
+        allowed: list[int] = []
+
+        def client() -> None:
+            barrier.wait()
+            allowed.append(sum(TokenRateThrottle().allow_request(request, None) for _ in range(limit // 10)))
+
+        threads = [threading.Thread(target=client) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return sum(allowed), int(time.time() // 86400) - window
+
+    allowed, windows_crossed = burst()
+    if windows_crossed:  # the day turned during the burst: the sliding window let a little more in
+        allowed, windows_crossed = burst()
+    assert allowed == limit
+
+
+@pytest.mark.parametrize("redis", [True, False], ids=["redis", "memory"])
+def test_the_window_slides(settings, monkeypatch, redis):
+    """The previous window's count weighs in by the share of it still inside the sliding window, so no
+    burst of twice the limit fits across a boundary; the retry time is when the count falls back."""
+    if not redis:
+        settings.REDIS_URL = ""
+        ratelimit.MEMORY.clear()
+    clock = [6000.0 + 50]  # 50 s into a minute window
+    monkeypatch.setattr(ratelimit.time, "time", lambda: clock[0])
+    assert [ratelimit.hit("slide", 3, 60).allowed for _ in range(4)] == [True, True, True, False]
+    clock[0] = 6060.0 + 10  # 10 s into the next: 3 × 50/60 = 2.5 still count
+    first, second = ratelimit.hit("slide", 3, 60), ratelimit.hit("slide", 3, 60)
+    assert first.allowed and not second.allowed
+    # 2.5 + 1 ≥ 3 until the previous window's share is below 2: 3 × (1 − t/60) < 2 from t = 20 s.
+    assert second.retry_after_s == pytest.approx(10.0)
+    clock[0] = 6060.0 + 21
+    assert ratelimit.hit("slide", 3, 60).allowed
+
+
+def test_failed_token_authentications_are_limited_per_address(owner, settings):
+    """Random bearer tokens from one address: 401 up to the limit, then 429 for every token request
+    from there (a working token too) before any lookup; another address is not affected."""
+    settings.NVKE_RATE_LIMIT_AUTH_FAILURES = "20/minute"
+    guesser = APIClient(REMOTE_ADDR="203.0.113.5")
+    codes = []
+    for _ in range(30):
+        guesser.credentials(HTTP_AUTHORIZATION=f"Bearer nvke_{secrets.token_urlsafe(32)}")
+        codes.append(guesser.get("/api/v1/me/").status_code)
+    assert codes == [401] * 20 + [429] * 10
+    _, raw = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="a")
+    guesser.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    refused = guesser.get("/api/v1/me/")
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+    assert refused.data["code"] == "throttled"
+    elsewhere = APIClient(REMOTE_ADDR="203.0.113.6")
+    elsewhere.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert elsewhere.get("/api/v1/me/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bad_token_and_anonymous_handshakes_are_limited_per_address(owner, settings):
+    settings.NVKE_RATE_LIMIT_AUTH_FAILURES = "3/minute"
+    settings.NVKE_RATE_LIMIT_ANONYMOUS = "2/minute"
+    outcomes = [ws_outcome("/ws/events/", token=f"nvke_{secrets.token_urlsafe(8)}") for _ in range(5)]
+    assert outcomes == ["refused"] * 3 + ["closed 4429"] * 2
+    assert [ws_outcome("/ws/events/") for _ in range(4)] == ["closed 4403"] * 2 + ["closed 4429"] * 2
+    # A signed-in session is not counted as anonymous.
+    assert [ws_outcome("/ws/events/", owner) for _ in range(3)] == ["open"] * 3
