@@ -185,10 +185,29 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("NVKE_UPGRADE_RESYNC_S", "30")),
     },
 }
-# Audit log: entries older than this many days are pruned hourly by beat; 0 keeps them forever.
-NVKE_AUDIT_RETENTION_DAYS = int(os.environ.get("NVKE_AUDIT_RETENTION_DAYS", "365"))
 # Driver upgrades: seconds between a run's ticks (each tick re-queues the next with this countdown).
 NVKE_UPGRADE_TICK_S = float(os.environ.get("NVKE_UPGRADE_TICK_S", "2"))
+# A message a worker took and did not acknowledge (acks_late: a running task, or an ETA'd one it holds,
+# such as an upgrade's next tick) goes back to its queue once it is this old, so a SIGKILLed worker's
+# messages are taken up by another within about this long, beat or no beat (Kombu's default is an
+# hour). It must exceed the longest countdown (the tick) and the longest task, or those run twice (they
+# are idempotent, so that costs work, not correctness). Abandoned messages are looked for every quarter
+# of it (Kombu's default is every 100 s).
+NVKE_BROKER_VISIBILITY_TIMEOUT_S = float(
+    os.environ.get("NVKE_BROKER_VISIBILITY_TIMEOUT_S", max(120.0, 10 * NVKE_UPGRADE_TICK_S))
+)
+if NVKE_BROKER_VISIBILITY_TIMEOUT_S <= 2 * NVKE_UPGRADE_TICK_S:
+    raise ImproperlyConfigured(
+        "NVKE_BROKER_VISIBILITY_TIMEOUT_S must be more than twice NVKE_UPGRADE_TICK_S, or every tick is"
+        " delivered again while its worker still waits for it."
+    )
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": NVKE_BROKER_VISIBILITY_TIMEOUT_S,
+    "unacked_restore_interval": max(1, int(NVKE_BROKER_VISIBILITY_TIMEOUT_S // 4)),
+    "unacked_restore_throttle": 1,  # scan on every sweep: the interval alone says how often
+}
+# Audit log: entries older than this many days are pruned hourly by beat; 0 keeps them forever.
+NVKE_AUDIT_RETENTION_DAYS = int(os.environ.get("NVKE_AUDIT_RETENTION_DAYS", "365"))
 
 # Asyncio Redis clients (channel layer, telemetry hub) run without a socket timeout: with one, redis-py
 # wraps every write in asyncio.wait_for, which on Python 3.11 swallows a cancellation arriving as the

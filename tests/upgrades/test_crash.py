@@ -1,5 +1,6 @@
 """A real Celery worker runs an upgrade over Redis and is SIGKILLed at random points, twice; a new
-worker (with beat's resync) finishes the run. The invariants are checked all along, from this process."""
+worker (with beat's resync) finishes the run; and without beat, the broker itself gives the killed
+worker's tick back. The invariants are checked all along, from this process."""
 
 import os
 import random
@@ -22,7 +23,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 TARGET = "595.71.05"
 
 
-def start_worker(tmp_path) -> Process:
+def start_worker(tmp_path, beat: bool = True, **env: str) -> Process:
+    with_beat = ["-B", "-s", str(tmp_path / "beat-schedule")] if beat else []
     worker = Process(
         [
             str(BIN / "celery"),
@@ -33,9 +35,7 @@ def start_worker(tmp_path) -> Process:
             "upgrades,allocator,default",
             "-P",
             "solo",
-            "-B",
-            "-s",
-            str(tmp_path / "beat-schedule"),
+            *with_beat,
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
@@ -43,12 +43,15 @@ def start_worker(tmp_path) -> Process:
             "info",
         ],
         process_env(
-            DATABASE_URL=database_url_of_this_run(),
-            REDIS_URL=settings.REDIS_URL,
-            NVKE_UPGRADE_TICK_S="0.2",
-            NVKE_UPGRADE_RESYNC_S="1",
-            NVKE_SIM_UPGRADE_STEP_S="cordon=0.2,evict=0.3,install=0.8",
-            NVKE_SIM_DRIVER_FAILURE_RATE="0",
+            **{
+                "DATABASE_URL": database_url_of_this_run(),
+                "REDIS_URL": settings.REDIS_URL,
+                "NVKE_UPGRADE_TICK_S": "0.2",
+                "NVKE_UPGRADE_RESYNC_S": "1",
+                "NVKE_SIM_UPGRADE_STEP_S": "cordon=0.2,evict=0.3,install=0.8",
+                "NVKE_SIM_DRIVER_FAILURE_RATE": "0",
+                **env,
+            }
         ),
     )
     worker.wait_for_line("ready.")
@@ -107,3 +110,47 @@ def test_killed_worker_loses_nothing(context, make_upgrade_pool, broker, tmp_pat
     assert claims.count() == 5 and all(c.status == "allocated" or c.pending_reason for c in claims)
     # The killed worker's countdown ticks died with it; beat's resync restarted the run.
     assert "upgrades.tasks.resync_runs" in worker.log and "upgrades.tasks.tick_run" in worker.log
+
+
+def test_without_beat_a_killed_workers_tick_comes_back_within_the_visibility_timeout(
+    context, make_upgrade_pool, broker, tmp_path
+):
+    """No beat, so no resync: the run's next tick is an ETA'd message the killed worker took and never
+    acknowledged. Kombu hands it to the next worker once it is older than the broker's visibility
+    timeout; with Kombu's default (an hour, and a sweep every 100 s) the run stalled that long."""
+    visibility_s = 4.0
+    env = {"NVKE_BROKER_VISIBILITY_TIMEOUT_S": str(visibility_s), "NVKE_UPGRADE_TICK_S": "1"}
+    pool = make_upgrade_pool(nodes=4)
+    worker = start_worker(tmp_path, beat=False, **env)
+    try:
+        run = services.create_run(
+            context=context, pool=pool, target_release=DriverRelease.objects.get(version=TARGET)
+        )
+        deadline = time.monotonic() + 30
+        while run.tick_seq < 2 and time.monotonic() < deadline:  # ticking over the broker
+            run.refresh_from_db()
+            time.sleep(0.1)
+        assert run.tick_seq >= 2 and not run.finished, worker.log[-3000:]
+        kill(worker)
+        run.refresh_from_db()
+        seq, killed_at = run.tick_seq, time.monotonic()
+        worker = start_worker(tmp_path, beat=False, **env)
+        while run.tick_seq == seq and time.monotonic() - killed_at < 60:
+            run.refresh_from_db()
+            time.sleep(0.1)
+        resumed_after = time.monotonic() - killed_at
+        assert run.tick_seq > seq, f"no tick within 60 s of the kill:\n{worker.log[-3000:]}"
+        # The visibility timeout, one restore sweep (a quarter of it, at least 1 s) and a start-up.
+        assert resumed_after < visibility_s + max(1, visibility_s // 4) + 15
+        watch(run, 120)
+        assert run.status == "completed", worker.log[-3000:]
+    finally:
+        worker.stop()
+    assert "resync_runs[" not in worker.log  # nothing but the broker brought the tick back
+
+
+def test_the_default_visibility_timeout_fits_the_ticks():
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    assert 2 * settings.NVKE_UPGRADE_TICK_S < options["visibility_timeout"] <= 300
+    assert options["unacked_restore_interval"] * options["unacked_restore_throttle"] <= 60
+    assert celery_app.conf.broker_transport_options["visibility_timeout"] == options["visibility_timeout"]
