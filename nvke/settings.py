@@ -25,6 +25,24 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+# The embedded default runs on SQLite with tasks in process; DATABASE_URL or REDIS_URL make the
+# production shape, which refuses to start without its secrets (below) and is never seeded with the
+# demo user. NVKE_DEV=1 marks a development setup on local services (the test suite is one), which
+# may fall back on generated and derived keys like the embedded default.
+EMBEDDED = not os.environ.get("DATABASE_URL") and not os.environ.get("REDIS_URL")
+PRODUCTION = not EMBEDDED and not env_bool("NVKE_DEV")
+REQUIRED_SECRETS = {
+    "NVKE_SECRET_KEY": "Django's secret key (sessions, CSRF, signatures): 50+ random characters",
+    "NVKE_ENCRYPTION_KEY": "the Fernet key for secrets at rest: python -c 'from cryptography.fernet import"
+    " Fernet; print(Fernet.generate_key().decode())'",
+}
+if PRODUCTION and (missing := [name for name in REQUIRED_SECRETS if not os.environ.get(name)]):
+    raise ImproperlyConfigured(
+        "The production shape (DATABASE_URL or REDIS_URL set) does not start without "
+        + "; ".join(f"{name}, {REQUIRED_SECRETS[name]}" for name in missing)
+        + ". (NVKE_DEV=1 allows development keys on local services.)"
+    )
+
 DATA_DIR = Path(os.environ.get("NVKE_DATA_DIR", BASE_DIR / "var"))
 STATIC_ROOT = DATA_DIR / "static"  # collectstatic's target; whitenoise also serves from the apps
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)

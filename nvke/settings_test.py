@@ -5,6 +5,8 @@ import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/nvke")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+# A development setup: generated and derived keys are fine (inherited by the processes tests start).
+os.environ.setdefault("NVKE_DEV", "1")
 
 from .settings import *  # noqa: E402,F403
 

@@ -1,13 +1,17 @@
-"""Project-level checks: migrations match the models; production settings pass `check --deploy`."""
+"""Project-level checks: migrations match the models; production settings pass `check --deploy`; the
+production shape (docker-compose.yml) is secure as shipped and refuses to start without its secrets."""
 
+import re
 import subprocess
 import sys
 from io import StringIO
 
 import pytest
+import yaml
+from cryptography.fernet import Fernet
 from django.core.management import call_command
 
-from tests.integration.processes import ROOT, process_env
+from tests.integration.processes import ROOT, database_url_of_this_run, process_env
 
 
 @pytest.mark.django_db
@@ -75,3 +79,75 @@ def test_postgresql_connections_come_from_a_pool():
     for _ in range(5):
         borrow_and_give_back()
     assert connection.pool.get_stats()["connections_num"] == opened
+
+
+def compose_environment() -> dict[str, str]:
+    """docker-compose.yml's environment for NVKE's services, as `docker compose` substitutes it: every
+    required variable (`${NAME:?…}`) given a value, every defaulted one (`${NAME:-default}`) its default."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    given = {
+        "NVKE_SECRET_KEY": "c" * 64 + "-production-secret-not-for-real-use",
+        "NVKE_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+        "NVKE_DB_PASSWORD": "a-generated-password",
+    }
+    required = set()
+
+    def substitute(match: re.Match) -> str:
+        name, kind, default = match[1], match[2], match[3]
+        if kind == ":?":
+            required.add(name)
+            return given[name]
+        return default or ""
+
+    env = {
+        name: re.sub(r"\$\{(\w+)(?:(:[?-])([^}]*))?\}", substitute, str(value))
+        for name, value in compose["x-nvke"]["environment"].items()
+    }
+    assert required == set(given), "the production shape must demand exactly these secrets"
+    postgres = compose["services"]["postgres"]["environment"]
+    assert "${NVKE_DB_PASSWORD:?" in postgres["POSTGRES_PASSWORD"], "no fixed PostgreSQL password"
+    return env
+
+
+def test_docker_compose_is_the_secure_production_shape(tmp_path):
+    """What `docker compose up` runs passes check --deploy as it is: secure by default (NVKE_SECURE=1),
+    its own encryption key, no fixed database password (it once had 5 warnings and a derived key)."""
+    env = {**compose_environment(), "NVKE_DATA_DIR": str(tmp_path)}
+    assert env["NVKE_SECURE"] == "1"
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=process_env(NVKE_DEV=None, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("missing", ["NVKE_SECRET_KEY", "NVKE_ENCRYPTION_KEY"])
+def test_the_production_shape_refuses_to_start_without_its_secrets(tmp_path, missing):
+    env = {**compose_environment(), "NVKE_DATA_DIR": str(tmp_path), missing: None}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=process_env(NVKE_DEV=None, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert f"does not start without {missing}" in result.stderr
+    assert not (tmp_path / "secret_key").exists()  # no key was generated for it either
+
+
+def test_the_demo_superuser_is_seeded_only_into_the_embedded_default(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "manage.py", "seed_demo"],
+        cwd=ROOT,
+        env=process_env(DATABASE_URL=database_url_of_this_run(), NVKE_DATA_DIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "only for the embedded default" in result.stderr

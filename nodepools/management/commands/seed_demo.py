@@ -1,7 +1,8 @@
 """A demo tenant with a small simulated fleet, for the embedded default's first run."""
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from clusters.models import Cluster, KubernetesVersion, Region
@@ -19,6 +20,12 @@ class Command(BaseCommand):
     help = "Seed the catalog and a demo tenant (user demo / nvke-demo) with a cluster and two GPU pools."
 
     def handle(self, *args, **options):
+        # A superuser with a published password belongs in a first run on SQLite, nowhere else.
+        if not settings.EMBEDDED:
+            raise CommandError(
+                f"seed_demo creates the superuser {DEMO_USER} / {DEMO_PASSWORD}: only for the embedded"
+                " default (no DATABASE_URL, no REDIS_URL). Create users with createsuperuser instead."
+            )
         seed_catalog()
         with transaction.atomic():
             user, created = get_user_model().objects.get_or_create(
