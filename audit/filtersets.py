@@ -6,6 +6,8 @@ from django import forms
 from django_filters import rest_framework as filters
 from django_filters.fields import IsoDateTimeField
 
+from nvke.api.filters import StrictFilterSet
+
 from .models import AuditEntry
 
 
@@ -25,7 +27,7 @@ class UtcDateTimeFilter(filters.IsoDateTimeFilter):
     field_class = UtcDateTimeField
 
 
-class AuditEntryFilter(filters.FilterSet):
+class AuditEntryFilter(StrictFilterSet):
     since = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
     until = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
 

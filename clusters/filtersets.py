@@ -1,9 +1,11 @@
 import django_filters
 
+from nvke.api.filters import StrictFilterSet
+
 from .models import Cluster
 
 
-class ClusterFilter(django_filters.FilterSet):
+class ClusterFilter(StrictFilterSet):
     """Shared by the API list and the UI list."""
 
     name = django_filters.CharFilter(lookup_expr="icontains")

@@ -13,6 +13,8 @@ from .models import DriverRelease, GpuModel, SharingMode
 from .versions import version_key
 
 CUDA_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)*")  # "12.8", or a bare major: "12"
+# The same rule for the API schema, so that what it calls valid is what is taken.
+CUDA_PARAMETER = {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)*)?$"}
 
 
 @dataclass(frozen=True)

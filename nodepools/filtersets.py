@@ -1,13 +1,15 @@
 import django_filters
 
+from nvke.api.filters import IntegerFilter, StrictFilterSet
+
 from .models import Claim, Node, NodePool
 
 
-class NodePoolFilter(django_filters.FilterSet):
+class NodePoolFilter(StrictFilterSet):
     """Shared by the API list and the UI list."""
 
     # Plain numbers, not model choices: an id of another tenant must filter to nothing, not 400.
-    cluster = django_filters.NumberFilter()
+    cluster = IntegerFilter()
     name = django_filters.CharFilter(lookup_expr="icontains")
     gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
     driver_version = django_filters.CharFilter(field_name="driver_release__version")
@@ -17,20 +19,20 @@ class NodePoolFilter(django_filters.FilterSet):
         fields = ["cluster", "name", "status", "gpu_model", "sharing_mode", "driver_version"]
 
 
-class ClaimFilter(django_filters.FilterSet):
+class ClaimFilter(StrictFilterSet):
     """Shared by the API list and a cluster's claims page (which shows namespace and status)."""
 
-    cluster = django_filters.NumberFilter()
-    pool = django_filters.NumberFilter()
+    cluster = IntegerFilter()
+    pool = IntegerFilter()
 
     class Meta:
         model = Claim
         fields = ["cluster", "pool", "namespace", "status", "kind"]
 
 
-class NodeFilter(django_filters.FilterSet):
-    pool = django_filters.NumberFilter()
-    cluster = django_filters.NumberFilter(field_name="pool__cluster")
+class NodeFilter(StrictFilterSet):
+    pool = IntegerFilter()
+    cluster = IntegerFilter(field_name="pool__cluster")
 
     class Meta:
         model = Node

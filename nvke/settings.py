@@ -262,19 +262,18 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["nvke.api.permissions.TenantRolePermission"],
-    "DEFAULT_PARSER_CLASSES": [
-        "nvke.api.parsers.JSONParser",
-        "nvke.api.parsers.FormParser",
-        "nvke.api.parsers.MultiPartParser",
-    ],
+    # JSON bodies only: form and multipart bodies (nothing of NVKE's sends them) are 415, one input
+    # language less, and the schema documents exactly what is taken.
+    "DEFAULT_PARSER_CLASSES": ["nvke.api.parsers.JSONParser"],
     "DEFAULT_PAGINATION_CLASS": "nvke.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "nvke.api.filters.FilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "nvke.api.errors.exception_handler",
+    "DEFAULT_METADATA_CLASS": "nvke.api.metadata.Metadata",
     "DEFAULT_THROTTLE_CLASSES": [
         "nvke.api.throttling.TokenRateThrottle",
         "nvke.api.throttling.UserRateThrottle",

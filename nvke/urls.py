@@ -10,6 +10,10 @@ def healthz(request):
     return HttpResponse("ok", content_type="text/plain")
 
 
+# Unmatched /api/ URLs (and failures outside DRF) answer in the API's {code, message, details} shape.
+handler404 = "nvke.api.errors.page_not_found"
+handler500 = "nvke.api.errors.server_error"
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),

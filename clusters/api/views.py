@@ -18,6 +18,22 @@ from nvke.tenancy.roles import Action
 
 from .serializers import AttachClusterSerializer, ClusterSerializer
 
+# What kubeconfig_yaml writes (a YAML document, which clients read as the object it is).
+_NAMED = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
+KUBECONFIG_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "clusters", "users", "contexts", "current-context"],
+    "properties": {
+        "apiVersion": {"type": "string", "enum": ["v1"]},
+        "kind": {"type": "string", "enum": ["Config"]},
+        "clusters": {"type": "array", "items": _NAMED},
+        "users": {"type": "array", "items": _NAMED},
+        "contexts": {"type": "array", "items": _NAMED},
+        "current-context": {"type": "string"},
+        "preferences": {"type": "object"},
+    },
+}
+
 
 class ClusterViewSet(
     mixins.CreateModelMixin,
@@ -96,7 +112,7 @@ class ClusterViewSet(
     @extend_schema(
         responses={
             (200, "application/yaml"): OpenApiResponse(
-                OpenApiTypes.STR, description="kubeconfig with the cluster-admin bearer token"
+                KUBECONFIG_SCHEMA, description="kubeconfig with the cluster-admin bearer token"
             )
         }
     )

@@ -6,6 +6,7 @@ from rest_framework.response import Response
 from clusters.api.serializers import KubernetesVersionSerializer
 from clusters.models import KubernetesVersion, Region
 from nodepools import selectors, services
+from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.filtersets import NodeFilter, NodePoolFilter
 from nodepools.models import DriverRelease, GpuModel, Node, NodePool, SharingMode
 from nvke.api.permissions import AuthenticatedReadOnly
@@ -77,11 +78,11 @@ class GpuModelViewSet(CatalogViewSet):
     @extend_schema(
         parameters=[
             OpenApiParameter("sharing_mode", enum=SharingMode.values, default=SharingMode.EXCLUSIVE),
-            OpenApiParameter("cuda", str, description="A CUDA version the workloads need"),
+            OpenApiParameter("cuda", CUDA_PARAMETER, description="A CUDA version the workloads need"),
         ],
         responses=DriverCompatibilitySerializer(many=True),
     )
-    @action(detail=True, url_path="drivers")
+    @action(detail=True, url_path="drivers", filter_backends=[])  # the models' filters are not its
     def drivers(self, request, name=None):
         """Each driver release and, when it cannot run this GPU, every rule it breaks. `?cuda=12.8` adds
         the CUDA minimum rule, as a pool's driver-options do."""

@@ -1,7 +1,8 @@
 """Every API error is JSON {code, message, details}; validation messages name the field."""
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -53,3 +54,22 @@ def exception_handler(exc, context):
     if response.status_code == status.HTTP_401_UNAUTHORIZED:
         response["WWW-Authenticate"] = 'Bearer realm="api"'
     return response
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def page_not_found(request, exception):
+    """Django's 404 for URLs no route matches (`node-pools/abc/driver-options/`): under /api/ in the
+    API's shape, elsewhere the UI's page."""
+    if _is_api(request):
+        return JsonResponse({"code": "not_found", "message": "Not found.", "details": {}}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    if _is_api(request):
+        body = {"code": "server_error", "message": "The server failed to answer this request.", "details": {}}
+        return JsonResponse(body, status=500)
+    return defaults.server_error(request)

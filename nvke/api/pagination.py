@@ -1,6 +1,30 @@
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 
 
 class Pagination(PageNumberPagination):
+    """Page numbers; `page_size` up to 500. A page_size that is no whole number from 1 to 500 is a 400
+    naming it (DRF falls back to the default in silence, so `page_size=null` looked like it worked)."""
+
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdecimal()) or not 1 <= int(raw) <= self.max_page_size:
+            raise ValidationError(
+                {self.page_size_query_param: [f"Give a whole number from 1 to {self.max_page_size}."]}
+            )
+        return int(raw)
+
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {
+            self.page_query_param: {"minimum": 1},
+            self.page_size_query_param: {"minimum": 1, "maximum": self.max_page_size},
+        }
+        for parameter in parameters:
+            parameter["schema"].update(bounds.get(parameter["name"], {}))
+        return parameters

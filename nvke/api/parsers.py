@@ -62,32 +62,30 @@ class JSONParser(_NulFree, parsers.JSONParser):
     pass
 
 
-class FormParser(_NulFree, parsers.FormParser):
-    pass
-
-
-class MultiPartParser(_NulFree, parsers.MultiPartParser):
-    pass
+def _query_error(name: str, message: str, code: str) -> JsonResponse:
+    return JsonResponse(
+        {
+            "code": "invalid",
+            "message": f"{name}: {message}",
+            "details": {"fields": {name: [{"message": message, "code": code}]}},
+        },
+        status=400,
+    )
 
 
 class RejectNulInQueryMiddleware:
-    """The same for query parameters (filters, lookups) of API requests: 400 naming the parameter."""
+    """The same for query parameters (filters, lookups) of API requests: 400 naming the parameter. A
+    parameter given twice is a 400 too: every one the API takes is a single value, and Django would
+    quietly use the last."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        if request.path.startswith("/api/") and (name := find_nul(request.GET)) is not None:
-            return JsonResponse(
-                {
-                    "code": "invalid",
-                    "message": f"{name}: Null characters are not allowed.",
-                    "details": {
-                        "fields": {
-                            name: [{"message": "Null characters are not allowed.", "code": "null_characters"}]
-                        }
-                    },
-                },
-                status=400,
-            )
+        if request.path.startswith("/api/"):
+            if (name := find_nul(request.GET)) is not None:
+                return _query_error(name, "Null characters are not allowed.", "null_characters")
+            for name, values in request.GET.lists():
+                if len(values) > 1:
+                    return _query_error(name, "Give this parameter once.", "repeated")
         return self.get_response(request)

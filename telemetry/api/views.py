@@ -117,12 +117,16 @@ class GpuTelemetryViewSet(ReadOnlyTenantViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("resolution", int, description="10 (last hour) or 60 (last week)"),
-            OpenApiParameter("minutes", int, description="How far back (default 60)"),
+            OpenApiParameter("resolution", int, enum=[10, 60], description="10 (last hour) or 60 (a week)"),
+            OpenApiParameter(
+                "minutes",
+                {"type": "integer", "minimum": 1, "maximum": 10080},
+                description="How far back (default 60)",
+            ),
         ],
         responses=MetricPointSerializer(many=True),
     )
-    @action(detail=True)
+    @action(detail=True, pagination_class=None, filter_backends=[])  # one plain list, as documented
     def history(self, request, pk=None):
         gpu = self.get_object()
         resolution = request.query_params.get("resolution", "10")

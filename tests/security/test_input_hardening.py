@@ -29,9 +29,16 @@ def test_nul_characters_in_query_parameters_are_400(api):
     assert response.json()["message"] == "branch_type: Null characters are not allowed."
 
 
-def test_form_posts_with_nul_characters_are_400(api):
-    response = api.post("/api/v1/tokens/", {"name": "ci\x00"}, format="multipart")
-    assert response.status_code == 400 and response.data["message"].startswith("name:")
+def test_the_api_takes_json_bodies_only(api):
+    """Form and multipart bodies are 415 in the error shape (an empty multipart body was a 400 with no
+    body); nothing is written."""
+    for body, content_type in [
+        (b"--x--\r\n", "multipart/form-data; boundary=x"),
+        (b"name=ci", "application/x-www-form-urlencoded"),
+    ]:
+        response = api.generic("POST", "/api/v1/tokens/", body, content_type=content_type)
+        assert (response.status_code, response.json()["code"]) == (415, "unsupported_media_type")
+    assert not ApiToken.objects.exists()
 
 
 def test_audit_time_filters_take_any_iso_offset(api):
@@ -91,3 +98,68 @@ def test_gpu_model_drivers_apply_the_cuda_rule_as_driver_options_do(api, owner, 
 def test_websocket_ids_that_are_no_ids_are_refused_not_a_crash(owner, path, value):
     """'²'.isdigit() is true and int('²') raises: the handshake crashed; now it is refused with 4403."""
     assert ws_outcome(f"{path}?cluster={value}", owner) == "closed 4403"
+
+
+def test_unmatched_api_urls_are_json_404s(api):
+    """`node-pools/abc/…` matches no route (its id is `<int:pk>`): Django's HTML page answered."""
+    for url in ("/api/v1/node-pools/abc/driver-options/", "/api/v1/no-such-thing/"):
+        response = api.get(url)
+        assert response.status_code == 404 and response["Content-Type"] == "application/json"
+        assert response.json()["code"] == "not_found"
+    assert "text/html" in api.get("/no-such-page/")["Content-Type"]  # the UI keeps its page
+
+
+@pytest.mark.parametrize(
+    ("url", "params", "field"),
+    [
+        ("/api/v1/clusters/", {"page_size": "null"}, "page_size"),
+        ("/api/v1/clusters/", {"page_size": "0"}, "page_size"),
+        ("/api/v1/audit/", {"until": ""}, "until"),
+        ("/api/v1/claims/", {"pool": "0.5"}, "pool"),
+        ("/api/v1/driver-releases/", {"enabled": "null"}, "enabled"),
+        ("/api/v1/driver-releases/", {"branch": "0.5"}, "branch"),
+        ("/api/v1/nodes/", {"cordoned": "maybe"}, "cordoned"),
+    ],
+)
+def test_query_parameters_the_schema_calls_invalid_are_400_naming_them(api, url, params, field):
+    response = api.get(url, params)
+    assert response.status_code == 400, response.content
+    assert field in response.json()["details"]["fields"]
+
+
+def test_query_parameters_the_schema_calls_valid_are_taken(api):
+    """An id of nothing (any whole number) filters to nothing instead of a 400 'not a valid choice'."""
+    for url, params in [
+        ("/api/v1/audit/", {"actor_user": "0"}),
+        ("/api/v1/upgrades/", {"pool": "-5"}),
+        ("/api/v1/telemetry/events/", {"cluster": str(10**30)}),
+        ("/api/v1/nodes/", {"cordoned": "false"}),
+        ("/api/v1/audit/", {"object_type": ""}),  # free text may be empty
+    ]:
+        response = api.get(url, params)
+        assert response.status_code == 200, (url, response.content)
+
+
+def test_a_parameter_given_twice_is_400(api):
+    response = api.get("/api/v1/clusters/?page=1&page=2")
+    assert (response.status_code, response.json()["details"]["fields"]["page"][0]["code"]) == (
+        400,
+        "repeated",
+    )
+
+
+def test_string_fields_take_strings_only(api):
+    response = api.post("/api/v1/invitations/", {"username": 0, "role": "viewer"})
+    assert response.status_code == 400 and "username" in response.data["details"]["fields"]
+
+
+def test_options_answers_every_route(api, owner, make_cluster):
+    cluster = make_cluster(owner.memberships.get().tenant)
+    for url in (f"/api/v1/clusters/{cluster.pk}/agent-manifest/", f"/api/v1/clusters/{cluster.pk}/defrag/"):
+        assert api.options(url).status_code == 200  # DRF's metadata needed a serializer: 500
+
+
+def test_a_patch_naming_nothing_changes_nothing(api, owner):
+    membership = owner.memberships.get()
+    response = api.patch(f"/api/v1/members/{membership.pk}/", {})
+    assert response.status_code == 200 and response.data["role"] == "owner"

@@ -1,6 +1,8 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from nodepools.api.serializers import DriverCompatibilitySerializer
+from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.models import NodePool
 from nvke.tenancy.context import resolve_tenant
 
@@ -54,11 +56,16 @@ class UpgradeConditionSerializer(serializers.ModelSerializer):
         fields = ["id", "node", "type", "reason", "message", "time"]
 
 
+@extend_schema_field(CUDA_PARAMETER)
+class CudaField(serializers.CharField):
+    """A CUDA version; the service refuses one that is no version with 400 invalid_version."""
+
+
 class UpgradeRunSerializer(serializers.ModelSerializer):
     pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.none())
     target_release = serializers.CharField(source="target_release.version", max_length=24)
     previous_release = serializers.CharField(source="previous_release.version", read_only=True)
-    cuda = serializers.CharField(
+    cuda = CudaField(
         write_only=True,
         required=False,
         default="",

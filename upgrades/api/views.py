@@ -8,6 +8,7 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.models import DriverRelease, GpuModel, NodePool
 from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
@@ -135,7 +136,9 @@ class DriverOptionsView(APIView):
     when not, every rule it breaks. `?cuda=12.8` adds the CUDA minimum rule."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("cuda", str, description="A CUDA version the workloads need")],
+        parameters=[
+            OpenApiParameter("cuda", CUDA_PARAMETER, description="A CUDA version the workloads need")
+        ],
         responses=DriverCompatibilitySerializer(many=True),
     )
     def get(self, request, pk: int):

@@ -83,11 +83,12 @@ class MembershipViewSet(
     def partial_update(self, request, *args, **kwargs):
         """Change a member's role."""
         membership = self.get_object()
-        serializer = MembershipRoleSerializer(data=request.data)
+        serializer = MembershipRoleSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        membership = services.change_role(
-            context=self.tenant_context, membership=membership, role=serializer.validated_data["role"]
-        )
+        if "role" in serializer.validated_data:  # a PATCH that names nothing changes nothing
+            membership = services.change_role(
+                context=self.tenant_context, membership=membership, role=serializer.validated_data["role"]
+            )
         return Response(MembershipSerializer(membership).data)
 
     def perform_destroy(self, instance):
