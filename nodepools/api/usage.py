@@ -53,7 +53,8 @@ class UsageReportSerializer(serializers.Serializer):
 
 
 def _report(request) -> tuple[dict, list]:
-    query = UsageQuerySerializer(data=request.query_params)
+    # A plain dict, not the QueryDict: DRF reads an empty form value as "not given", so `until=` passed.
+    query = UsageQuerySerializer(data=request.query_params.dict())
     query.is_valid(raise_exception=True)
     since, until = usage.check_range(query.validated_data.get("since"), query.validated_data.get("until"))
     group_by = query.validated_data["group_by"]

@@ -3,8 +3,9 @@ from rest_framework.pagination import PageNumberPagination
 
 
 class Pagination(PageNumberPagination):
-    """Page numbers; `page_size` up to 500. A page_size that is no whole number from 1 to 500 is a 400
-    naming it (DRF falls back to the default in silence, so `page_size=null` looked like it worked)."""
+    """Page numbers; `page_size` up to 500. A page_size that is no whole number from 1 to 500, or a page
+    that is no whole number from 1, is a 400 naming it (DRF falls back to the default in silence, so
+    `page_size=null` and `page=` looked like they worked); a page past the last stays DRF's 404."""
 
     page_size_query_param = "page_size"
     max_page_size = 500
@@ -18,6 +19,12 @@ class Pagination(PageNumberPagination):
                 {self.page_size_query_param: [f"Give a whole number from 1 to {self.max_page_size}."]}
             )
         return int(raw)
+
+    def get_page_number(self, request, paginator) -> str:
+        raw = request.query_params.get(self.page_query_param)
+        if raw is not None and (not (raw.isascii() and raw.isdecimal()) or int(raw) < 1):
+            raise ValidationError({self.page_query_param: ["Give a whole number from 1."]})
+        return super().get_page_number(request, paginator)
 
     def get_schema_operation_parameters(self, view) -> list[dict]:
         parameters = super().get_schema_operation_parameters(view)

@@ -114,7 +114,10 @@ def test_unmatched_api_urls_are_json_404s(api):
     [
         ("/api/v1/clusters/", {"page_size": "null"}, "page_size"),
         ("/api/v1/clusters/", {"page_size": "0"}, "page_size"),
+        ("/api/v1/upgrades/", {"page": ""}, "page"),
+        ("/api/v1/upgrades/", {"page": "0"}, "page"),
         ("/api/v1/audit/", {"until": ""}, "until"),
+        ("/api/v1/usage/", {"until": ""}, "until"),
         ("/api/v1/claims/", {"pool": "0.5"}, "pool"),
         ("/api/v1/driver-releases/", {"enabled": "null"}, "enabled"),
         ("/api/v1/driver-releases/", {"branch": "0.5"}, "branch"),
