@@ -284,6 +284,11 @@ class Claim(models.Model):
         PENDING = "pending"
         ALLOCATED = "allocated"
 
+    class Source(models.TextChoices):
+        API = "api", "NVKE's API"
+        RESOURCE_CLAIM = "resourceclaim", "A ResourceClaim on the cluster"
+        POD = "pod", "A pod scheduled by NVKE"
+
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="claims")
     cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="claims")
     pool = models.ForeignKey(
@@ -323,6 +328,17 @@ class Claim(models.Model):
     pending_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     allocated_at = models.DateTimeField(null=True, blank=True)
+    source = models.CharField(
+        max_length=16,
+        choices=Source.choices,
+        default=Source.API,
+        help_text="What made it: NVKE's API, or a ResourceClaim or pod on the cluster that NVKE adopted",
+    )
+    workload = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Where the cluster's workload stands (nodepools.workloads): state and message",
+    )
 
     objects = TenantScopedQuerySet.as_manager()
 

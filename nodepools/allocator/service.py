@@ -48,6 +48,7 @@ def create_claim(
     allowed_models: list[str] | None = None,
     priority: int = 0,
     place: bool = True,
+    source: str = Claim.Source.API,
 ) -> Claim:
     """Validate, refuse what can never fit (400), then place now or leave it pending with a reason.
     With `place=False` the claim is queued: the allocator queue places it in its next batch."""
@@ -70,6 +71,7 @@ def create_claim(
         host_memory_mib=host_memory_mib,
         allowed_models=allowed_models or [],
         priority=priority,
+        source=source,
     )
     validate_claim(claim)
     if reason := refusal_if_never_fits(claim):

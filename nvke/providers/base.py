@@ -150,6 +150,74 @@ class DrainStatus:
         return not self.done and bool(self.reason)
 
 
+@dataclass(frozen=True)
+class DeviceShare:
+    """One GPU's part of a placement: which GPU, the memory held and the compute ceiling and guarantee."""
+
+    index: int
+    uuid: str
+    memory_mib: int
+    ceiling_percent: int
+    guaranteed_percent: int
+    exclusive: bool = False
+    mig_profile: str = ""
+
+
+@dataclass(frozen=True)
+class WorkloadClaim:
+    """A claim as the cluster's workloads see it. `source` says what stands for it there: "api" (NVKE
+    made it: a ResourceClaim NVKE creates), "resourceclaim" (a ResourceClaim a user made, adopted) or
+    "pod" (a pod scheduled by NVKE without DRA). Placed when `node` is set; else `pending_reason` says
+    why not. `sharing_mode` and `isolation` are the pool's and the allocation's."""
+
+    namespace: str
+    name: str
+    source: str
+    kind: str
+    gpus: int
+    node: str = ""
+    shares: tuple[DeviceShare, ...] = ()
+    sharing_mode: str = ""
+    isolation: str = ""
+    pending_reason: str = ""
+
+
+@dataclass(frozen=True)
+class FoundWorkload:
+    """A GPU request NVKE did not make, found in a namespace it manages (a ResourceClaim or a pod with
+    `schedulerName: nvke`): the control plane adopts it as a claim. `refusal` says why it cannot be
+    (a request NVKE does not understand), which the provider reports on the object itself."""
+
+    namespace: str
+    name: str
+    source: str
+    kind: str = "whole"
+    gpus: int = 1
+    gpu_memory_mib: int | None = None
+    compute_percent: int | None = None
+    mig_profile: str = ""
+    refusal: str = ""
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """How far a claim's workload is on the cluster: `state` is "allocated" (the ResourceClaim carries
+    NVKE's allocation, or the pod is bound), "waiting" (nothing placed yet, `message` says why),
+    "conflict" (the cluster holds something NVKE did not write; nothing was overwritten) or "gone" (the
+    user deleted the adopted object: the claim is to be released)."""
+
+    namespace: str
+    name: str
+    state: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class WorkloadReport:
+    states: tuple[WorkloadState, ...] = ()
+    found: tuple[FoundWorkload, ...] = ()
+
+
 class Infrastructure(ABC):
     """Clusters and pools as machines: create, scale, delete (a cloud's API, or Cluster API objects in
     a management cluster; on an attached cluster, adopting and releasing its nodes). Bound to the
@@ -238,6 +306,15 @@ class ClusterOperations(ABC):
         Operator's `nvidia.com/gpu-driver-upgrade-state` label on Kubernetes). Informational: by default
         nothing."""
         return None
+
+    def sync_workloads(
+        self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str] | None = None
+    ) -> WorkloadReport:
+        """Make the cluster's workloads agree with the claims of the cluster (all of them, each call:
+        level-triggered) and report what it found; `refused` says, by (namespace, name), why requests
+        found earlier were not adopted, for the provider to say on them. A provider without workloads
+        (the simulator, whose claims are rows only) has nothing to do."""
+        return WorkloadReport()
 
     def record_health(self, node: str, *, ready: bool | None = None, failed_gpu: int | None = None) -> None:
         """The control plane's verdict from telemetry (a node silent or back, a GPU with a fatal XID).

@@ -107,9 +107,12 @@ def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}.gpu{index}')}"
 
 
-def resource_slice(node: dict[str, Any] | str, gpus: int = 8, *, generation: int = 1) -> dict[str, Any]:
+def resource_slice(
+    node: dict[str, Any] | str, gpus: int = 8, *, generation: int = 1, consumable: bool = False
+) -> dict[str, Any]:
     """The NVIDIA DRA driver's slice for a node (a gpu_node() object, or a name for H100 defaults): one pool
-    named after the node, devices gpu-<i>."""
+    named after the node, devices gpu-<i>. `consumable`: as the driver publishes them with
+    `--consumable-shares=memory`: several claims may each consume part of a device's memory, in 1Mi steps."""
     labels = node["metadata"]["labels"] if isinstance(node, dict) else {}
     name = node["metadata"]["name"] if isinstance(node, dict) else node
     product = labels.get("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3").replace("-", " ")
@@ -129,6 +132,10 @@ def resource_slice(node: dict[str, Any] | str, gpus: int = 8, *, generation: int
         }
         for i in range(gpus)
     ]
+    if consumable:
+        for device in devices:
+            device["allowMultipleAllocations"] = True
+            device["capacity"]["memory"]["requestPolicy"] = {"validRange": {"min": "1Mi", "step": "1Mi"}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

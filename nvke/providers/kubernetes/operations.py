@@ -19,11 +19,14 @@ from nvke.providers.base import (
     DriverStatus,
     NodeInfo,
     ProviderError,
+    WorkloadClaim,
+    WorkloadReport,
 )
 
 from . import gpus
 from .client import api_client, call, read
 from .labels import matches
+from .workloads import DraSync
 
 MERGE = "application/merge-patch+json"
 DRIVER_COMPONENT = ("app.kubernetes.io/component", "nvidia-driver")  # the GPU Operator's driver pods
@@ -213,6 +216,13 @@ class KubernetesOperations(ClusterOperations):
                 if (b.get("status") or {}).get("disruptionsAllowed", 0) < 1
             ]
         return holding
+
+    # --- workloads -------------------------------------------------------------------------------
+
+    def sync_workloads(
+        self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str] | None = None
+    ) -> WorkloadReport:
+        return DraSync(self).run(claims, refused or {})
 
     # --- drivers --------------------------------------------------------------------------------
 

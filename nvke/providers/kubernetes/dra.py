@@ -1,0 +1,192 @@
+"""NVKE's claims as DRA objects (resource.k8s.io/v1), and back. Pure mapping of the API's JSON shapes.
+
+A claim NVKE made becomes a ResourceClaim in the claim's namespace, labelled `nvke.io/claim`; a
+ResourceClaim a user made in a namespace NVKE manages is read as a request to adopt. NVKE allocates
+either itself, as KEP-4381 lets a custom scheduler do: the allocation names NVIDIA's DRA driver, the
+node as the pool and `gpu-<index>` as the device, selects the node by name, and carries the driver's
+`GpuConfig` for the pool's sharing (MPS: the claim's compute ceiling as the active-thread percentage and
+its memory as the pinned-memory limit; time-slicing). Where the device allows several allocations
+(consumable capacity, KEP-5075) each share carries its own `shareID` and the memory it consumes."""
+
+import datetime
+import uuid
+
+from nvke import quantity
+from nvke.providers.base import DeviceShare, FoundWorkload, WorkloadClaim
+
+from . import gpus
+
+GROUP_VERSION = "resource.k8s.io/v1"
+DEVICE_CLASS = "gpu.nvidia.com"  # the NVIDIA DRA driver's class of whole GPUs
+MIG_DEVICE_CLASS = "mig.nvidia.com"
+CLAIM_LABEL = "nvke.io/claim"  # on the ResourceClaims NVKE made
+ADOPTED = "nvke.io/adopted"  # annotation on a user's ResourceClaim that NVKE allocates
+COMPUTE = "nvke.io/gpu-utilization"  # annotation: a user's claim's compute ceiling ("50%")
+MANAGED = "nvke.io/managed"  # namespace label: NVKE places the GPU requests made in it
+FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler adds before allocating
+GATE = "nvke.io/placement"  # pods wait on it until NVKE has allocated their claims
+REQUEST = "gpu"
+GPU_CONFIG = "resource.nvidia.com/v1beta1"
+
+
+def resource_claim(claim: WorkloadClaim) -> dict:
+    """The ResourceClaim NVKE creates for one of its claims, its finalizer already set."""
+    request: dict = {"deviceClassName": DEVICE_CLASS, "count": claim.gpus if claim.kind == "whole" else 1}
+    if claim.kind == "mig":
+        request["deviceClassName"] = MIG_DEVICE_CLASS
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": claim.name,
+            "namespace": claim.namespace,
+            "labels": {CLAIM_LABEL: claim.name, "app.kubernetes.io/managed-by": "nvke"},
+            "finalizers": [FINALIZER],
+        },
+        "spec": {"devices": {"requests": [{"name": REQUEST, "exactly": request}]}},
+    }
+
+
+def request_name(resource_claim: dict) -> str:
+    requests = resource_claim.get("spec", {}).get("devices", {}).get("requests") or []
+    return requests[0]["name"] if requests else REQUEST
+
+
+def share_id(claim: WorkloadClaim, share: DeviceShare) -> str:
+    """A stable shareID per claim and GPU (a lowercase UUID, as the API requires)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"nvke:{claim.namespace}/{claim.name}/{share.uuid}"))
+
+
+def gpu_config(claim: WorkloadClaim, shared: bool) -> dict | None:
+    """The NVIDIA driver's opaque GpuConfig for the claim, or None when the device is the claim's alone
+    and exclusive. Several claims on one device (consumable shares) get none: the driver refuses MPS
+    there, and its accounting does the rest."""
+    if claim.kind != "fraction" or shared:
+        return None
+    share = claim.shares[0]
+    if claim.sharing_mode == "mps":
+        sharing = {
+            "strategy": "MPS",
+            "mpsConfig": {
+                "defaultActiveThreadPercentage": share.ceiling_percent,
+                "defaultPinnedDeviceMemoryLimit": quantity.format_mib(share.memory_mib),
+            },
+        }
+    else:
+        sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}
+    return {"apiVersion": GPU_CONFIG, "kind": "GpuConfig", "sharing": sharing}
+
+
+def allocation(claim: WorkloadClaim, devices: dict[str, dict], request: str, now: datetime.datetime) -> dict:
+    """`status.allocation` for a placed claim. `devices`: the node's published devices by name (from
+    its ResourceSlices), which say whether a device takes several allocations."""
+    results, shared = [], False
+    for share in claim.shares:
+        name = device_name(share, devices)
+        result = {"request": request, "driver": gpus.DRA_DRIVER, "pool": claim.node, "device": name}
+        if devices.get(name, {}).get("allowMultipleAllocations") and not share.exclusive:
+            shared = True
+            result["shareID"] = share_id(claim, share)
+            result["consumedCapacity"] = {"memory": quantity.format_mib(share.memory_mib)}
+        results.append(result)
+    body: dict = {
+        "devices": {"results": results},
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [claim.node]}]}
+            ]
+        },
+        "allocationTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if config := gpu_config(claim, shared):
+        body["devices"]["config"] = [
+            {
+                "source": "FromClaim",
+                "requests": [request],
+                "opaque": {"driver": gpus.DRA_DRIVER, "parameters": config},
+            }
+        ]
+    return body
+
+
+def device_name(share: DeviceShare, devices: dict[str, dict]) -> str:
+    """The driver's name for the GPU (`gpu-<index>`), or for a MIG slice the published MIG device on
+    that GPU with that profile."""
+    if not share.mig_profile:
+        return f"gpu-{share.index}"
+    for name, device in sorted(devices.items()):
+        attributes = device.get("attributes") or {}
+        if (
+            attributes.get("type", {}).get("string") == "mig"
+            and attributes.get("profile", {}).get("string") == share.mig_profile
+            and attributes.get("parentIndex", {}).get("int") == share.index
+        ):
+            return name
+    return ""
+
+
+def same_placement(written: dict, wanted: dict) -> bool:
+    """Whether an allocation found on the cluster is the one NVKE would write (timestamps aside)."""
+
+    def key(body: dict) -> tuple:
+        results = body.get("devices", {}).get("results") or []
+        return tuple(sorted((r["pool"], r["device"], r.get("shareID", "")) for r in results))
+
+    return key(written) == key(wanted)
+
+
+def published_devices(slices: list[dict]) -> dict[str, dict]:
+    """A node's devices by name, from the newest generation of each of its ResourceSlices' pools."""
+    newest: dict[str, int] = {}
+    for piece in slices:
+        pool = piece["spec"]["pool"]
+        newest[pool["name"]] = max(newest.get(pool["name"], 0), pool.get("generation", 0))
+    return {
+        device["name"]: device
+        for piece in slices
+        if piece["spec"]["pool"].get("generation", 0) == newest[piece["spec"]["pool"]["name"]]
+        for device in piece["spec"].get("devices") or []
+    }
+
+
+def found_claim(resource_claim: dict) -> FoundWorkload:
+    """A user's ResourceClaim read as a request NVKE can place: one request of NVIDIA's GPU class for a
+    count of whole GPUs, or for one GPU with `capacity.requests.memory` (a fraction, whose compute
+    ceiling the `nvke.io/gpu-utilization` annotation may give). Anything else is refused, and says why."""
+    meta = resource_claim["metadata"]
+    found = FoundWorkload(namespace=meta["namespace"], name=meta["name"], source="resourceclaim")
+    requests = resource_claim.get("spec", {}).get("devices", {}).get("requests") or []
+    if len(requests) != 1 or "exactly" not in requests[0]:
+        return _refused(found, "NVKE places ResourceClaims with exactly one device request.")
+    exactly = requests[0]["exactly"]
+    if exactly.get("allocationMode", "ExactCount") != "ExactCount":
+        return _refused(found, "NVKE places ExactCount requests only (allocationMode All is not).")
+    count = int(exactly.get("count", 1))
+    memory = (exactly.get("capacity") or {}).get("requests", {}).get("memory")
+    compute = (meta.get("annotations") or {}).get(COMPUTE)
+    if memory is None and compute is None:
+        return FoundWorkload(**{**found.__dict__, "kind": "whole", "gpus": count})
+    if count != 1:
+        return _refused(found, "A GPU fraction (capacity.requests.memory) is of one device: count 1.")
+    try:
+        memory_mib = quantity.parse_mib(memory) if memory is not None else None
+        percent = int(compute.rstrip("%")) if compute is not None else None
+    except ValueError:
+        return _refused(found, f"Cannot read the request: memory {memory!r}, {COMPUTE} {compute!r}.")
+    return FoundWorkload(
+        **{**found.__dict__, "kind": "fraction", "gpu_memory_mib": memory_mib, "compute_percent": percent}
+    )
+
+
+def _refused(found: FoundWorkload, why: str) -> FoundWorkload:
+    return FoundWorkload(**{**found.__dict__, "refusal": why})
+
+
+def asks_nvidia_gpus(resource_claim: dict) -> bool:
+    requests = resource_claim.get("spec", {}).get("devices", {}).get("requests") or []
+    classes = {
+        (r.get("exactly") or {}).get("deviceClassName")
+        or next(iter(r.get("firstAvailable") or [{}])).get("deviceClassName")
+        for r in requests
+    }
+    return bool(classes & {DEVICE_CLASS, MIG_DEVICE_CLASS})

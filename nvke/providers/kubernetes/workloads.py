@@ -1,0 +1,388 @@
+"""The cluster's workloads made to agree with NVKE's claims, one level-triggered pass at a time.
+
+DRA (resource.k8s.io/v1, the primary path): every claim has a ResourceClaim in its namespace, NVKE's own
+(labelled `nvke.io/claim`) or a user's that NVKE adopted (annotated `nvke.io/adopted`). For a placed
+claim NVKE writes the allocation itself, as kube-scheduler would: the finalizer first, then
+`status.allocation`, each under the object's resourceVersion; a 409 reads the claim again and decides
+again. Then it lifts the `nvke.io/placement` scheduling gate of the pods that wait on the claim, and
+kube-scheduler binds them to the node the allocation selects. A claim released or moved has its
+allocation withdrawn once no pod holds it (`reservedFor` empty). An allocation NVKE did not write is
+never overwritten, and the devices it holds are never written into another claim: it is reported.
+
+Every change is said on the object it concerns as an Event (reason Allocated, FailedScheduling or
+NotPlaceable), once per change: the reason last said is kept in the object's `nvke.io/reason`
+annotation."""
+
+import datetime
+import hashlib
+import logging
+
+from nvke.providers.base import ProviderError, WorkloadClaim, WorkloadReport, WorkloadState
+
+from . import dra
+from .client import call, read
+
+log = logging.getLogger(__name__)
+MERGE = "application/merge-patch+json"
+REASON = "nvke.io/reason"  # annotation: the last reason NVKE gave on the object (events only on a change)
+CONFLICT_RETRIES = 3
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+class DraSync:
+    """One pass over a cluster's ResourceClaims. `ops` is the cluster's KubernetesOperations."""
+
+    def __init__(self, ops):
+        self.ops, self.core, self.resource = ops, ops.core, ops.resource
+
+    def run(self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str]) -> WorkloadReport:
+        claims_listed = listed(read(self.resource.list_resource_claim_for_all_namespaces), "ResourceClaim")
+        existing = {(rc["metadata"]["namespace"], rc["metadata"]["name"]): rc for rc in claims_listed}
+        self.devices = {node: dra.published_devices(slices) for node, slices in self.ops.slices().items()}
+        namespaces = read(self.core.list_namespace)["items"]
+        self.namespaces = {ns["metadata"]["name"]: ns for ns in namespaces}
+        wanted = {(c.namespace, c.name): c for c in claims if c.source in ("api", "resourceclaim")}
+        # Devices held by allocations NVKE did not write: never to be written into another claim.
+        self.foreign = {
+            (r["pool"], r["device"]): f"{key[0]}/{key[1]}"
+            for key, rc in existing.items()
+            if not self._ours(rc)
+            for r in results_of(rc)
+        }
+        # Devices NVKE's claims hold whole (no shareID): one claim each, whatever NVKE's rows share.
+        self.held = {
+            (r["pool"], r["device"]): key
+            for key, rc in existing.items()
+            if self._ours(rc)
+            for r in results_of(rc)
+            if "shareID" not in r
+        }
+        states = [self._claim(claim, existing.get(key)) for key, claim in wanted.items()]
+        found = []
+        for key, rc in existing.items():
+            if key in wanted:
+                continue
+            if self._ours(rc):
+                self._withdraw(rc, delete=dra.CLAIM_LABEL in (rc["metadata"].get("labels") or {}))
+            elif self._adoptable(rc):
+                found.append(dra.found_claim(rc))
+                if why := found[-1].refusal or refused.get(key):
+                    self._say(rc, "Warning", "NotPlaceable", why)
+        self._lift_gates(states)
+        return WorkloadReport(states=tuple(states), found=tuple(found))
+
+    # --- one claim --------------------------------------------------------------------------------
+
+    def _claim(self, claim: WorkloadClaim, rc: dict | None) -> WorkloadState:
+        state = lambda kind, message="": WorkloadState(claim.namespace, claim.name, kind, message)  # noqa: E731
+        if rc is not None and rc["metadata"].get("deletionTimestamp"):
+            self._withdraw(rc, delete=False)
+            rc = None if claim.source == "resourceclaim" else rc
+            if rc is not None:
+                return state("waiting", "The ResourceClaim is being deleted; NVKE makes it again after.")
+        if rc is None:
+            if claim.source == "resourceclaim":
+                return state("gone", "The ResourceClaim was deleted.")
+            if why := self._unmanaged(claim.namespace):
+                return state("waiting", why)
+            rc = self._create(claim)
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                return self._settle(claim, rc, state)
+            except ProviderError as error:
+                if error.status != 409:
+                    raise
+                rc = read(self.resource.read_namespaced_resource_claim, claim.name, claim.namespace)
+        return state("waiting", "The ResourceClaim kept changing under NVKE's writes; trying again.")
+
+    def _settle(self, claim: WorkloadClaim, rc: dict, state) -> WorkloadState:
+        written = (rc.get("status") or {}).get("allocation")
+        reserved = (rc.get("status") or {}).get("reservedFor") or []
+        if written and not self._ours(rc, claim):
+            holders = ", ".join(f"{r['pool']}/{r['device']}" for r in results_of(rc))
+            message = f"Allocated by another scheduler ({holders}); NVKE leaves it as it is."
+            self._say(rc, "Warning", "ForeignAllocation", message)
+            return state("conflict", message)
+        if not claim.node:
+            if written and not reserved:
+                rc = self._deallocate(rc)
+            self._say(rc, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
+            return state("waiting", claim.pending_reason)
+        request = dra.request_name(rc)
+        wanted = dra.allocation(claim, self.devices.get(claim.node, {}), request, now())
+        results = wanted["devices"]["results"]
+        if any(not r["device"] for r in results):
+            message = f"Node {claim.node} publishes no MIG device {claim.shares[0].mig_profile} yet."
+            self._say(rc, "Warning", "FailedScheduling", message)
+            return state("waiting", message)
+        if taken := [self.foreign[k] for r in results if (k := (r["pool"], r["device"])) in self.foreign]:
+            message = f"Its GPU is allocated to {', '.join(taken)} by another scheduler, unshared."
+            self._say(rc, "Warning", "FailedScheduling", message)
+            return state("conflict", message)
+        key = (claim.namespace, claim.name)
+        if others := sorted(
+            {
+                f"{holder[0]}/{holder[1]}"
+                for r in results
+                if "shareID" not in r and (holder := self.held.get((r["pool"], r["device"]), key)) != key
+            }
+        ):
+            message = (
+                f"NVKE shares its GPU with {', '.join(others)}, but the cluster's DRA driver offers no "
+                "consumable shares of it (--consumable-shares=memory): one claim's pods at a time."
+            )
+            self._say(rc, "Warning", "FailedScheduling", message)
+            return state("waiting", message)
+        if written and dra.same_placement(written, wanted):
+            return state("allocated")
+        if written:
+            if reserved:
+                names = ", ".join(r["name"] for r in reserved)
+                return state("waiting", f"Moving: pods {names} still hold the previous allocation.")
+            rc = self._deallocate(rc)
+        rc = self._write_allocation(self._protect(rc, claim), wanted)
+        self.held.update({(r["pool"], r["device"]): key for r in results if "shareID" not in r})
+        self._say(rc, "Normal", "Allocated", describe(claim, results))
+        return state("allocated")
+
+    def _create(self, claim: WorkloadClaim) -> dict:
+        body = dra.resource_claim(claim)
+        try:
+            return read(self.resource.create_namespaced_resource_claim, claim.namespace, body)
+        except ProviderError as error:
+            if error.status != 409:
+                raise
+            return read(self.resource.read_namespaced_resource_claim, claim.name, claim.namespace)
+
+    def _protect(self, rc: dict, claim: WorkloadClaim) -> dict:
+        """The finalizer (and, on a user's claim, NVKE's adoption mark) before any allocation."""
+        meta = rc["metadata"]
+        finalizers = meta.get("finalizers") or []
+        adopted = claim.source == "resourceclaim" and dra.ADOPTED not in (meta.get("annotations") or {})
+        if dra.FINALIZER in finalizers and not adopted:
+            return rc
+        patch: dict = {"resourceVersion": meta["resourceVersion"]}
+        if dra.FINALIZER not in finalizers:
+            patch["finalizers"] = [*finalizers, dra.FINALIZER]
+        if adopted:
+            patch["annotations"] = {dra.ADOPTED: "true"}
+        return read(
+            self.resource.patch_namespaced_resource_claim,
+            meta["name"],
+            meta["namespace"],
+            {"metadata": patch},
+            _content_type=MERGE,
+        )
+
+    def _deallocate(self, rc: dict) -> dict:
+        return self._write_allocation(rc, None)
+
+    def _write_allocation(self, rc: dict, allocation: dict | None) -> dict:
+        """Set (or, None, withdraw) `status.allocation` under the claim's resourceVersion."""
+        meta = rc["metadata"]
+        version = {"resourceVersion": meta["resourceVersion"]}
+        body = {"metadata": version, "status": {"allocation": allocation}}
+        return read(
+            self.resource.patch_namespaced_resource_claim_status,
+            meta["name"],
+            meta["namespace"],
+            body,
+            _content_type=MERGE,
+        )
+
+    def _withdraw(self, rc: dict, *, delete: bool) -> None:
+        """A claim NVKE no longer has: its allocation withdrawn once no pod holds it, then the finalizer
+        (and adoption mark) removed; NVKE's own ResourceClaim is deleted."""
+        status, meta = rc.get("status") or {}, rc["metadata"]
+        if status.get("reservedFor"):
+            return  # pods still use it: the next pass after they stop
+        try:
+            if status.get("allocation"):
+                rc = self._deallocate(rc)
+            finalizers = [f for f in rc["metadata"].get("finalizers") or [] if f != dra.FINALIZER]
+            patch = {
+                "resourceVersion": rc["metadata"]["resourceVersion"],
+                "finalizers": finalizers or None,
+                "annotations": {dra.ADOPTED: None, REASON: None},
+            }
+            call(
+                self.resource.patch_namespaced_resource_claim,
+                meta["name"],
+                meta["namespace"],
+                {"metadata": patch},
+                _content_type=MERGE,
+            )
+            if delete:
+                call(self.resource.delete_namespaced_resource_claim, meta["name"], meta["namespace"])
+        except ProviderError as error:
+            if error.status not in (404, 409):  # gone, or changed: the next pass sees it as it is now
+                raise
+
+    # --- namespaces, ownership ----------------------------------------------------------------------
+
+    def _unmanaged(self, namespace: str) -> str:
+        """Why NVKE may not create the claim's ResourceClaim in `namespace` ("" when it may): a
+        namespace missing is created, managed; one that exists must carry NVKE's label."""
+        found = self.namespaces.get(namespace)
+        if found is None:
+            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+            body["metadata"]["labels"] = {dra.MANAGED: "true"}
+            try:
+                self.namespaces[namespace] = read(self.core.create_namespace, body)
+            except ProviderError as error:
+                if error.status != 409:
+                    raise
+            return ""
+        if (found["metadata"].get("labels") or {}).get(dra.MANAGED) != "true":
+            return (
+                f"Namespace {namespace} is not managed by NVKE: label it {dra.MANAGED}=true "
+                "to let NVKE place GPU claims in it."
+            )
+        return ""
+
+    def _adoptable(self, rc: dict) -> bool:
+        """A user's ResourceClaim for NVIDIA GPUs, unallocated, in a namespace NVKE manages."""
+        meta = rc["metadata"]
+        labels = (self.namespaces.get(meta["namespace"], {}).get("metadata") or {}).get("labels") or {}
+        return (
+            labels.get(dra.MANAGED) == "true"
+            and not (rc.get("status") or {}).get("allocation")
+            and not meta.get("deletionTimestamp")
+            and dra.asks_nvidia_gpus(rc)
+        )
+
+    @staticmethod
+    def _ours(rc: dict, claim: WorkloadClaim | None = None) -> bool:
+        """Whether NVKE stands for the ResourceClaim: made by it, or adopted (or being adopted)."""
+        meta = rc["metadata"]
+        if dra.CLAIM_LABEL in (meta.get("labels") or {}) or dra.ADOPTED in (meta.get("annotations") or {}):
+            return True
+        return (
+            claim is not None
+            and claim.source == "resourceclaim"
+            and not (rc.get("status") or {}).get("allocation")
+        )
+
+    # --- pods ---------------------------------------------------------------------------------------
+
+    def _lift_gates(self, states: list[WorkloadState]) -> None:
+        """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE; say the
+        reason on pods that still wait."""
+        by_claim = {(s.namespace, s.name): s for s in states}
+        for pod in listed(read(self.core.list_pod_for_all_namespaces), "Pod"):
+            gates = pod.get("spec", {}).get("schedulingGates") or []
+            if not any(g["name"] == dra.GATE for g in gates):
+                continue
+            waiting = [by_claim.get((pod["metadata"]["namespace"], name)) for name in claim_names(pod)]
+            blocking = [s for s in waiting if s is None or s.state != "allocated"]
+            if blocking:
+                reasons = "; ".join(s.message for s in blocking if s and s.message)
+                self._say(pod, "Warning", "FailedScheduling", reasons or "Waiting for its GPU claims.")
+                continue
+            meta = pod["metadata"]
+            patch = {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "spec": {"schedulingGates": [g for g in gates if g["name"] != dra.GATE] or None},
+            }
+            try:
+                pod_name, namespace = meta["name"], meta["namespace"]
+                call(self.core.patch_namespaced_pod, pod_name, namespace, patch, _content_type=MERGE)
+            except ProviderError as error:
+                if error.status not in (404, 409):
+                    raise
+
+    # --- events -------------------------------------------------------------------------------------
+
+    def _say(self, obj: dict, kind: str, reason: str, message: str) -> None:
+        """An Event on `obj`, unless it is what NVKE said last on it (kept in its annotation)."""
+        meta = obj["metadata"]
+        said = f"{reason}: {message}"
+        if (meta.get("annotations") or {}).get(REASON) == said:
+            return
+        record_event(self.core, obj, kind, reason, message)
+        patch = {"metadata": {"annotations": {REASON: said}}}
+        method = (
+            self.core.patch_namespaced_pod
+            if obj["kind"] == "Pod"
+            else self.resource.patch_namespaced_resource_claim
+        )
+        try:
+            call(method, meta["name"], meta["namespace"], patch, _content_type=MERGE)
+        except ProviderError as error:
+            if error.status != 404:
+                raise
+
+
+KINDS = {"Pod": "v1", "ResourceClaim": dra.GROUP_VERSION}
+
+
+def listed(body: dict, kind: str) -> list[dict]:
+    """A list's items with their kind and apiVersion, which the API leaves out of list items."""
+    return [{**item, "apiVersion": KINDS[kind], "kind": kind} for item in body["items"]]
+
+
+def claim_names(pod: dict) -> list[str]:
+    """The ResourceClaims a pod uses: named ones, and those generated from its templates (which the
+    resource claim controller lists in the pod's status)."""
+    statuses = pod.get("status", {}).get("resourceClaimStatuses") or []
+    generated = {s["name"]: s.get("resourceClaimName") for s in statuses}
+    names = []
+    for ref in pod.get("spec", {}).get("resourceClaims") or []:
+        name = ref.get("resourceClaimName") or generated.get(ref["name"])
+        if name:
+            names.append(name)
+    return names
+
+
+def results_of(rc: dict) -> list[dict]:
+    """The devices a ResourceClaim's allocation holds (none when unallocated)."""
+    allocation = (rc.get("status") or {}).get("allocation") or {}
+    return allocation.get("devices", {}).get("results") or []
+
+
+def describe(claim: WorkloadClaim, results: list[dict]) -> str:
+    devices = ", ".join(r["device"] for r in results)
+    text = f"NVKE allocated {devices} on node {claim.node}"
+    if claim.kind == "fraction":
+        share = claim.shares[0]
+        text += (
+            f": {share.memory_mib} MiB of GPU memory, compute {share.guaranteed_percent}% guaranteed "
+            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {claim.isolation})"
+        )
+    return text + "."
+
+
+def record_event(core, obj: dict, kind: str, reason: str, message: str) -> None:
+    """A core/v1 Event about `obj` from NVKE, as `kubectl describe` shows it."""
+    meta = obj["metadata"]
+    stamp = now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    digest = hashlib.sha1(f"{meta.get('uid')}{reason}{message}{stamp}".encode()).hexdigest()[:10]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{digest}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": kind,
+        "source": {"component": "nvke"},
+        "reportingComponent": "nvke.io/allocator",
+        "reportingInstance": "nvke",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+    try:
+        call(core.create_namespaced_event, meta["namespace"], body)
+    except ProviderError as error:  # an event is worth a log line, never a failed pass
+        log.warning("event %s on %s/%s not recorded: %s", reason, meta["namespace"], meta["name"], error)

@@ -1,0 +1,311 @@
+"""Claims reach workloads through DRA: NVKE's claims become ResourceClaims that NVKE allocates itself, a
+user's ResourceClaims are adopted, gated pods are released once their claims are allocated, and nothing
+another scheduler allocated is overwritten or double-booked. Against the fake API server, which checks
+every object against the official schemas."""
+
+import pytest
+from kubernetes import client
+
+from nodepools.allocator.service import create_claim, release_claim
+from nodepools.models import Claim, DriverRelease, GpuModel
+from nodepools.services import create_pool, reconcile
+from nodepools.workloads import sync_workloads
+from nvke.providers.kubernetes import dra
+from nvke.quantity import parse_mib
+from nvke.tenancy.models import Quota
+from tests.kubeapi import objects
+
+pytestmark = pytest.mark.django_db
+
+
+def a10_cluster(kubeapi, *, consumable: bool = True, nodes: int = 1):
+    objects.gpu_operator(kubeapi)
+    for i in range(nodes):
+        node = objects.gpu_node(f"a10-{i}", product="NVIDIA-A10", count=1, memory_mib=23028)
+        kubeapi.create(node)
+        kubeapi.create(objects.resource_slice(node, 1, consumable=consumable))
+    kubeapi.create(objects.namespace("ml", {dra.MANAGED: "true"}))
+    kubeapi.settle()
+
+
+@pytest.fixture
+def a10_pool(kubeapi, attach, context):
+    """make(consumable, nodes) -> an attached cluster with a time-slicing A10 pool of `nodes` nodes."""
+
+    def make(consumable: bool = True, nodes: int = 1):
+        a10_cluster(kubeapi, consumable=consumable, nodes=nodes)
+        cluster = attach(kubeapi)
+        pool = create_pool(
+            context=context,
+            cluster=cluster,
+            name="infer",
+            gpu_model=GpuModel.objects.get(name="a10"),
+            gpus_per_node=1,
+            node_count=nodes,
+            min_nodes=0,
+            max_nodes=nodes,
+            driver_release=DriverRelease.objects.get(version="580.126.09"),
+            sharing_mode="time-slicing",
+        )
+        reconcile(pool.pk)
+        return cluster
+
+    return make
+
+
+def fraction(context, cluster, name, memory, percent, namespace="ml"):
+    return create_claim(
+        context=context,
+        cluster=cluster,
+        name=name,
+        namespace=namespace,
+        kind="fraction",
+        gpu_memory_mib=parse_mib(memory),
+        compute_percent=percent,
+    )
+
+
+def resource_claim(kubeapi, name, namespace="ml"):
+    return kubeapi.get("resource.k8s.io/v1", "ResourceClaim", name, namespace)
+
+
+def events(kubeapi, name, namespace="ml"):
+    return [
+        (e["reason"], e["message"])
+        for e in kubeapi.list("v1", "Event", namespace)
+        if e["involvedObject"]["name"] == name
+    ]
+
+
+def gated_pod(name, claim, namespace="ml"):
+    pod = objects.pod(name, namespace=namespace)
+    pod["spec"]["schedulingGates"] = [{"name": dra.GATE}]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return pod
+
+
+def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    fraction(context, cluster, "train", "8Gi", 70)
+    for i in range(3):
+        fraction(context, cluster, f"infer-{i}", "2Gi", 20)
+    for name in ("train", "infer-0", "infer-1", "infer-2"):
+        kubeapi.create(gated_pod(f"{name}-pod", name))
+
+    sync_workloads(cluster.pk)
+
+    results = {}
+    for name in ("train", "infer-0", "infer-1", "infer-2"):
+        rc = resource_claim(kubeapi, name)
+        assert rc["metadata"]["labels"][dra.CLAIM_LABEL] == name
+        assert dra.FINALIZER in rc["metadata"]["finalizers"]
+        allocation = rc["status"]["allocation"]
+        (result,) = allocation["devices"]["results"]
+        assert (result["driver"], result["pool"], result["device"]) == ("gpu.nvidia.com", "a10-0", "gpu-0")
+        results[name] = result
+        selector = allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
+        assert selector == {"key": "metadata.name", "operator": "In", "values": ["a10-0"]}
+        assert "config" not in allocation["devices"]  # the driver refuses MPS across claims
+        assert (
+            "Allocated",
+            f"NVKE allocated gpu-0 on node a10-0: {parse_mib(result['consumedCapacity']['memory'])} MiB"
+            " of GPU memory, compute 10% guaranteed up to "
+            f"{70 if name == 'train' else 20}% (time-slicing, isolation none).",
+        ) in events(kubeapi, name)
+    assert results["train"]["consumedCapacity"] == {"memory": "8Gi"}
+    assert {r["consumedCapacity"]["memory"] for n, r in results.items() if n != "train"} == {"2Gi"}
+    assert len({r["shareID"] for r in results.values()}) == 4
+    for name in results:  # every pod may now be scheduled, to the node its claim selects
+        assert "schedulingGates" not in kubeapi.get("v1", "Pod", f"{name}-pod", "ml")["spec"]
+    assert {c.workload["state"] for c in Claim.objects.all()} == {"allocated"}
+
+    before = kubeapi.list("resource.k8s.io/v1", "ResourceClaim", "ml")
+    sync_workloads(cluster.pk)  # a repeated pass changes nothing
+    assert kubeapi.list("resource.k8s.io/v1", "ResourceClaim", "ml") == before
+
+
+def test_without_consumable_shares_one_claim_holds_the_gpu_and_the_others_say_why(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=False)
+    fraction(context, cluster, "train", "8Gi", 70)
+    fraction(context, cluster, "infer", "2Gi", 20)
+    kubeapi.create(gated_pod("infer-pod", "infer"))
+
+    sync_workloads(cluster.pk)
+
+    assert (
+        resource_claim(kubeapi, "train")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    )
+    assert "allocation" not in (resource_claim(kubeapi, "infer").get("status") or {})
+    infer = Claim.objects.get(name="infer")
+    assert infer.workload["state"] == "waiting" and "ml/train" in infer.workload["message"]
+    assert "--consumable-shares=memory" in infer.workload["message"]
+    pod = kubeapi.get("v1", "Pod", "infer-pod", "ml")
+    assert pod["spec"]["schedulingGates"] == [{"name": dra.GATE}]
+    assert [r for r, m in events(kubeapi, "infer-pod") if "consumable" in m] == ["FailedScheduling"]
+    sync_workloads(cluster.pk)  # said once, not on every pass
+    assert len(events(kubeapi, "infer-pod")) == 1
+
+
+def test_an_mps_claim_alone_on_its_gpu_carries_the_drivers_gpu_config(kubeapi, attach, context):
+    a10_cluster(kubeapi, consumable=False)
+    cluster = attach(kubeapi)
+    pool = create_pool(
+        context=context,
+        cluster=cluster,
+        name="mps",
+        gpu_model=GpuModel.objects.get(name="a10"),
+        gpus_per_node=1,
+        node_count=1,
+        min_nodes=0,
+        max_nodes=1,
+        driver_release=DriverRelease.objects.get(version="580.126.09"),
+        sharing_mode="mps",
+    )
+    reconcile(pool.pk)
+    fraction(context, cluster, "serve", "6Gi", 40)
+
+    sync_workloads(cluster.pk)
+
+    (config,) = resource_claim(kubeapi, "serve")["status"]["allocation"]["devices"]["config"]
+    assert config["source"] == "FromClaim" and config["requests"] == ["gpu"]
+    assert config["opaque"] == {
+        "driver": "gpu.nvidia.com",
+        "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1",
+            "kind": "GpuConfig",
+            "sharing": {
+                "strategy": "MPS",
+                "mpsConfig": {"defaultActiveThreadPercentage": 40, "defaultPinnedDeviceMemoryLimit": "6Gi"},
+            },
+        },
+    }
+
+
+def test_a_users_resource_claim_is_adopted_placed_and_released_when_deleted(kubeapi, kube_client, a10_pool):
+    cluster = a10_pool(consumable=True, nodes=2)
+    dra_api = client.ResourceV1Api(kube_client)
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "notebook", "annotations": {dra.COMPUTE: "30%"}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "capacity": {"requests": {"memory": "4Gi"}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    dra_api.create_namespaced_resource_claim("ml", body)
+    elsewhere = {**body, "metadata": {"name": "elsewhere"}}
+    kubeapi.create(objects.namespace("scratch"))
+    dra_api.create_namespaced_resource_claim("scratch", elsewhere)
+
+    sync_workloads(cluster.pk)
+
+    claim = Claim.objects.get(name="notebook")
+    assert (claim.source, claim.namespace, claim.kind, claim.status) == (
+        "resourceclaim",
+        "ml",
+        "fraction",
+        "allocated",
+    )
+    assert (claim.gpu_memory_mib, claim.compute_percent) == (4096, 30)
+    rc = resource_claim(kubeapi, "notebook")
+    assert rc["metadata"]["annotations"][dra.ADOPTED] == "true"
+    assert rc["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] == {"memory": "4Gi"}
+    assert not Claim.objects.filter(name="elsewhere").exists()  # a namespace NVKE does not manage
+    assert "status" not in resource_claim(kubeapi, "elsewhere", "scratch")
+
+    dra_api.delete_namespaced_resource_claim("notebook", "ml")  # held by the finalizer until NVKE lets go
+    sync_workloads(cluster.pk)
+    assert not Claim.objects.filter(name="notebook").exists()
+    sync_workloads(cluster.pk)
+    assert resource_claim(kubeapi, "notebook") is None
+
+
+def test_a_request_over_the_quota_is_refused_on_the_resource_claim(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    Quota.objects.update_or_create(tenant=context.tenant, defaults={"max_claim_gpu_memory_mib": 1024})
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "big", "namespace": "ml"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        },
+    }
+    kubeapi.create(body)
+
+    sync_workloads(cluster.pk)
+
+    assert not Claim.objects.filter(name="big").exists()
+    ((reason, message),) = events(kubeapi, "big")
+    assert reason == "NotPlaceable" and "quota" in message.lower()
+
+
+def test_an_allocation_another_scheduler_wrote_is_left_alone_and_never_double_booked(
+    kubeapi, kube_client, a10_pool, context
+):
+    cluster = a10_pool(consumable=False)
+    theirs = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "theirs", "namespace": "ml"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+        },
+    }
+    kubeapi.create(theirs)
+    allocation = {
+        "devices": {
+            "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "a10-0", "device": "gpu-0"}]
+        },
+        "allocationTimestamp": "2026-12-01T00:00:00Z",
+    }
+    client.ResourceV1Api(kube_client).patch_namespaced_resource_claim_status(
+        "theirs", "ml", {"status": {"allocation": allocation}}, _content_type="application/merge-patch+json"
+    )
+    fraction(context, cluster, "mine", "4Gi", 30)
+
+    sync_workloads(cluster.pk)
+
+    assert resource_claim(kubeapi, "theirs")["status"]["allocation"]["devices"] == allocation["devices"]
+    assert "allocation" not in (resource_claim(kubeapi, "mine").get("status") or {})
+    mine = Claim.objects.get(name="mine")
+    assert mine.workload["state"] == "conflict" and "ml/theirs" in mine.workload["message"]
+
+
+def test_a_released_claim_withdraws_its_allocation_and_deletes_its_resource_claim(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    claim = fraction(context, cluster, "train", "8Gi", 70)
+    sync_workloads(cluster.pk)
+    assert resource_claim(kubeapi, "train")["status"]["allocation"]
+
+    release_claim(claim)
+    sync_workloads(cluster.pk)
+
+    assert resource_claim(kubeapi, "train") is None
+
+
+def test_a_claim_in_a_namespace_nvke_does_not_manage_waits_and_says_so(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    kubeapi.create(objects.namespace("team-b"))
+    fraction(context, cluster, "train", "8Gi", 70, namespace="team-b")
+    fraction(context, cluster, "fresh", "2Gi", 20, namespace="fresh")
+
+    sync_workloads(cluster.pk)
+
+    waiting = Claim.objects.get(name="train")
+    assert waiting.workload["state"] == "waiting" and f"{dra.MANAGED}=true" in waiting.workload["message"]
+    assert resource_claim(kubeapi, "train", "team-b") is None
+    # a namespace that did not exist is created, managed by NVKE
+    assert kubeapi.get("v1", "Namespace", "fresh")["metadata"]["labels"][dra.MANAGED] == "true"
+    assert resource_claim(kubeapi, "fresh", "fresh")["status"]["allocation"]
