@@ -33,6 +33,7 @@ from nvke.providers.clusterapi.watch import ManagementWatch
 from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.watch import ClusterWatch
 
+from . import workloads
 from .models import NodePool
 from .services import reconcile
 
@@ -49,14 +50,22 @@ def shard_of(cluster_id: int, shards: int) -> int:
 
 class ClusterSync:
     def __init__(
-        self, cluster: Cluster, *, debounce_s: float = 1.0, resync_s: float = 300.0, watch_timeout_s: int = 60
+        self,
+        cluster: Cluster,
+        *,
+        debounce_s: float = 1.0,
+        resync_s: float = 300.0,
+        watch_timeout_s: int = 60,
+        log_poll_s: float = 0.5,
     ):
-        self.cluster_id, self.debounce_s = cluster.pk, debounce_s
+        self.cluster_id, self.debounce_s, self.log_poll_s = cluster.pk, debounce_s, log_poll_s
         self.dirty, self.stop, self.drivers = threading.Event(), threading.Event(), threading.Event()
+        self.seen_log: int | None = -1  # the allocation log's position the last workloads pass saw
         self.watch = ClusterWatch(
             cluster_operations(cluster),
             changed=self.dirty.set,
             drivers_changed=self._drivers_changed,
+            workloads_changed=self.dirty.set,
             failed=self._failed,
             dra=bool(cluster.observed.get("features", {}).get("dra")),
             resync_s=resync_s,
@@ -88,9 +97,12 @@ class ClusterSync:
 
     def _refresh_loop(self) -> None:
         while not self.stop.is_set():
-            self.dirty.wait()
+            woken = self.dirty.wait(self.log_poll_s)
             if self.stop.is_set():
                 break
+            if not woken:  # no watch event: a claim placed, moved or released still needs its workload
+                in_own_connection(self.follow_allocations)
+                continue
             self.dirty.clear()
             if self.drivers.is_set():
                 self.drivers.clear()
@@ -98,8 +110,21 @@ class ClusterSync:
             in_own_connection(self.refresh)
             self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
 
+    def follow_allocations(self) -> None:
+        if workloads.log_position(self.cluster_id) != self.seen_log:
+            self.sync_workloads()
+
+    def sync_workloads(self) -> None:
+        """The cluster's workloads pass (nodepools.workloads), from the allocation log's position now."""
+        self.seen_log = workloads.log_position(self.cluster_id)
+        try:
+            workloads.sync_workloads(self.cluster_id)
+        except ProviderError as error:  # the next change (or resync) tries again
+            self.seen_log = -1
+            self._failed(error)
+
     def refresh(self) -> None:
-        """Reconcile every pool of the cluster and record what the watch sees."""
+        """Reconcile every pool of the cluster, record what the watch sees, and run a workloads pass."""
         for pool_id in (
             NodePool.objects.filter(cluster_id=self.cluster_id)
             .exclude(status="deleting")
@@ -124,6 +149,7 @@ class ClusterSync:
             gpu_nodes=len(nodes),
             unpooled_nodes=outside,
         )
+        self.sync_workloads()
 
 
 def in_own_connection(function, *args, **kwargs) -> None:

@@ -17,7 +17,7 @@ from nvke.providers.base import DeviceShare, FoundWorkload, WorkloadClaim, Workl
 from nvke.tenancy.context import TenantContext
 
 from .allocator.service import create_claim, release_claim
-from .models import Claim, GpuShare
+from .models import AllocationEvent, Claim, GpuShare
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,12 @@ def workload_claim(claim: Claim) -> WorkloadClaim:
             for share in allocation.shares.all()
         ),
     )
+
+
+def log_position(cluster_id: int) -> int | None:
+    """The cluster's newest allocation log entry: a workloads pass is due when it moves."""
+    entries = AllocationEvent.objects.filter(cluster_id=cluster_id).order_by("-id")
+    return entries.values_list("id", flat=True).first()
 
 
 def sync_workloads(cluster_id: int) -> WorkloadReport:

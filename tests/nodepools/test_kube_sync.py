@@ -3,17 +3,21 @@ database connections, keep the pools of attached clusters current."""
 
 import threading
 
+import kubernetes
 import pytest
 from django.core.management import CommandError, call_command
 
 from clusters.models import Cluster
 from clusters.services import cluster_ref
 from nodepools import kube_sync
-from nodepools.models import DriverRelease, Node
+from nodepools.allocator.service import create_claim
+from nodepools.models import Claim, DriverRelease, Node
+from nvke.providers.kubernetes import dra
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch
+from nvke.tenancy.context import TenantContext
 from tests.kubeapi import objects
-from tests.kubeapi.fixtures import wait_until
+from tests.kubeapi.fixtures import client_configuration, wait_until
 from tests.kubeapi.server import FakeKubeApi
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -209,3 +213,41 @@ def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attac
         stop.set()
         thread.join(15)
     assert not thread.is_alive()
+
+
+def test_claims_reach_their_resource_claims_while_kube_sync_runs(attach, gpu_cluster, syncing, make_pool):
+    gpu_cluster.create(objects.namespace("ml", {dra.MANAGED: "true"}))
+    cluster = attach(gpu_cluster)
+    make_pool(cluster, 3)
+    syncing(cluster)
+
+    def allocated(name):
+        found = gpu_cluster.get("resource.k8s.io/v1", "ResourceClaim", name, "ml")
+        return found and (found.get("status") or {}).get("allocation")
+
+    user_claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "from-kubectl"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]
+            }
+        },
+    }
+    with kubernetes.client.ApiClient(client_configuration(gpu_cluster)) as api:  # a user, with kubectl
+        kubernetes.client.ResourceV1Api(api).create_namespaced_resource_claim("ml", user_claim)
+    wait_until(lambda: allocated("from-kubectl"), timeout=15)
+    adopted = Claim.objects.get(name="from-kubectl")
+    assert (adopted.source, adopted.gpus, adopted.status) == ("resourceclaim", 2, "allocated")
+
+    # A claim through NVKE's own service: the allocation log moves, and the pass follows it.
+    create_claim(
+        context=TenantContext(cluster.tenant, "owner"),
+        cluster=cluster,
+        name="from-api",
+        namespace="ml",
+        kind="whole",
+    )
+    results = wait_until(lambda: allocated("from-api"), timeout=15)["devices"]["results"]
+    assert len(results) == 1 and results[0]["pool"] in ("gpu-a", "gpu-b", "gpu-c")

@@ -20,8 +20,14 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule("", "nodes", ("get", "list", "watch", "patch"), "read GPU nodes; label, taint and cordon them"),
-    Rule("", "pods", ("get", "list", "watch"), "find the pods a drain evicts and the driver pods"),
+    Rule(
+        "",
+        "pods",
+        ("get", "list", "watch", "patch"),
+        "find the pods a drain evicts and the driver pods; lift NVKE's scheduling gate",
+    ),
     Rule("", "pods/eviction", ("create",), "drain nodes through the Eviction API"),
+    Rule("", "namespaces", ("get", "list", "create"), "find the namespaces NVKE manages; make a claim's"),
     Rule("", "events", ("create",), "record what NVKE did on the objects it touched"),
     Rule("policy", "poddisruptionbudgets", ("get", "list"), "say which budget holds a drain back"),
     Rule("nvidia.com", "clusterpolicies", ("get", "list"), "find the GPU Operator's configuration"),
@@ -32,6 +38,14 @@ RULES: tuple[Rule, ...] = (
         "upgrade drivers through the GPU Operator",
     ),
     Rule("resource.k8s.io", "resourceslices", ("get", "list", "watch"), "read GPUs from DRA", True),
+    Rule(
+        "resource.k8s.io",
+        "resourceclaims",
+        ("get", "list", "watch", "create", "patch", "delete"),
+        "make, adopt and release the claims of GPU workloads",
+        True,
+    ),
+    Rule("resource.k8s.io", "resourceclaims/status", ("patch",), "write NVKE's allocations", True),
 )
 
 

@@ -115,7 +115,8 @@ class ClusterWatch:
     """The watches kube_sync keeps on one attached cluster: its GPU Nodes (GFD's product label) and, where
     DRA is served, NVIDIA's ResourceSlices, which call `changed()` after every list and event; the GPU
     Operator's driver and validator pods and NVIDIADrivers, which call `drivers_changed()` after every
-    event (an upgrade step may be done). It keeps the GPU nodes it has seen (`nodes`) and calls
+    event (an upgrade step may be done); pods and ResourceClaims, which call `workloads_changed()`.
+    It keeps the GPU nodes it has seen (`nodes`) and calls
     `failed(error)` after every failed call, from its own threads; `close()` stops them."""
 
     def __init__(
@@ -126,6 +127,7 @@ class ClusterWatch:
         failed: Callable[[ProviderError], None],
         dra: bool,
         drivers_changed: Callable[[], None] = lambda: None,
+        workloads_changed: Callable[[], None] = lambda: None,
         resync_s: float = 300.0,
         watch_timeout_s: int = 60,
     ):
@@ -159,6 +161,16 @@ class ClusterWatch:
             ListWatch(ops.core.list_pod_for_all_namespaces, label_selector=selector, **driver_events)
             for selector in ("=".join(DRIVER_COMPONENT), f"app={VALIDATOR_APP}")
         ]
+        # Pods (gated, or scheduled by NVKE) and, with DRA, ResourceClaims: NVKE's workloads pass.
+        workload_events = dict(
+            on_list=lambda items: workloads_changed(),
+            on_event=lambda kind, obj: workloads_changed(),
+            **common,
+        )
+        workload_lists = [ops.core.list_pod_for_all_namespaces]
+        if dra:
+            workload_lists.append(ops.resource.list_resource_claim_for_all_namespaces)
+        self.watches += [ListWatch(list_fn, **workload_events) for list_fn in workload_lists]
         drivers = functools.partial(
             ops.custom.list_cluster_custom_object, DRIVER_GROUP, DRIVER_VERSION, DRIVERS
         )

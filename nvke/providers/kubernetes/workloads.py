@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
 REASON = "nvke.io/reason"  # annotation: the last reason NVKE gave on the object (events only on a change)
 CONFLICT_RETRIES = 3
+NO_DRA = (
+    "The cluster serves no DRA (resource.k8s.io/v1, Kubernetes 1.34 and later): nothing reaches its pods."
+)
 
 
 def now() -> datetime.datetime:
@@ -39,7 +42,16 @@ class DraSync:
         self.ops, self.core, self.resource = ops, ops.core, ops.resource
 
     def run(self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str]) -> WorkloadReport:
-        claims_listed = listed(read(self.resource.list_resource_claim_for_all_namespaces), "ResourceClaim")
+        try:
+            claims_listed = listed(
+                read(self.resource.list_resource_claim_for_all_namespaces), "ResourceClaim"
+            )
+        except ProviderError as error:
+            if error.status != 404:
+                raise
+            return WorkloadReport(
+                states=tuple(WorkloadState(c.namespace, c.name, "waiting", NO_DRA) for c in claims)
+            )
         existing = {(rc["metadata"]["namespace"], rc["metadata"]["name"]): rc for rc in claims_listed}
         self.devices = {node: dra.published_devices(slices) for node, slices in self.ops.slices().items()}
         namespaces = read(self.core.list_namespace)["items"]

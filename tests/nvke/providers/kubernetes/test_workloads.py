@@ -309,3 +309,18 @@ def test_a_claim_in_a_namespace_nvke_does_not_manage_waits_and_says_so(kubeapi, 
     # a namespace that did not exist is created, managed by NVKE
     assert kubeapi.get("v1", "Namespace", "fresh")["metadata"]["labels"][dra.MANAGED] == "true"
     assert resource_claim(kubeapi, "fresh", "fresh")["status"]["allocation"]
+
+
+def test_a_stale_resource_version_reads_the_claim_again_and_decides_again(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    fraction(context, cluster, "train", "8Gi", 70)
+    kubeapi.faults.conflict(r"/namespaces/ml/resourceclaims/train/status$")
+    kubeapi.clear_requests()
+
+    sync_workloads(cluster.pk)
+
+    status_writes = [r for r in kubeapi.requests if r[0] == "PATCH" and r[1].endswith("/train/status")]
+    assert len(status_writes) == 2  # the first lost to the conflict, the second was decided again
+    assert (
+        resource_claim(kubeapi, "train")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    )
