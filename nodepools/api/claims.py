@@ -67,6 +67,15 @@ def gpu_util_display(allocation) -> str:
     return f"{ceiling}%" if guaranteed == ceiling else f"{guaranteed}%/{ceiling}%"
 
 
+class WorkloadSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(
+        choices=["allocated", "waiting", "conflict", "gone"],
+        help_text="allocated: the cluster's ResourceClaim carries NVKE's allocation; waiting: not yet "
+        "(message says why); conflict: the cluster holds an allocation NVKE did not write",
+    )
+    message = serializers.CharField(allow_blank=True)
+
+
 class ClaimSerializer(serializers.ModelSerializer):
     cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.none())
     pool = serializers.PrimaryKeyRelatedField(
@@ -83,6 +92,9 @@ class ClaimSerializer(serializers.ModelSerializer):
     sizing = serializers.SerializerMethodField(
         help_text="A placed fraction's start-up hints: vllm_gpu_memory_utilization and vllm_explained, "
         "mps_environment (MPS pools), pod_resources (YAML to copy); null otherwise"
+    )
+    workload = serializers.SerializerMethodField(
+        help_text="On a real cluster: where the claim's workload stands there; null on a simulated one"
     )
     gpu_memory_display = serializers.SerializerMethodField(help_text="GPU-MEMORY column: total held")
     gpu_util_display = serializers.SerializerMethodField(
@@ -114,10 +126,12 @@ class ClaimSerializer(serializers.ModelSerializer):
             "gpu_memory_display",
             "gpu_util_display",
             "sizing",
+            "source",
+            "workload",
             "created_at",
             "allocated_at",
         ]
-        read_only_fields = ["status", "pending_reason", "allocated_at"]
+        read_only_fields = ["status", "pending_reason", "allocated_at", "source"]
         validators = []  # uniqueness is the service's, answered with 409 naming the field
 
     def __init__(self, *args, **kwargs):
@@ -135,6 +149,10 @@ class ClaimSerializer(serializers.ModelSerializer):
     def get_allocation(self, claim: Claim) -> dict | None:
         allocation = self._allocation(claim)
         return AllocationSerializer(allocation).data if allocation else None
+
+    @extend_schema_field(WorkloadSerializer(allow_null=True))
+    def get_workload(self, claim: Claim) -> dict | None:
+        return claim.workload or None
 
     @extend_schema_field({"type": "object", "nullable": True})
     def get_sizing(self, claim: Claim) -> dict | None:

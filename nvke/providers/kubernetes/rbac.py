@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import yaml
 
+from . import records
+
 NAMESPACE = "nvke-system"
 ACCOUNT = "nvke"
 
@@ -46,6 +48,12 @@ RULES: tuple[Rule, ...] = (
         True,
     ),
     Rule("resource.k8s.io", "resourceclaims/status", ("patch",), "write NVKE's allocations", True),
+    Rule(
+        records.GROUP,
+        records.PLURAL,
+        ("get", "list", "create", "patch", "delete"),
+        "publish what each claim holds (kubectl get gpuallocations)",
+    ),
 )
 
 
@@ -84,6 +92,8 @@ def manifest() -> str:
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ACCOUNT},
             "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
         },
+        records.crd(),
+        records.viewer_role(),
         {
             "apiVersion": "v1",
             "kind": "Secret",

@@ -19,7 +19,7 @@ import logging
 
 from nvke.providers.base import ProviderError, WorkloadClaim, WorkloadReport, WorkloadState
 
-from . import dra
+from . import dra, records
 from .client import call, read
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,27 @@ class DraSync:
                 if why := found[-1].refusal or refused.get(key):
                     self._say(rc, "Warning", "NotPlaceable", why)
         self._lift_gates(states)
+        self._publish_records(wanted, states, existing)
         return WorkloadReport(states=tuple(states), found=tuple(found))
+
+    def _publish_records(self, wanted: dict, states: list[WorkloadState], existing: dict) -> None:
+        placed = []
+        for state in states:
+            claim = wanted[(state.namespace, state.name)]
+            if state.state != "allocated":
+                continue
+            rc = existing.get((claim.namespace, claim.name)) or {}
+            devices = [r["device"] for r in results_of(rc)] or [
+                dra.device_name(share, self.devices.get(claim.node, {})) for share in claim.shares
+            ]
+            pods = [r["name"] for r in (rc.get("status") or {}).get("reservedFor") or []]
+            placed.append((claim, devices, pods))
+
+        def say(rc: dict | None, kind: str, reason: str, message: str) -> None:
+            if rc:
+                self._say(rc, kind, reason, message)
+
+        records.RecordSync(self.ops, say).run(placed, existing)
 
     # --- one claim --------------------------------------------------------------------------------
 

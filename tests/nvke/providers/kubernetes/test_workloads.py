@@ -3,14 +3,16 @@ user's ResourceClaims are adopted, gated pods are released once their claims are
 another scheduler allocated is overwritten or double-booked. Against the fake API server, which checks
 every object against the official schemas."""
 
+import json
+
 import pytest
 from kubernetes import client
 
-from nodepools.allocator.service import create_claim, release_claim
+from nodepools.allocator.service import create_claim, release_claim, resize_claim
 from nodepools.models import Claim, DriverRelease, GpuModel
 from nodepools.services import create_pool, reconcile
 from nodepools.workloads import sync_workloads
-from nvke.providers.kubernetes import dra
+from nvke.providers.kubernetes import dra, records
 from nvke.quantity import parse_mib
 from nvke.tenancy.models import Quota
 from tests.kubeapi import objects
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.django_db
 
 def a10_cluster(kubeapi, *, consumable: bool = True, nodes: int = 1):
     objects.gpu_operator(kubeapi)
+    kubeapi.create(records.crd())  # NVKE's access manifest brings it
     for i in range(nodes):
         node = objects.gpu_node(f"a10-{i}", product="NVIDIA-A10", count=1, memory_mib=23028)
         kubeapi.create(node)
@@ -324,3 +327,41 @@ def test_a_stale_resource_version_reads_the_claim_again_and_decides_again(kubeap
     assert (
         resource_claim(kubeapi, "train")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
     )
+
+
+def test_what_each_claim_holds_is_readable_with_kubectl(kubeapi, kube_client, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    train = fraction(context, cluster, "train", "8Gi", 70)
+    fraction(context, cluster, "infer", "2Gi", 20)
+    sync_workloads(cluster.pk)
+
+    # kubectl get gpuallocations -o wide: the table the API server prints from the CRD's columns
+    custom = client.CustomObjectsApi(kube_client)
+    listed = custom.list_namespaced_custom_object("nvke.io", "v1alpha1", "ml", "gpuallocations")["items"]
+    specs = {o["metadata"]["name"]: o["spec"] for o in listed}
+    assert {name: (s["node"], s["devices"], s["gpuMemory"], s["gpuUtil"]) for name, s in specs.items()} == {
+        "train": ("a10-0", "gpu-0", "8Gi", "10%/70%"),
+        "infer": ("a10-0", "gpu-0", "2Gi", "10%/20%"),
+    }
+    columns = [c["name"] for c in records.crd()["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert {"GPU-MEMORY", "GPU-UTIL"} <= set(columns)
+    # kubectl describe node: per GPU what is held and by whom
+    (gpu,) = json.loads(kubeapi.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT])
+    assert (gpu["gpu"], gpu["memoryMiB"], gpu["guaranteed"], gpu["ceilings"]) == (0, 10240, "20%", "90%")
+    assert sorted(gpu["claims"]) == ["ml/infer", "ml/train"]
+
+    resize_claim(train.pk, compute_percent=50)
+    sync_workloads(cluster.pk)
+    assert (
+        custom.get_namespaced_custom_object("nvke.io", "v1alpha1", "ml", "gpuallocations", "train")["spec"][
+            "gpuUtil"
+        ]
+        == "10%/50%"
+    )
+    assert ("Resized", "Resized from 8Gi at 10%/70% compute to 8Gi at 10%/50%.") in events(kubeapi, "train")
+
+    release_claim(Claim.objects.get(name="infer"))
+    release_claim(Claim.objects.get(name="train"))
+    sync_workloads(cluster.pk)
+    assert custom.list_namespaced_custom_object("nvke.io", "v1alpha1", "ml", "gpuallocations")["items"] == []
+    assert records.SNAPSHOT not in (kubeapi.get("v1", "Node", "a10-0")["metadata"].get("annotations") or {})
