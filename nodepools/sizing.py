@@ -32,19 +32,26 @@ def sizing_hints(claim: Claim, allocation: Allocation | None) -> dict | None:
             f"see {VLLM_DOCS}."
         )
     if pool.sharing_mode == SharingMode.MPS:
-        env = {}
-        if ceiling:
-            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(ceiling)
-        if memory_mib:
-            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={memory_mib}M"  # device 0: the one it is given
-        hints["mps_environment"] = env
+        hints["mps_environment"] = mps_environment(memory_mib, ceiling)
     return hints
 
 
+def mps_environment(memory_mib: int, ceiling_percent: int) -> dict[str, str]:
+    """The MPS client limits of a fraction: its compute ceiling as active threads, its memory pinned."""
+    env = {}
+    if ceiling_percent:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(ceiling_percent)
+    if memory_mib:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={memory_mib}M"  # device 0: the one it is given
+    return env
+
+
 def _pod_resources(memory_mib: int, ceiling: int) -> str:
+    """Limits for a pod that NVKE schedules (schedulerName: nvke); the compute ceiling is a plain number
+    of percent, since a Kubernetes quantity cannot carry "%"."""
     limits = []
     if memory_mib:
         limits.append(f"    nvidia.com/gpu-memory: {format_mib(memory_mib)}")
     if ceiling:
-        limits.append(f"    nvidia.com/gpu-utilization: {ceiling}%")
-    return "resources:\n  limits:\n" + "\n".join(limits) + "\n"
+        limits.append(f"    nvidia.com/gpu-utilization: {ceiling}")
+    return "schedulerName: nvke\nresources:\n  limits:\n" + "\n".join(limits) + "\n"

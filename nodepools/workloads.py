@@ -17,7 +17,8 @@ from nvke.providers.base import DeviceShare, FoundWorkload, WorkloadClaim, Workl
 from nvke.tenancy.context import TenantContext
 
 from .allocator.service import create_claim, release_claim
-from .models import AllocationEvent, Claim, GpuShare
+from .models import AllocationEvent, Claim, GpuShare, SharingMode
+from .sizing import mps_environment
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,16 @@ def workload_claim(claim: Claim) -> WorkloadClaim:
     allocation = getattr(claim, "allocation", None) if claim.status == Claim.Status.ALLOCATED else None
     if allocation is None:
         return WorkloadClaim(**common, pending_reason=claim.pending_reason)
+    mode = allocation.node.pool.sharing_mode
+    environment = ()
+    if mode == SharingMode.MPS and claim.kind == Claim.Kind.FRACTION:
+        environment = tuple(mps_environment(allocation.memory_mib, allocation.compute_milli // 10).items())
     return WorkloadClaim(
         **common,
         node=allocation.node.name,
-        sharing_mode=allocation.node.pool.sharing_mode,
+        sharing_mode=mode,
         isolation=allocation.isolation,
+        environment=environment,
         shares=tuple(
             DeviceShare(
                 index=share.gpu.index,

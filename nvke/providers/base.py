@@ -180,6 +180,7 @@ class WorkloadClaim:
     sharing_mode: str = ""
     isolation: str = ""
     pending_reason: str = ""
+    environment: tuple[tuple[str, str], ...] = ()  # what its containers are to start with (MPS limits)
 
 
 @dataclass(frozen=True)

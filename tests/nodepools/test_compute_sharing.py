@@ -171,7 +171,8 @@ def test_sizing_hints_for_an_mps_fraction(api, cluster, owner):
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
     }
     assert sizing["pod_resources"] == (
-        "resources:\n  limits:\n    nvidia.com/gpu-memory: 10Gi\n    nvidia.com/gpu-utilization: 10%\n"
+        "schedulerName: nvke\nresources:\n  limits:\n    nvidia.com/gpu-memory: 10Gi\n"
+        "    nvidia.com/gpu-utilization: 10\n"
     )
     from django.test import Client
 
@@ -185,7 +186,7 @@ def test_no_mps_environment_off_mps_and_no_hints_before_placement(api, cluster):
     pool = make(api, cluster, "time-slicing")
     placed = claim(api, cluster, pool, "a", compute_percent=30).data
     assert "mps_environment" not in placed["sizing"] and "vllm_gpu_memory_utilization" not in placed["sizing"]
-    assert placed["sizing"]["pod_resources"].endswith("nvidia.com/gpu-utilization: 30%\n")
+    assert placed["sizing"]["pod_resources"].endswith("nvidia.com/gpu-utilization: 30\n")
     assert claim(api, cluster, pool, "b", gpu_memory="20Gi", compute_percent=10).data["status"] == "allocated"
     waiting = claim(api, cluster, pool, "c", gpu_memory="20Gi", compute_percent=10).data
     assert waiting["status"] == "pending" and waiting["sizing"] is None

@@ -26,7 +26,7 @@ from nvke.providers.base import (
 from . import gpus
 from .client import api_client, call, read
 from .labels import matches
-from .workloads import DraSync
+from .workloads import WorkloadSync
 
 MERGE = "application/merge-patch+json"
 DRIVER_COMPONENT = ("app.kubernetes.io/component", "nvidia-driver")  # the GPU Operator's driver pods
@@ -222,7 +222,7 @@ class KubernetesOperations(ClusterOperations):
     def sync_workloads(
         self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str] | None = None
     ) -> WorkloadReport:
-        return DraSync(self).run(claims, refused or {})
+        return WorkloadSync(self).run(claims, refused or {})
 
     # --- drivers --------------------------------------------------------------------------------
 

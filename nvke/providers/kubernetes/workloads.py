@@ -17,10 +17,11 @@ import datetime
 import hashlib
 import logging
 
-from nvke.providers.base import ProviderError, WorkloadClaim, WorkloadReport, WorkloadState
+from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadReport, WorkloadState
 
 from . import dra, records
 from .client import call, read
+from .scheduler import PodScheduler, namespaces_managed
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -35,28 +36,43 @@ def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
 
 
-class DraSync:
-    """One pass over a cluster's ResourceClaims. `ops` is the cluster's KubernetesOperations."""
+class WorkloadSync:
+    """One pass over a cluster's ResourceClaims and pods. `ops` is the cluster's KubernetesOperations."""
 
     def __init__(self, ops):
         self.ops, self.core, self.resource = ops, ops.core, ops.resource
+        self.devices: dict[str, dict[str, dict]] = {}
 
     def run(self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str]) -> WorkloadReport:
+        namespaces = read(self.core.list_namespace)["items"]
+        self.namespaces = {ns["metadata"]["name"]: ns for ns in namespaces}
+        pods = listed(read(self.core.list_pod_for_all_namespaces), "Pod")
+        scheduler = PodScheduler(self.ops, self._say, namespaces_managed(namespaces))
+        states, found = scheduler.run([c for c in claims if c.source == "pod"], pods, refused)
+        dra_claims = [c for c in claims if c.source != "pod"]
         try:
-            claims_listed = listed(
-                read(self.resource.list_resource_claim_for_all_namespaces), "ResourceClaim"
-            )
+            listed_claims = read(self.resource.list_resource_claim_for_all_namespaces)
         except ProviderError as error:
             if error.status != 404:
                 raise
-            return WorkloadReport(
-                states=tuple(WorkloadState(c.namespace, c.name, "waiting", NO_DRA) for c in claims)
-            )
-        existing = {(rc["metadata"]["namespace"], rc["metadata"]["name"]): rc for rc in claims_listed}
+            states += [WorkloadState(c.namespace, c.name, "waiting", NO_DRA) for c in dra_claims]
+            self._publish_records(claims, states, {})
+            return WorkloadReport(states=tuple(states), found=tuple(found))
+        existing = {
+            (rc["metadata"]["namespace"], rc["metadata"]["name"]): rc
+            for rc in listed(listed_claims, "ResourceClaim")
+        }
+        dra_states, dra_found = self._resource_claims(dra_claims, existing, refused)
+        self._lift_gates(pods, dra_states)
+        states += dra_states
+        self._publish_records(claims, states, existing)
+        return WorkloadReport(states=tuple(states), found=tuple(found + dra_found))
+
+    def _resource_claims(
+        self, claims: list[WorkloadClaim], existing: dict, refused: dict
+    ) -> tuple[list[WorkloadState], list[FoundWorkload]]:
         self.devices = {node: dra.published_devices(slices) for node, slices in self.ops.slices().items()}
-        namespaces = read(self.core.list_namespace)["items"]
-        self.namespaces = {ns["metadata"]["name"]: ns for ns in namespaces}
-        wanted = {(c.namespace, c.name): c for c in claims if c.source in ("api", "resourceclaim")}
+        wanted = {(c.namespace, c.name): c for c in claims}
         # Devices held by allocations NVKE did not write: never to be written into another claim.
         self.foreign = {
             (r["pool"], r["device"]): f"{key[0]}/{key[1]}"
@@ -83,22 +99,24 @@ class DraSync:
                 found.append(dra.found_claim(rc))
                 if why := found[-1].refusal or refused.get(key):
                     self._say(rc, "Warning", "NotPlaceable", why)
-        self._lift_gates(states)
-        self._publish_records(wanted, states, existing)
-        return WorkloadReport(states=tuple(states), found=tuple(found))
+        return states, found
 
-    def _publish_records(self, wanted: dict, states: list[WorkloadState], existing: dict) -> None:
+    def _publish_records(
+        self, claims: list[WorkloadClaim], states: list[WorkloadState], existing: dict
+    ) -> None:
+        allocated = {(s.namespace, s.name) for s in states if s.state == "allocated"}
         placed = []
-        for state in states:
-            claim = wanted[(state.namespace, state.name)]
-            if state.state != "allocated":
+        for claim in claims:
+            key = (claim.namespace, claim.name)
+            if key not in allocated:
                 continue
-            rc = existing.get((claim.namespace, claim.name)) or {}
+            rc = existing.get(key) or {}
+            node_devices = self.devices.get(claim.node, {})
             devices = [r["device"] for r in results_of(rc)] or [
-                dra.device_name(share, self.devices.get(claim.node, {})) for share in claim.shares
+                dra.device_name(share, node_devices) or f"gpu-{share.index}" for share in claim.shares
             ]
-            pods = [r["name"] for r in (rc.get("status") or {}).get("reservedFor") or []]
-            placed.append((claim, devices, pods))
+            reserved = [r["name"] for r in (rc.get("status") or {}).get("reservedFor") or []]
+            placed.append((claim, devices, [claim.name] if claim.source == "pod" else reserved))
 
         def say(rc: dict | None, kind: str, reason: str, message: str) -> None:
             if rc:
@@ -300,16 +318,20 @@ class DraSync:
 
     # --- pods ---------------------------------------------------------------------------------------
 
-    def _lift_gates(self, states: list[WorkloadState]) -> None:
+    def _lift_gates(self, pods: list[dict], states: list[WorkloadState]) -> None:
         """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE; say the
         reason on pods that still wait."""
         by_claim = {(s.namespace, s.name): s for s in states}
-        for pod in listed(read(self.core.list_pod_for_all_namespaces), "Pod"):
+        for pod in pods:
             gates = pod.get("spec", {}).get("schedulingGates") or []
             if not any(g["name"] == dra.GATE for g in gates):
                 continue
-            waiting = [by_claim.get((pod["metadata"]["namespace"], name)) for name in claim_names(pod)]
-            blocking = [s for s in waiting if s is None or s.state != "allocated"]
+            namespace = pod["metadata"]["namespace"]
+            blocking = [
+                by_claim.get((namespace, name))
+                for name in claim_names(pod)
+                if (state := by_claim.get((namespace, name))) is None or state.state != "allocated"
+            ]
             if blocking:
                 reasons = "; ".join(s.message for s in blocking if s and s.message)
                 self._say(pod, "Warning", "FailedScheduling", reasons or "Waiting for its GPU claims.")
@@ -320,8 +342,7 @@ class DraSync:
                 "spec": {"schedulingGates": [g for g in gates if g["name"] != dra.GATE] or None},
             }
             try:
-                pod_name, namespace = meta["name"], meta["namespace"]
-                call(self.core.patch_namespaced_pod, pod_name, namespace, patch, _content_type=MERGE)
+                call(self.core.patch_namespaced_pod, meta["name"], namespace, patch, _content_type=MERGE)
             except ProviderError as error:
                 if error.status not in (404, 409):
                     raise

@@ -11,8 +11,8 @@ import uuid
 import pytest
 import yaml
 
-from nvke.providers.base import ClusterRef, ProviderError
-from nvke.providers.kubernetes import attach
+from nvke.providers.base import ClusterRef, DeviceShare, ProviderError, WorkloadClaim
+from nvke.providers.kubernetes import attach, dra
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from tests.kubeapi import objects
 from tests.kubeapi.real import NODE_ENV, RealKubeApi
@@ -38,6 +38,7 @@ def target(request, tmp_path):
         pytest.skip("opt-in: set NVKE_K8S_TEST_KUBECONFIG (and NVKE_K8S_TEST_NODE) to run on a real cluster")
     if not os.environ.get(NODE_ENV):
         pytest.skip(f"{NODE_ENV} names the GPU node the scenarios may cordon and drain")
+    real.schedules = True  # kube-scheduler runs there: pods NVKE releases get bound
     return real, os.environ[NODE_ENV]
 
 
@@ -152,3 +153,60 @@ def test_a_budget_holds_a_drain_until_it_goes(target, scratch):
         eventually(server, drained)
     finally:
         ops.uncordon(node)
+
+
+def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(target, scratch):
+    """NVKE allocates a claim itself and lifts its pod's gate; on a real cluster kube-scheduler then binds
+    the pod to the allocated node (it never starts without NVIDIA's kubelet plugin: binding is the check)."""
+    server, node = target
+    server.patch_merge("v1", "Namespace", scratch, {"metadata": {"labels": {dra.MANAGED: "true"}}})
+    published = objects.resource_slice(node, 1)
+    published["metadata"]["name"] = f"{scratch}-{node}"
+    published["spec"]["pool"]["name"] = node
+    server.create(published)
+    share = DeviceShare(
+        index=0,
+        uuid=objects.gpu_uuid(node, 0),
+        memory_mib=81559,
+        ceiling_percent=100,
+        guaranteed_percent=100,
+        exclusive=True,
+    )
+    claim = WorkloadClaim(
+        namespace=scratch,
+        name="train",
+        source="api",
+        kind="whole",
+        gpus=1,
+        node=node,
+        shares=(share,),
+        sharing_mode="exclusive",
+        isolation="exclusive",
+    )
+    pod = objects.pod("train", namespace=scratch, image=PAUSE_IMAGE)
+    pod["spec"]["schedulingGates"] = [{"name": dra.GATE}]
+    pod["spec"]["tolerations"] = [{"operator": "Exists"}]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "train"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    server.create(pod)
+    try:
+        ops = ops_for(server)
+        (state,) = ops.sync_workloads([claim]).states
+        assert state.state == "allocated", state.message
+        allocation = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)["status"][
+            "allocation"
+        ]
+        assert allocation["devices"]["results"] == [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": "gpu-0"}
+        ]
+        assert not server.get("v1", "Pod", "train", scratch)["spec"].get("schedulingGates")
+        if getattr(server, "schedules", False):
+            eventually(
+                server, lambda: server.get("v1", "Pod", "train", scratch)["spec"].get("nodeName") == node
+            )
+        server.delete("v1", "Pod", "train", scratch)
+        eventually(server, lambda: server.get("v1", "Pod", "train", scratch) is None)
+        ops.sync_workloads([])  # released: the allocation withdrawn, the ResourceClaim deleted
+        assert server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch) is None
+    finally:
+        server.delete("resource.k8s.io/v1", "ResourceSlice", published["metadata"]["name"])

@@ -1,0 +1,194 @@
+"""NVKE as the scheduler of pods that set `schedulerName: nvke` (clusters without DRA, or pods written the
+device-plugin way). A pending pod in a namespace NVKE manages is read as a request from its containers'
+limits — `nvidia.com/gpu: N` (whole GPUs), `nvidia.com/mig-<profile>: 1` (a MIG slice), or
+`nvidia.com/gpu-memory: 4Gi` and/or `nvidia.com/gpu-utilization: 50` (a fraction: memory and the compute
+ceiling in percent; a quantity cannot carry "%") — and adopted as a claim named after the pod. Once the
+allocator has placed it, the pod is annotated with what it holds (GPU UUIDs, memory, compute ceiling and
+guarantee, isolation, and on MPS pools the MPS limits) and bound through `pods/binding`; a pod that cannot
+be placed gets a `FailedScheduling` Event with the allocator's reason. A pod whose claim the allocator
+moved or took back (a drain, a failed GPU, a defrag) is evicted through the Eviction API, so its
+PodDisruptionBudget holds; its controller makes a new pod, which NVKE places. A pod that finished or was
+deleted releases its claim.
+
+Only the node choice is enforced by Kubernetes here: the GPU, memory and compute in the annotations
+hold only where a node component honours them (see docs/operations.md)."""
+
+import re
+
+from kubernetes import client
+
+from nvke import quantity
+from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
+
+from . import dra
+from .client import call
+
+SCHEDULER = "nvke"
+MERGE = "application/merge-patch+json"
+WHOLE, MEMORY, COMPUTE = "nvidia.com/gpu", "nvidia.com/gpu-memory", "nvidia.com/gpu-utilization"
+MIG = re.compile(r"nvidia\.com/mig-(\d+g\.\d+gb)")
+ANNOTATIONS = {
+    "uuids": "nvke.io/gpu-uuids",
+    "memory": "nvke.io/gpu-memory",
+    "ceiling": "nvke.io/gpu-utilization",
+    "guaranteed": "nvke.io/gpu-guaranteed",
+    "isolation": "nvke.io/isolation",
+}
+FINISHED = ("Succeeded", "Failed")
+
+
+def found_pod(pod: dict) -> FoundWorkload:
+    """A pending pod's GPU request, from the sum of its containers' limits (requests where no limit)."""
+    meta = pod["metadata"]
+    found = FoundWorkload(namespace=meta["namespace"], name=meta["name"], source="pod")
+    asked: dict[str, str] = {}
+    for container in pod.get("spec", {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for key, value in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}.items():
+            if key.startswith("nvidia.com/"):
+                if key in asked:
+                    return _refused(found, f"Only one container may ask for {key}.")
+                asked[key] = str(value)
+    migs = [(MIG.fullmatch(key), value) for key, value in asked.items() if MIG.fullmatch(key)]
+    fraction = {k: v for k, v in asked.items() if k in (MEMORY, COMPUTE)}
+    if sum(map(bool, (WHOLE in asked, migs, fraction))) != 1:
+        return _refused(
+            found, f"Ask for one of {WHOLE}, nvidia.com/mig-<profile>, or {MEMORY} and/or {COMPUTE}."
+        )
+    try:
+        if WHOLE in asked:
+            return FoundWorkload(**{**found.__dict__, "kind": "whole", "gpus": int(asked[WHOLE])})
+        if migs:
+            (match, count), *rest = migs
+            if rest or int(count) != 1:
+                return _refused(found, "A pod takes one MIG slice.")
+            return FoundWorkload(**{**found.__dict__, "kind": "mig", "mig_profile": match.group(1)})
+        memory = quantity.parse_mib(fraction[MEMORY]) if MEMORY in fraction else None
+        compute = int(fraction[COMPUTE].rstrip("%")) if COMPUTE in fraction else None
+    except ValueError as error:
+        return _refused(found, f"Cannot read the pod's GPU request: {error}")
+    return FoundWorkload(
+        **{**found.__dict__, "kind": "fraction", "gpu_memory_mib": memory, "compute_percent": compute}
+    )
+
+
+def _refused(found: FoundWorkload, why: str) -> FoundWorkload:
+    return FoundWorkload(**{**found.__dict__, "refusal": why})
+
+
+def annotations(claim: WorkloadClaim) -> dict[str, str]:
+    """What a bound pod carries: its GPUs and what it may use of them."""
+    shares = claim.shares
+    held = {
+        ANNOTATIONS["uuids"]: ",".join(share.uuid for share in shares),
+        ANNOTATIONS["memory"]: ",".join(quantity.format_mib(share.memory_mib) for share in shares),
+        ANNOTATIONS["ceiling"]: ",".join(str(share.ceiling_percent) for share in shares),
+        ANNOTATIONS["guaranteed"]: ",".join(str(share.guaranteed_percent) for share in shares),
+        ANNOTATIONS["isolation"]: claim.isolation,
+    }
+    held.update({f"nvke.io/env.{name}": value for name, value in claim.environment})
+    return held
+
+
+class PodScheduler:
+    """One pass over the pods that name NVKE as their scheduler. `say(obj, kind, reason, message)`
+    records an Event on a pod once per change."""
+
+    def __init__(self, ops, say, managed: set[str]):
+        self.ops, self.core, self.say, self.managed = ops, ops.core, say, managed
+
+    def run(
+        self, claims: list[WorkloadClaim], pods: list[dict], refused: dict[tuple[str, str], str]
+    ) -> tuple[list[WorkloadState], list[FoundWorkload]]:
+        mine = {
+            (p["metadata"]["namespace"], p["metadata"]["name"]): p
+            for p in pods
+            if p.get("spec", {}).get("schedulerName") == SCHEDULER
+        }
+        states = [self._claim(claim, mine.get((claim.namespace, claim.name))) for claim in claims]
+        known = {(c.namespace, c.name) for c in claims}
+        found = []
+        for key, pod in mine.items():
+            if key in known or not self._adoptable(pod):
+                continue
+            found.append(found_pod(pod))
+            if why := found[-1].refusal or refused.get(key):
+                self.say(pod, "Warning", "FailedScheduling", why)
+        return states, found
+
+    def _adoptable(self, pod: dict) -> bool:
+        meta, spec = pod["metadata"], pod.get("spec", {})
+        return (
+            meta["namespace"] in self.managed
+            and not spec.get("nodeName")
+            and not meta.get("deletionTimestamp")
+            and pod.get("status", {}).get("phase") not in FINISHED
+        )
+
+    def _claim(self, claim: WorkloadClaim, pod: dict | None) -> WorkloadState:
+        state = lambda kind, message="": WorkloadState(claim.namespace, claim.name, kind, message)  # noqa: E731
+        if (
+            pod is None
+            or pod["metadata"].get("deletionTimestamp")
+            or pod.get("status", {}).get("phase") in FINISHED
+        ):
+            return state("gone", "The pod finished or was deleted.")
+        bound = pod.get("spec", {}).get("nodeName")
+        if bound and bound != claim.node:  # moved or taken back: its controller makes it again
+            self._evict(pod)
+            return state("waiting", f"Evicted from node {bound}: its GPU claim was moved or taken back.")
+        if bound:
+            return state("allocated")
+        if not claim.node:
+            self.say(pod, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
+            return state("waiting", claim.pending_reason)
+        meta = pod["metadata"]
+        patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations(claim)}}
+        try:
+            call(self.core.patch_namespaced_pod, meta["name"], meta["namespace"], patch, _content_type=MERGE)
+            binding = client.V1Binding(
+                metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
+                target=client.V1ObjectReference(api_version="v1", kind="Node", name=claim.node),
+            )
+            call(
+                self.core.create_namespaced_pod_binding,
+                meta["name"],
+                meta["namespace"],
+                binding,
+                _preload_content=False,
+            )
+        except ProviderError as error:
+            if error.status in (404, 409):  # gone, changed or bound meanwhile: the next pass sees it
+                return state("waiting", error.message)
+            raise
+        devices = ", ".join(f"GPU {share.index}" for share in claim.shares)
+        self.say(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {meta['namespace']}/{meta['name']} to {claim.node} ({devices}).",
+        )
+        return state("allocated")
+
+    def _evict(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        eviction = client.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
+        )
+        try:
+            call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], eviction)
+        except ProviderError as error:
+            if error.status == 429:  # a PodDisruptionBudget: the next pass asks again
+                self.say(pod, "Warning", "EvictionBlocked", error.message)
+            elif error.status != 404:
+                raise
+
+
+def namespaces_managed(namespaces: list[dict]) -> set[str]:
+    return {
+        ns["metadata"]["name"]
+        for ns in namespaces
+        if (ns["metadata"].get("labels") or {}).get(dra.MANAGED) == "true"
+    }

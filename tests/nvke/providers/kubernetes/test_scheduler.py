@@ -1,0 +1,197 @@
+"""NVKE as the scheduler of `schedulerName: nvke` pods on a cluster without DRA: pods asking
+`nvidia.com/gpu-memory` and `nvidia.com/gpu-utilization` are placed by the allocator, annotated with what
+they hold and bound through pods/binding; those that cannot be placed say why and are bound once
+capacity frees; a claim taken back evicts its pod; pods in namespaces NVKE does not manage are left
+alone. Against the fake API server (Kubernetes 1.33: no resource.k8s.io/v1)."""
+
+import json
+
+import pytest
+
+from nodepools.allocator.service import evict_claims
+from nodepools.models import Claim, DriverRelease, Gpu, GpuModel
+from nodepools.nodes import fail_gpu
+from nodepools.services import create_pool, reconcile
+from nodepools.workloads import sync_workloads
+from nvke.providers.kubernetes import dra, records, scheduler
+from tests.kubeapi import objects
+from tests.kubeapi.server import FakeKubeApi
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def server():
+    with FakeKubeApi(version="1.33.5") as api:
+        objects.gpu_operator(api)
+        api.create(records.crd())
+        api.create(objects.gpu_node("a10-0", product="NVIDIA-A10", count=1, memory_mib=23028))
+        api.create(objects.namespace("ml", {dra.MANAGED: "true"}))
+        api.settle()
+        yield api
+
+
+@pytest.fixture
+def cluster(server, attach, context):
+    def make(mode: str = "time-slicing"):
+        attached = attach(server)
+        pool = create_pool(
+            context=context,
+            cluster=attached,
+            name="infer",
+            gpu_model=GpuModel.objects.get(name="a10"),
+            gpus_per_node=1,
+            node_count=1,
+            min_nodes=0,
+            max_nodes=1,
+            driver_release=DriverRelease.objects.get(version="580.126.09"),
+            sharing_mode=mode,
+        )
+        reconcile(pool.pk)
+        return attached
+
+    return make
+
+
+def gpu_pod(name, memory, percent, namespace="ml"):
+    pod = objects.pod(name, namespace=namespace)
+    pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+    pod["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu-memory": memory, "nvidia.com/gpu-utilization": str(percent)}
+    }
+    return pod
+
+
+def pod(server, name, namespace="ml"):
+    return server.get("v1", "Pod", name, namespace)
+
+
+def reasons(server, name, namespace="ml"):
+    return [
+        (e["reason"], e["message"])
+        for e in server.list("v1", "Event", namespace)
+        if e["involvedObject"]["name"] == name
+    ]
+
+
+def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
+    attached = cluster()
+    server.create(gpu_pod("train", "8Gi", 70))
+    for i in range(3):
+        server.create(gpu_pod(f"infer-{i}", "2Gi", 20))
+
+    sync_workloads(attached.pk)
+
+    uuid = str(Gpu.objects.get(node__name="a10-0", index=0).uuid)
+    names = ["train", "infer-0", "infer-1", "infer-2"]
+    for name in names:
+        bound = pod(server, name)
+        assert bound["spec"]["nodeName"] == "a10-0"
+        annotations = bound["metadata"]["annotations"]
+        assert annotations[scheduler.ANNOTATIONS["uuids"]] == uuid
+        assert annotations[scheduler.ANNOTATIONS["memory"]] == ("8Gi" if name == "train" else "2Gi")
+        assert annotations[scheduler.ANNOTATIONS["ceiling"]] == ("70" if name == "train" else "20")
+        assert annotations[scheduler.ANNOTATIONS["isolation"]] == "none"
+        assert ("Scheduled", f"Successfully assigned ml/{name} to a10-0 (GPU 0).") in reasons(server, name)
+        claim = Claim.objects.get(name=name)
+        assert (claim.source, claim.workload["state"]) == ("pod", "allocated")
+    (gpu,) = json.loads(server.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT])
+    assert gpu["uuid"] == uuid and gpu["memoryMiB"] == 14336 and gpu["ceilings"] == "130%"
+    assert sorted(gpu["claims"]) == sorted(f"ml/{n}" for n in names)
+    held = server.list("nvke.io/v1alpha1", "GPUAllocation", "ml")
+    assert {o["metadata"]["name"]: o["spec"]["pods"] for o in held} == {n: n for n in names}
+
+
+def test_a_pod_that_does_not_fit_says_why_and_is_bound_once_capacity_frees(
+    server, cluster, django_capture_on_commit_callbacks
+):
+    attached = cluster()
+    server.create(gpu_pod("big", "20Gi", 50))
+    server.create(gpu_pod("late", "8Gi", 50))
+
+    sync_workloads(attached.pk)
+
+    waiting = Claim.objects.get(name="late")
+    assert (
+        waiting.status == "pending"
+        and "spec" in pod(server, "late")
+        and not pod(server, "late")["spec"].get("nodeName")
+    )
+    (failed,) = [m for r, m in reasons(server, "late") if r == "FailedScheduling"]
+    assert failed == waiting.pending_reason and "memory" in failed
+
+    server.delete("v1", "Pod", "big", "ml")  # it finished: its claim is released, the GPU frees
+    with django_capture_on_commit_callbacks(execute=True):  # the allocator's pass a release queues
+        sync_workloads(attached.pk)
+    assert not Claim.objects.filter(name="big").exists()
+    assert Claim.objects.get(name="late").status == "allocated"
+    sync_workloads(attached.pk)
+    assert pod(server, "late")["spec"]["nodeName"] == "a10-0"
+
+
+def test_a_claim_taken_back_evicts_its_pod(server, cluster):
+    attached = cluster()
+    server.create(gpu_pod("train", "8Gi", 70))
+    sync_workloads(attached.pk)
+    assert pod(server, "train")["spec"]["nodeName"] == "a10-0"
+
+    server.clear_requests()
+    claims = fail_gpu(Gpu.objects.get(node__name="a10-0"))  # a fatal XID, as telemetry records it
+    evict_claims(attached.pk, claims)
+    assert Claim.objects.get(name="train").status == "pending"
+    sync_workloads(attached.pk)
+
+    evictions = [r for r in server.requests if r[0] == "POST" and r[1].endswith("/pods/train/eviction")]
+    assert (
+        len(evictions) == 1 and pod(server, "train") is None
+    )  # through the Eviction API: no budget holds it
+    assert ("FailedScheduling", Claim.objects.get(name="train").pending_reason) not in reasons(
+        server, "train"
+    )
+    sync_workloads(attached.pk)
+    assert not Claim.objects.filter(name="train").exists()
+
+
+def test_mps_pods_carry_their_mps_limits_for_the_downward_api(server, cluster):
+    attached = cluster("mps")
+    server.create(gpu_pod("serve", "6Gi", 40))
+
+    sync_workloads(attached.pk)
+
+    annotations = pod(server, "serve")["metadata"]["annotations"]
+    assert annotations["nvke.io/env.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert annotations["nvke.io/env.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144M"
+    assert annotations[scheduler.ANNOTATIONS["isolation"]] == "memory-capped"
+
+
+def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(server, cluster):
+    attached = cluster()
+    server.create(objects.namespace("other"))
+    server.create(gpu_pod("elsewhere", "2Gi", 20, namespace="other"))
+    both = gpu_pod("both", "2Gi", 20)
+    both["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    server.create(both)
+
+    sync_workloads(attached.pk)
+
+    assert not Claim.objects.exists()
+    assert not pod(server, "elsewhere", "other")["spec"].get("nodeName")
+    assert reasons(server, "elsewhere", "other") == []
+    ((reason, message),) = reasons(server, "both")
+    assert reason == "FailedScheduling" and "Ask for one of" in message
+
+
+def test_a_budget_holds_back_the_eviction_of_a_pod_whose_claim_was_taken_back(server, cluster):
+    attached = cluster()
+    training = gpu_pod("train", "8Gi", 70)
+    training["metadata"]["labels"] = {"app": "train"}
+    server.create(training)
+    server.create(objects.pdb("train", selector={"app": "train"}, namespace="ml", min_available=1))
+    sync_workloads(attached.pk)
+
+    evict_claims(attached.pk, fail_gpu(Gpu.objects.get(node__name="a10-0")))
+    sync_workloads(attached.pk)
+
+    assert pod(server, "train")["spec"]["nodeName"] == "a10-0"  # still there: the budget refused
+    assert [r for r, _ in reasons(server, "train")].count("EvictionBlocked") == 1
+    assert Claim.objects.get(name="train").workload["state"] == "waiting"
