@@ -72,6 +72,7 @@ class Actors:
         self._revisions = registry.by_kind("apps/v1", "ControllerRevision")
         self._secrets = registry.by_kind("v1", "Secret")
         self._service_accounts = registry.by_kind("v1", "ServiceAccount")
+        self._claims = registry.by_kind("resource.k8s.io/v1", "ResourceClaim")  # None before 1.34
 
     def reconcile(self) -> None:
         for _ in range(50):
@@ -83,6 +84,7 @@ class Actors:
             if self.gfd:
                 self._feature_discovery()
             self._disruption()
+            self._resource_claims()
             if self.token_controller:
                 self._service_account_tokens()
             for actor in self.extra:
@@ -90,6 +92,22 @@ class Actors:
             if self.store.rv == before:
                 return
         raise RuntimeError("the simulated cluster components do not settle")
+
+    # ---- the resource claim controller ---------------------------------------------------------------------
+
+    def _resource_claims(self) -> None:
+        """Drop the `reservedFor` entries of pods that are gone (kube-controller-manager's resource claim
+        controller), so a claim no pod holds may be deallocated."""
+        if self._claims is None:
+            return
+        pods = {p["metadata"]["uid"] for p in self.store.list(self._pods)}
+        for claim in self.store.list(self._claims):
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            kept = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in pods]
+            if kept != reserved:
+                status = {**claim["status"], "reservedFor": kept or None}
+                status = {k: v for k, v in status.items() if v is not None}
+                self.store.update(self._claims, {**claim, "status": status}, api=False)
 
     # ---- kubelet (and the pod garbage collector) ---------------------------------------------------------
 

@@ -171,19 +171,27 @@ class PodScheduler:
         return state("allocated")
 
     def _evict(self, pod: dict) -> None:
-        meta = pod["metadata"]
-        eviction = client.V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
-        )
-        try:
-            call(self.core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], eviction)
-        except ProviderError as error:
-            if error.status == 429:  # a PodDisruptionBudget: the next pass asks again
-                self.say(pod, "Warning", "EvictionBlocked", error.message)
-            elif error.status != 404:
-                raise
+        evict(self.core, self.say, pod)
+
+
+def evict(core, say, pod: dict) -> None:
+    """Evict a pod whose GPUs were moved or taken back, through the Eviction API so its budget holds
+    (a 429 is said as EvictionBlocked; the next pass asks again). Only that pod: the UID precondition
+    spares a new pod of the same name."""
+    meta = pod["metadata"]
+    eviction = client.V1Eviction(
+        api_version="policy/v1",
+        kind="Eviction",
+        metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
+        delete_options=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta.get("uid"))),
+    )
+    try:
+        call(core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], eviction)
+    except ProviderError as error:
+        if error.status == 429:
+            say(pod, "Warning", "EvictionBlocked", error.message)
+        elif error.status not in (404, 409):  # gone, or another pod of that name now
+            raise
 
 
 def namespaces_managed(namespaces: list[dict]) -> set[str]:

@@ -21,7 +21,7 @@ from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, Wor
 
 from . import dra, records
 from .client import call, read
-from .scheduler import PodScheduler, namespaces_managed
+from .scheduler import PodScheduler, annotations, evict, namespaces_managed
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -63,7 +63,7 @@ class WorkloadSync:
             for rc in listed(listed_claims, "ResourceClaim")
         }
         dra_states, dra_found = self._resource_claims(dra_claims, existing, refused)
-        self._lift_gates(pods, dra_states)
+        self._lift_gates(pods, dra_states, {(c.namespace, c.name): c for c in dra_claims})
         states += dra_states
         self._publish_records(claims, states, existing)
         return WorkloadReport(states=tuple(states), found=tuple(found + dra_found))
@@ -157,7 +157,9 @@ class WorkloadSync:
             self._say(rc, "Warning", "ForeignAllocation", message)
             return state("conflict", message)
         if not claim.node:
-            if written and not reserved:
+            if written and reserved:  # taken back (a drain, a failed GPU): its pods leave first
+                self._evict_holders(rc, reserved)
+            elif written:
                 rc = self._deallocate(rc)
             self._say(rc, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
             return state("waiting", claim.pending_reason)
@@ -190,8 +192,9 @@ class WorkloadSync:
             return state("allocated")
         if written:
             if reserved:
+                self._evict_holders(rc, reserved)
                 names = ", ".join(r["name"] for r in reserved)
-                return state("waiting", f"Moving: pods {names} still hold the previous allocation.")
+                return state("waiting", f"Moving: pods {names} are evicted from the previous allocation.")
             rc = self._deallocate(rc)
         rc = self._write_allocation(self._protect(rc, claim), wanted)
         self.held.update({(r["pool"], r["device"]): key for r in results if "shareID" not in r})
@@ -229,6 +232,18 @@ class WorkloadSync:
 
     def _deallocate(self, rc: dict) -> dict:
         return self._write_allocation(rc, None)
+
+    def _evict_holders(self, rc: dict, reserved: list[dict]) -> None:
+        """Evict the pods that hold a claim NVKE moved or took back; their controllers make new ones."""
+        namespace = rc["metadata"]["namespace"]
+        for holder in reserved:
+            if holder.get("resource") == "pods":
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": holder["name"], "namespace": namespace, "uid": holder["uid"]},
+                }
+                evict(self.core, self._say, pod)
 
     def _write_allocation(self, rc: dict, allocation: dict | None) -> dict:
         """Set (or, None, withdraw) `status.allocation` under the claim's resourceVersion."""
@@ -318,9 +333,9 @@ class WorkloadSync:
 
     # --- pods ---------------------------------------------------------------------------------------
 
-    def _lift_gates(self, pods: list[dict], states: list[WorkloadState]) -> None:
-        """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE; say the
-        reason on pods that still wait."""
+    def _lift_gates(self, pods: list[dict], states: list[WorkloadState], claims: dict) -> None:
+        """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE, annotating
+        them with what they hold (as the scheduler path does); say the reason on pods that still wait."""
         by_claim = {(s.namespace, s.name): s for s in states}
         for pod in pods:
             gates = pod.get("spec", {}).get("schedulingGates") or []
@@ -337,8 +352,12 @@ class WorkloadSync:
                 self._say(pod, "Warning", "FailedScheduling", reasons or "Waiting for its GPU claims.")
                 continue
             meta = pod["metadata"]
+            held: dict[str, str] = {}
+            for name in claim_names(pod):
+                for key, value in annotations(claims[(namespace, name)]).items():
+                    held[key] = f"{held[key]};{value}" if key in held else value
             patch = {
-                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": held},
                 "spec": {"schedulingGates": [g for g in gates if g["name"] != dra.GATE] or None},
             }
             try:

@@ -8,8 +8,9 @@ import json
 import pytest
 from kubernetes import client
 
-from nodepools.allocator.service import create_claim, release_claim, resize_claim
-from nodepools.models import Claim, DriverRelease, GpuModel
+from nodepools.allocator.service import create_claim, evict_claims, release_claim, resize_claim
+from nodepools.models import Claim, DriverRelease, Gpu, GpuModel
+from nodepools.nodes import fail_gpu
 from nodepools.services import create_pool, reconcile
 from nodepools.workloads import sync_workloads
 from nvke.providers.kubernetes import dra, records
@@ -120,7 +121,11 @@ def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, 
     assert {r["consumedCapacity"]["memory"] for n, r in results.items() if n != "train"} == {"2Gi"}
     assert len({r["shareID"] for r in results.values()}) == 4
     for name in results:  # every pod may now be scheduled, to the node its claim selects
-        assert "schedulingGates" not in kubeapi.get("v1", "Pod", f"{name}-pod", "ml")["spec"]
+        released = kubeapi.get("v1", "Pod", f"{name}-pod", "ml")
+        assert "schedulingGates" not in released["spec"]
+        held = released["metadata"]["annotations"]
+        assert held["nvke.io/gpu-memory"] == results[name]["consumedCapacity"]["memory"]
+        assert held["nvke.io/gpu-utilization"] == ("70" if name == "train" else "20")
     assert {c.workload["state"] for c in Claim.objects.all()} == {"allocated"}
 
     before = kubeapi.list("resource.k8s.io/v1", "ResourceClaim", "ml")
@@ -365,3 +370,46 @@ def test_what_each_claim_holds_is_readable_with_kubectl(kubeapi, kube_client, a1
     sync_workloads(cluster.pk)
     assert custom.list_namespaced_custom_object("nvke.io", "v1alpha1", "ml", "gpuallocations")["items"] == []
     assert records.SNAPSHOT not in (kubeapi.get("v1", "Node", "a10-0")["metadata"].get("annotations") or {})
+
+
+def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
+    gpu_cluster, kube_client, attach, make_attached_pool, context
+):
+    for node in ("gpu-a", "gpu-b", "gpu-c"):
+        gpu_cluster.create(objects.resource_slice(node, 8))
+    gpu_cluster.create(objects.namespace("ml", {dra.MANAGED: "true"}))
+    cluster = attach(gpu_cluster)
+    make_attached_pool(cluster, 1)
+    for name in ("a", "b"):
+        create_claim(context=context, cluster=cluster, name=name, namespace="ml", kind="whole")
+    sync_workloads(cluster.pk)
+    dra_api = client.ResourceV1Api(kube_client)
+    devices = {}
+    for name in ("a", "b"):  # what kube-scheduler does once the gate is lifted: bind and reserve
+        rc = resource_claim(gpu_cluster, name)
+        (result,) = rc["status"]["allocation"]["devices"]["results"]
+        devices[name] = (result["pool"], result["device"])
+        pod = objects.pod(f"{name}-pod", namespace="ml", node=result["pool"])
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        uid = gpu_cluster.create(pod)["metadata"]["uid"]
+        reserved = {"status": {"reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": uid}]}}
+        dra_api.patch_namespaced_resource_claim_status(
+            name, "ml", reserved, _content_type="application/merge-patch+json"
+        )
+    gpu_cluster.settle()
+    node, device = devices["a"]
+    failed = Gpu.objects.get(node__name=node, index=int(device.split("-")[1]))
+    gpu_cluster.clear_requests()
+
+    evict_claims(cluster.pk, fail_gpu(failed))  # a fatal XID on a's GPU
+    sync_workloads(cluster.pk)
+
+    evictions = [r[1] for r in gpu_cluster.requests if r[0] == "POST" and r[1].endswith("/eviction")]
+    assert evictions == ["/api/v1/namespaces/ml/pods/a-pod/eviction"]
+    assert gpu_cluster.get("v1", "Pod", "b-pod", "ml") is not None
+    sync_workloads(cluster.pk)  # a's pod is gone, its reservation dropped: a is allocated where it now is
+    (moved,) = resource_claim(gpu_cluster, "a")["status"]["allocation"]["devices"]["results"]
+    assert (moved["pool"], moved["device"]) != devices["a"]
+    b_results = resource_claim(gpu_cluster, "b")["status"]["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"]) for r in b_results] == [devices["b"]]
