@@ -413,3 +413,19 @@ def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
     assert (moved["pool"], moved["device"]) != devices["a"]
     b_results = resource_claim(gpu_cluster, "b")["status"]["allocation"]["devices"]["results"]
     assert [(r["pool"], r["device"]) for r in b_results] == [devices["b"]]
+
+
+def test_the_claim_page_says_where_its_workload_stands(kubeapi, a10_pool, context, owner):
+    from django.test import Client
+
+    cluster = a10_pool(consumable=False)
+    fraction(context, cluster, "train", "8Gi", 70)
+    waiting = fraction(context, cluster, "infer", "2Gi", 20)
+    sync_workloads(cluster.pk)
+
+    browser = Client()
+    browser.force_login(owner)
+    page = browser.get(f"/claims/{waiting.pk}/").content.decode()
+    assert "On the cluster" in page and "NVKE&#x27;s API (ResourceClaim <code>ml/infer</code>)" in page
+    assert "Waiting: NVKE shares its GPU with ml/train" in page
+    assert "kubectl -n ml get gpuallocation infer -o wide" in page
