@@ -13,6 +13,7 @@ Every change is said on the object it concerns as an Event (reason Allocated, Fa
 NotPlaceable), once per change: the reason last said is kept in the object's `nvke.io/reason`
 annotation."""
 
+import dataclasses
 import datetime
 import hashlib
 import logging
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
 REASON = "nvke.io/reason"  # annotation: the last reason NVKE gave on the object (events only on a change)
 CONFLICT_RETRIES = 3
+SHARED = (
+    "Its GPU is shared with other claims through the DRA driver's consumable shares: memory is accounted, "
+    "nothing is enforced between the claims (isolation none, whatever the pool's mode)."
+)
 NO_DRA = (
     "The cluster serves no DRA (resource.k8s.io/v1, Kubernetes 1.34 and later): nothing reaches its pods."
 )
@@ -116,6 +121,8 @@ class WorkloadSync:
                 dra.device_name(share, node_devices) or f"gpu-{share.index}" for share in claim.shares
             ]
             reserved = [r["name"] for r in (rc.get("status") or {}).get("reservedFor") or []]
+            if any("shareID" in r for r in results_of(rc)):
+                claim = dataclasses.replace(claim, isolation="none")  # what consumable shares enforce
             placed.append((claim, devices, [claim.name] if claim.source == "pod" else reserved))
 
         def say(rc: dict | None, kind: str, reason: str, message: str) -> None:
@@ -188,8 +195,9 @@ class WorkloadSync:
             )
             self._say(rc, "Warning", "FailedScheduling", message)
             return state("waiting", message)
+        shared = SHARED if any("shareID" in r for r in results) else ""
         if written and dra.same_placement(written, wanted):
-            return state("allocated")
+            return state("allocated", shared)
         if written:
             if reserved:
                 self._evict_holders(rc, reserved)
@@ -199,7 +207,7 @@ class WorkloadSync:
         rc = self._write_allocation(self._protect(rc, claim), wanted)
         self.held.update({(r["pool"], r["device"]): key for r in results if "shareID" not in r})
         self._say(rc, "Normal", "Allocated", describe(claim, results))
-        return state("allocated")
+        return state("allocated", shared)
 
     def _create(self, claim: WorkloadClaim) -> dict:
         body = dra.resource_claim(claim)
@@ -420,9 +428,10 @@ def describe(claim: WorkloadClaim, results: list[dict]) -> str:
     text = f"NVKE allocated {devices} on node {claim.node}"
     if claim.kind == "fraction":
         share = claim.shares[0]
+        isolation = "none" if any("shareID" in r for r in results) else claim.isolation
         text += (
             f": {share.memory_mib} MiB of GPU memory, compute {share.guaranteed_percent}% guaranteed "
-            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {claim.isolation})"
+            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {isolation})"
         )
     return text + "."
 

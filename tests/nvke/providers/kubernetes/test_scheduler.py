@@ -195,3 +195,17 @@ def test_a_budget_holds_back_the_eviction_of_a_pod_whose_claim_was_taken_back(se
     assert pod(server, "train")["spec"]["nodeName"] == "a10-0"  # still there: the budget refused
     assert [r for r, _ in reasons(server, "train")].count("EvictionBlocked") == 1
     assert Claim.objects.get(name="train").workload["state"] == "waiting"
+
+
+def test_a_pod_over_its_tenants_quota_is_told_which_quota(server, cluster, context):
+    from nvke.tenancy.models import Quota
+
+    attached = cluster()
+    Quota.objects.update_or_create(tenant=context.tenant, defaults={"max_claim_gpu_memory_mib": 4096})
+    server.create(gpu_pod("big", "8Gi", 50))
+
+    sync_workloads(attached.pk)
+
+    assert not Claim.objects.exists() and not pod(server, "big")["spec"].get("nodeName")
+    ((reason, message),) = reasons(server, "big")
+    assert reason == "FailedScheduling" and "max_claim_gpu_memory_mib" in message

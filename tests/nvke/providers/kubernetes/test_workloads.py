@@ -127,6 +127,7 @@ def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, 
         assert held["nvke.io/gpu-memory"] == results[name]["consumedCapacity"]["memory"]
         assert held["nvke.io/gpu-utilization"] == ("70" if name == "train" else "20")
     assert {c.workload["state"] for c in Claim.objects.all()} == {"allocated"}
+    assert all("consumable shares" in c.workload["message"] for c in Claim.objects.all())
 
     before = kubeapi.list("resource.k8s.io/v1", "ResourceClaim", "ml")
     sync_workloads(cluster.pk)  # a repeated pass changes nothing
