@@ -55,12 +55,13 @@ def workload_claim(claim: Claim) -> WorkloadClaim:
         shares=tuple(
             DeviceShare(
                 index=share.gpu.index,
-                uuid=str(share.gpu.uuid),
+                uuid=f"GPU-{share.gpu.uuid}",  # as NVML and the cluster's devices name it
                 memory_mib=share.memory_mib,
                 ceiling_percent=share.compute_milli // 10,
                 guaranteed_percent=share.guaranteed_milli // 10,
                 exclusive=share.exclusive,
                 mig_profile=share.mig_profile,
+                mig_start=share.mig_start,
             )
             for share in allocation.shares.all()
         ),

@@ -161,6 +161,7 @@ class DeviceShare:
     guaranteed_percent: int
     exclusive: bool = False
     mig_profile: str = ""
+    mig_start: int | None = None  # the slice's placement start on the GPU's memory-slice axis
 
 
 @dataclass(frozen=True)

@@ -110,8 +110,9 @@ def allocation(claim: WorkloadClaim, devices: dict[str, dict], request: str, now
 
 
 def device_name(share: DeviceShare, devices: dict[str, dict]) -> str:
-    """The driver's name for the GPU (`gpu-<index>`), or for a MIG slice the published MIG device on
-    that GPU with that profile."""
+    """The driver's name for the GPU (`gpu-<index>`), or for a MIG slice the published MIG device of
+    that profile on that GPU (`parentUUID`) at that placement, whose name ends in its placement start
+    (`gpu-<minor>-mig-<profile>-<profile id>-<start>`); "" when the node publishes none."""
     if not share.mig_profile:
         return f"gpu-{share.index}"
     for name, device in sorted(devices.items()):
@@ -119,7 +120,8 @@ def device_name(share: DeviceShare, devices: dict[str, dict]) -> str:
         if (
             attributes.get("type", {}).get("string") == "mig"
             and attributes.get("profile", {}).get("string") == share.mig_profile
-            and attributes.get("parentIndex", {}).get("int") == share.index
+            and attributes.get("parentUUID", {}).get("string") == share.uuid
+            and (share.mig_start is None or name.endswith(f"-{share.mig_start}"))
         ):
             return name
     return ""

@@ -82,7 +82,7 @@ def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
 
     sync_workloads(attached.pk)
 
-    uuid = str(Gpu.objects.get(node__name="a10-0", index=0).uuid)
+    uuid = f"GPU-{Gpu.objects.get(node__name='a10-0', index=0).uuid}"
     names = ["train", "infer-0", "infer-1", "infer-2"]
     for name in names:
         bound = pod(server, name)

@@ -430,3 +430,49 @@ def test_the_claim_page_says_where_its_workload_stands(kubeapi, a10_pool, contex
     assert "On the cluster" in page and "NVKE&#x27;s API (ResourceClaim <code>ml/infer</code>)" in page
     assert "Waiting: NVKE shares its GPU with ml/train" in page
     assert "kubectl -n ml get gpuallocation infer -o wide" in page
+
+
+def test_a_mig_claim_is_allocated_the_published_mig_device_at_its_placement(gpu_cluster, attach, context):
+    piece = objects.resource_slice("gpu-a", 8)
+    for gpu in range(8):
+        for start in range(7):  # the driver's 1g.10gb devices at every placement of every GPU
+            piece["spec"]["devices"].append(
+                {
+                    "name": f"gpu-{gpu}-mig-1g10gb-19-{start}",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "profile": {"string": "1g.10gb"},
+                        "parentUUID": {"string": objects.gpu_uuid("gpu-a", gpu)},
+                    },
+                    "capacity": {"memory": {"value": "10Gi"}},
+                }
+            )
+    gpu_cluster.create(piece)
+    gpu_cluster.create(objects.namespace("ml", {dra.MANAGED: "true"}))
+    cluster = attach(gpu_cluster)
+    pool = create_pool(
+        context=context,
+        cluster=cluster,
+        name="mig",
+        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
+        gpus_per_node=8,
+        node_count=1,
+        min_nodes=0,
+        max_nodes=1,
+        driver_release=DriverRelease.objects.get(version="580.126.09"),
+        sharing_mode="mig",
+        node_selector={"kubernetes.io/hostname": "gpu-a"},
+    )
+    reconcile(pool.pk)
+    claim = create_claim(
+        context=context, cluster=cluster, name="slice", namespace="ml", kind="mig", mig_profile="1g.10gb"
+    )
+    share = claim.allocation.shares.get()
+
+    sync_workloads(cluster.pk)
+
+    rc = resource_claim(gpu_cluster, "slice")
+    assert rc["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "mig.nvidia.com"
+    (result,) = rc["status"]["allocation"]["devices"]["results"]
+    assert result["device"] == f"gpu-{share.gpu.index}-mig-1g10gb-19-{share.mig_start}"
+    assert result["pool"] == "gpu-a"
