@@ -1,13 +1,14 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views, views_account, views_rollouts, views_telemetry, views_upgrades, views_usage
+from . import views, views_account, views_guide, views_rollouts, views_telemetry, views_upgrades, views_usage
 from .sign_in import SignInView
 
 urlpatterns = [
     path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),  # POST only (Django 5)
     path("", views.dashboard, name="dashboard"),
+    path("getting-started/", views_guide.getting_started, name="getting-started"),
     path("clusters/", views.cluster_list, name="cluster-list"),
     path("clusters/new/", views.cluster_create, name="cluster-create"),
     path("clusters/attach/", views.cluster_attach, name="cluster-attach"),

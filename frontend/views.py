@@ -25,6 +25,7 @@ from clusters.models import Cluster
 from nodepools import allocator, preflight, usage
 from nodepools import services as pool_services
 from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
+from nodepools.pod_templates import pod_template, serves_dra
 from nodepools.savings import savings
 from nodepools.sharing import isolation_detail
 from nodepools.sizing import sizing_hints
@@ -565,6 +566,8 @@ def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
             "isolation": isolation_detail(allocation.isolation, pool.sharing_mode) if allocation else "",
             "shares": shares,
             "sizing": sizing_hints(claim, allocation),
+            "pod_template": pod_template(claim),
+            "serves_dra": serves_dra(claim),
             "live": live(
                 f"cluster={claim.cluster_id}",
                 refresh_on=f"claim:{claim.pk}",

@@ -185,6 +185,7 @@ PAGES: dict[str, Page] = {
     "upgrades/<pk>/<action>/": Page("upgrade_run", post=True, params=(("action", "abort"),)),
     "upgrades/<pk>/nodes/<node>/uncordon/": Page("upgrade_run", post=True, params=(("node", "n"),)),
     "telemetry/": Page(),
+    "getting-started/": Page(),
     "telemetry/clusters/<pk>/": Page("cluster"),
     "telemetry/pools/<pk>/": Page("pool"),
     "telemetry/gpus/<pk>/": Page("gpu"),
