@@ -9,9 +9,8 @@ import json
 import pytest
 
 from nodepools.allocator.service import evict_claims
-from nodepools.models import Claim, DriverRelease, Gpu, GpuModel
+from nodepools.models import Claim, Gpu
 from nodepools.nodes import fail_gpu
-from nodepools.services import create_pool, reconcile
 from nodepools.workloads import sync_workloads
 from nvke.providers.kubernetes import dra, records, scheduler
 from tests.kubeapi import objects
@@ -32,22 +31,10 @@ def server():
 
 
 @pytest.fixture
-def cluster(server, attach, context):
+def cluster(server, attach, sharing_pool):
     def make(mode: str = "time-slicing"):
         attached = attach(server)
-        pool = create_pool(
-            context=context,
-            cluster=attached,
-            name="infer",
-            gpu_model=GpuModel.objects.get(name="a10"),
-            gpus_per_node=1,
-            node_count=1,
-            min_nodes=0,
-            max_nodes=1,
-            driver_release=DriverRelease.objects.get(version="580.126.09"),
-            sharing_mode=mode,
-        )
-        reconcile(pool.pk)
+        sharing_pool(attached, mode)
         return attached
 
     return make

@@ -9,9 +9,8 @@ import pytest
 from kubernetes import client
 
 from nodepools.allocator.service import create_claim, evict_claims, release_claim, resize_claim
-from nodepools.models import Claim, DriverRelease, Gpu, GpuModel
+from nodepools.models import Claim, Gpu
 from nodepools.nodes import fail_gpu
-from nodepools.services import create_pool, reconcile
 from nodepools.workloads import sync_workloads
 from nvke.providers.kubernetes import dra, records
 from nvke.quantity import parse_mib
@@ -33,25 +32,13 @@ def a10_cluster(kubeapi, *, consumable: bool = True, nodes: int = 1):
 
 
 @pytest.fixture
-def a10_pool(kubeapi, attach, context):
+def a10_pool(kubeapi, attach, sharing_pool):
     """make(consumable, nodes) -> an attached cluster with a time-slicing A10 pool of `nodes` nodes."""
 
     def make(consumable: bool = True, nodes: int = 1):
         a10_cluster(kubeapi, consumable=consumable, nodes=nodes)
         cluster = attach(kubeapi)
-        pool = create_pool(
-            context=context,
-            cluster=cluster,
-            name="infer",
-            gpu_model=GpuModel.objects.get(name="a10"),
-            gpus_per_node=1,
-            node_count=nodes,
-            min_nodes=0,
-            max_nodes=nodes,
-            driver_release=DriverRelease.objects.get(version="580.126.09"),
-            sharing_mode="time-slicing",
-        )
-        reconcile(pool.pk)
+        sharing_pool(cluster, "time-slicing", nodes=nodes)
         return cluster
 
     return make
@@ -156,22 +143,10 @@ def test_without_consumable_shares_one_claim_holds_the_gpu_and_the_others_say_wh
     assert len(events(kubeapi, "infer-pod")) == 1
 
 
-def test_an_mps_claim_alone_on_its_gpu_carries_the_drivers_gpu_config(kubeapi, attach, context):
+def test_an_mps_claim_alone_on_its_gpu_carries_the_drivers_gpu_config(kubeapi, attach, sharing_pool, context):
     a10_cluster(kubeapi, consumable=False)
     cluster = attach(kubeapi)
-    pool = create_pool(
-        context=context,
-        cluster=cluster,
-        name="mps",
-        gpu_model=GpuModel.objects.get(name="a10"),
-        gpus_per_node=1,
-        node_count=1,
-        min_nodes=0,
-        max_nodes=1,
-        driver_release=DriverRelease.objects.get(version="580.126.09"),
-        sharing_mode="mps",
-    )
-    reconcile(pool.pk)
+    sharing_pool(cluster, "mps", name="mps")
     fraction(context, cluster, "serve", "6Gi", 40)
 
     sync_workloads(cluster.pk)
@@ -432,7 +407,9 @@ def test_the_claim_page_says_where_its_workload_stands(kubeapi, a10_pool, contex
     assert "kubectl -n ml get gpuallocation infer -o wide" in page
 
 
-def test_a_mig_claim_is_allocated_the_published_mig_device_at_its_placement(gpu_cluster, attach, context):
+def test_a_mig_claim_is_allocated_the_published_mig_device_at_its_placement(
+    gpu_cluster, attach, sharing_pool, context
+):
     piece = objects.resource_slice("gpu-a", 8)
     for gpu in range(8):
         for start in range(7):  # the driver's 1g.10gb devices at every placement of every GPU
@@ -450,20 +427,9 @@ def test_a_mig_claim_is_allocated_the_published_mig_device_at_its_placement(gpu_
     gpu_cluster.create(piece)
     gpu_cluster.create(objects.namespace("ml", {dra.MANAGED: "true"}))
     cluster = attach(gpu_cluster)
-    pool = create_pool(
-        context=context,
-        cluster=cluster,
-        name="mig",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=1,
-        min_nodes=0,
-        max_nodes=1,
-        driver_release=DriverRelease.objects.get(version="580.126.09"),
-        sharing_mode="mig",
-        node_selector={"kubernetes.io/hostname": "gpu-a"},
+    sharing_pool(
+        cluster, "mig", "h100-sxm5-80gb", 8, name="mig", node_selector={"kubernetes.io/hostname": "gpu-a"}
     )
-    reconcile(pool.pk)
     claim = create_claim(
         context=context, cluster=cluster, name="slice", namespace="ml", kind="mig", mig_profile="1g.10gb"
     )
