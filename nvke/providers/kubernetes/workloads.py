@@ -33,7 +33,8 @@ SHARED = (
     "nothing is enforced between the claims (isolation none, whatever the pool's mode)."
 )
 NO_DRA = (
-    "The cluster serves no DRA (resource.k8s.io/v1, Kubernetes 1.34 and later): nothing reaches its pods."
+    "The cluster serves no DRA (resource.k8s.io/v1, Kubernetes 1.34 and later), so no pod can use a claim "
+    "made through NVKE: pods ask for GPUs themselves with schedulerName: nvke."
 )
 
 

@@ -196,3 +196,15 @@ def test_a_pod_over_its_tenants_quota_is_told_which_quota(server, cluster, conte
     assert not Claim.objects.exists() and not pod(server, "big")["spec"].get("nodeName")
     ((reason, message),) = reasons(server, "big")
     assert reason == "FailedScheduling" and "max_claim_gpu_memory_mib" in message
+
+
+def test_a_claim_made_through_the_api_says_why_no_pod_can_use_it_without_dra(server, cluster, context):
+    from nodepools.allocator.service import create_claim
+
+    attached = cluster()
+    create_claim(context=context, cluster=attached, name="api", namespace="ml", kind="whole")
+
+    sync_workloads(attached.pk)
+
+    state = Claim.objects.get(name="api").workload
+    assert state["state"] == "waiting" and "schedulerName: nvke" in state["message"]
