@@ -31,6 +31,12 @@ def test_embedded_default_serves_api_and_pages(tmp_path):
         browser = requests.Session()
         login_page = browser.get(f"{base}/login/", timeout=10)
         assert login_page.status_code == 200
+        # The sign-in page says which demo account is which: a tenant's owner, the platform's operator.
+        assert "<code>demo</code> / <code>nvke-demo</code>: owner of the Demo tenant" in login_page.text
+        assert (
+            "<code>operator</code> / <code>nvke-operator</code>: the platform&#x27;s operator"
+            in login_page.text
+        )
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text).group(1)
         signed_in = browser.post(
             f"{base}/login/",
@@ -39,6 +45,7 @@ def test_embedded_default_serves_api_and_pages(tmp_path):
             timeout=10,
         )
         assert signed_in.status_code == 200 and signed_in.url == f"{base}/"
+        assert browser.get(f"{base}/admin/", timeout=10).url.startswith(f"{base}/admin/login/")  # not staff
 
         root = browser.get(f"{base}/api/v1/", timeout=10)
         assert root.status_code == 200 and "clusters" in root.json()

@@ -11,30 +11,28 @@ from nodepools.catalog import seed_catalog
 from nodepools.models import DriverRelease, GpuModel
 from nodepools.services import create_pool
 from nvke.tenancy.context import TenantContext
+from nvke.tenancy.demo import DEMO_PASSWORD, DEMO_USER, OPERATOR_PASSWORD, OPERATOR_USER
 from nvke.tenancy.models import Membership, Tenant
-
-DEMO_USER, DEMO_PASSWORD = "demo", "nvke-demo"
 
 
 class Command(BaseCommand):
-    help = "Seed the catalog and a demo tenant (user demo / nvke-demo) with a cluster and two GPU pools."
+    help = (
+        "Seed the catalog, a demo tenant (its owner demo / nvke-demo) with a cluster and two GPU pools, "
+        "and an operator (operator / nvke-operator)."
+    )
 
     def handle(self, *args, **options):
-        # A superuser with a published password belongs in a first run on SQLite, nowhere else.
+        # Accounts with published passwords belong in a first run on SQLite, nowhere else.
         if not settings.EMBEDDED:
             raise CommandError(
-                f"seed_demo creates the superuser {DEMO_USER} / {DEMO_PASSWORD}: only for the embedded"
-                " default (no DATABASE_URL, no REDIS_URL). Create users with createsuperuser instead."
+                f"seed_demo creates the users {DEMO_USER} / {DEMO_PASSWORD} and the superuser "
+                f"{OPERATOR_USER} / {OPERATOR_PASSWORD}: only for the embedded default (no DATABASE_URL, "
+                "no REDIS_URL). Create users with createsuperuser instead."
             )
         seed_catalog()
         with transaction.atomic():
-            user, created = get_user_model().objects.get_or_create(
-                username=DEMO_USER,
-                defaults={"is_staff": True, "is_superuser": True, "email": "demo@nvke.local"},
-            )
-            if created:
-                user.set_password(DEMO_PASSWORD)
-                user.save()
+            user = _account(DEMO_USER, DEMO_PASSWORD, staff=False)
+            _account(OPERATOR_USER, OPERATOR_PASSWORD, staff=True)
             tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
             Membership.objects.get_or_create(tenant=tenant, user=user, defaults={"role": "owner"})
         if Cluster.objects.filter(tenant=tenant).exists():
@@ -74,4 +72,15 @@ class Command(BaseCommand):
             sharing_mode="mig",
             mig_layout=["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
         )
-        self.stdout.write(self.style.SUCCESS(f"Demo tenant created: user {DEMO_USER} / {DEMO_PASSWORD}"))
+        self.stdout.write(self.style.SUCCESS(f"Demo tenant created: owner {DEMO_USER} / {DEMO_PASSWORD}"))
+
+
+def _account(username: str, password: str, *, staff: bool):
+    user, created = get_user_model().objects.get_or_create(
+        username=username,
+        defaults={"is_staff": staff, "is_superuser": staff, "email": f"{username}@nvke.local"},
+    )
+    if created:
+        user.set_password(password)
+        user.save()
+    return user
