@@ -2,7 +2,9 @@
 
 What counts:
 - GPUs of a model: each node pool's ceiling, gpus_per_node × max_nodes (pools being deleted excluded),
-  so autoscaling can never take a tenant past its quota;
+  so autoscaling can never take a tenant past its quota. The limit is the tenant's own GPU quota for
+  the model, else the platform's default for the model (a GPU quota row without a tenant), else
+  NVKE_DEFAULT_GPU_QUOTA: no tenant is unlimited unless an operator makes it so;
 - claims, pending or placed, by what they ask for: a fraction its gpu_memory and compute_percent; a MIG
   slice its profile's memory and compute slices (of 7); whole GPUs 100 % compute each and the memory
   of the largest GPU model they may land on.
@@ -11,7 +13,8 @@ What counts:
 import math
 from dataclasses import dataclass
 
-from django.db.models import F, Sum
+from django.conf import settings
+from django.db.models import F, Q, Sum
 
 from clusters.quotas import clusters_used
 from nvke.tenancy.models import GpuQuota, Quota, Tenant
@@ -22,24 +25,51 @@ from .models import Claim, GpuModel, MigProfile, NodePool
 MIG_COMPUTE_SLICES = 7  # a full GPU's compute slices under MIG
 
 
+@dataclass(frozen=True)
+class GpuLimit:
+    max_gpus: int
+    default: bool  # the platform's, not the tenant's own
+
+
+def gpu_limits(tenant_id: int | None) -> dict[int, GpuLimit | None]:
+    """GPU model pk -> the limit on the tenant's pools' GPUs of it (None: unlimited), for every model.
+    `tenant_id` None: what a tenant without quotas of its own gets."""
+    fallback = settings.NVKE_DEFAULT_GPU_QUOTA
+    limits: dict[int, GpuLimit | None] = {
+        pk: None if fallback is None else GpuLimit(fallback, True)
+        for pk in GpuModel.objects.values_list("pk", flat=True)
+    }
+    rows = GpuQuota.objects.filter(Q(tenant__isnull=True) | Q(tenant_id=tenant_id))
+    for owner, model_id, max_gpus in rows.order_by(F("tenant_id").asc(nulls_first=True)).values_list(
+        "tenant_id", "gpu_model_id", "max_gpus"
+    ):  # the platform's rows first, so the tenant's own win
+        limits[model_id] = GpuLimit(max_gpus, owner is None)
+    return limits
+
+
+def pool_gpus_used(tenant_id: int, exclude_pk: int | None = None) -> dict[int, int]:
+    """GPU model pk -> the tenant's pools' ceilings (gpus_per_node × max_nodes), deleting pools aside."""
+    pools = NodePool.objects.filter(tenant_id=tenant_id).exclude(status=NodePool.Status.DELETING)
+    if exclude_pk:
+        pools = pools.exclude(pk=exclude_pk)
+    rows = pools.values("gpu_model_id").annotate(gpus=Sum(F("gpus_per_node") * F("max_nodes")))
+    return {row["gpu_model_id"]: row["gpus"] for row in rows}
+
+
 def check_pool(pool) -> None:
     """Call before saving a new node pool or a change of its size (pool.pk set on updates)."""
     require_transaction()
-    limit = GpuQuota.objects.filter(tenant_id=pool.tenant_id, gpu_model_id=pool.gpu_model_id).first()
+    limit = gpu_limits(pool.tenant_id)[pool.gpu_model_id]
     if limit is None:
         return
     lock_tenant(pool.tenant)
-    others = NodePool.objects.filter(tenant_id=pool.tenant_id, gpu_model_id=pool.gpu_model_id).exclude(
-        status=NodePool.Status.DELETING
-    )
-    if pool.pk:
-        others = others.exclude(pk=pool.pk)
-    used = others.aggregate(gpus=Sum(F("gpus_per_node") * F("max_nodes")))["gpus"] or 0
+    used = pool_gpus_used(pool.tenant_id, exclude_pk=pool.pk).get(pool.gpu_model_id, 0)
     asked = pool.gpus_per_node * pool.max_nodes
     if used + asked > limit.max_gpus:
+        source = " (the platform default)" if limit.default else ""
         refuse(
             f"gpus[{pool.gpu_model.name}]",
-            f"{pool.gpu_model.name} GPUs in node pools",
+            f"{pool.gpu_model.name} GPUs in node pools{source}",
             used,
             asked,
             limit.max_gpus,
@@ -150,15 +180,17 @@ def check_claim(tenant: Tenant, claim) -> None:
 def usage(tenant: Tenant) -> dict:
     """Every quota of the tenant with its current use; a limit of None is unlimited."""
     quota = Quota.objects.filter(tenant=tenant).first()
-    pools = (
-        NodePool.objects.filter(tenant=tenant)
-        .exclude(status=NodePool.Status.DELETING)
-        .values("gpu_model__name")
-        .annotate(gpus=Sum(F("gpus_per_node") * F("max_nodes")))
-    )
-    gpus = {row["gpu_model__name"]: {"used": row["gpus"], "limit": None} for row in pools}
-    for limit in GpuQuota.objects.filter(tenant=tenant).select_related("gpu_model"):
-        gpus.setdefault(limit.gpu_model.name, {"used": 0})["limit"] = limit.max_gpus
+    names = dict(GpuModel.objects.values_list("pk", "name"))
+    used = pool_gpus_used(tenant.pk)
+    gpus = {
+        names[pk]: {
+            "used": used.get(pk, 0),
+            "limit": limit.max_gpus if limit else None,
+            "default": limit.default if limit else False,
+        }
+        for pk, limit in gpu_limits(tenant.pk).items()
+        if limit or used.get(pk)
+    }
     claims = claims_use(tenant)
     return {
         "clusters": {

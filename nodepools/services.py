@@ -3,6 +3,7 @@ towards the desired node count and mirrors what it reports into Node and Gpu row
 
 import re
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from clusters.models import Cluster
@@ -41,6 +42,15 @@ MUTABLE_FIELDS = (
 def validate_pool(pool: NodePool) -> None:
     """Name, bounds and compatibility; raises a DomainError naming the field."""
     check_dns_label(pool.name)
+    for field in ("node_count", "max_nodes"):  # whatever the quotas say, one request stays bounded
+        if (value := getattr(pool, field)) > settings.NVKE_MAX_POOL_NODES:
+            raise DomainError(
+                f"{field} {value} is above the platform's limit of {settings.NVKE_MAX_POOL_NODES} nodes "
+                "per pool.",
+                field=field,
+                code="too_many_nodes",
+                limit=settings.NVKE_MAX_POOL_NODES,
+            )
     if not pool.min_nodes <= pool.node_count <= pool.max_nodes:
         raise DomainError(
             f"node_count {pool.node_count} must lie within min_nodes {pool.min_nodes} and max_nodes "

@@ -327,6 +327,12 @@ NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_AD
 NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
 # Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days.
 NVKE_INVITATION_TTL_DAYS = int(os.environ.get("NVKE_INVITATION_TTL_DAYS", "7"))
+# Default quotas (nodepools/quotas.py): GPUs of each model a tenant's pools may reach when neither the
+# tenant nor the platform (a GPU quota row without a tenant, in the admin) has a limit for that model;
+# empty: unlimited. And the most nodes one pool may ask for, whatever the quotas (a 400 beyond it).
+_default_gpu_quota = os.environ.get("NVKE_DEFAULT_GPU_QUOTA", "64").strip()
+NVKE_DEFAULT_GPU_QUOTA = int(_default_gpu_quota) if _default_gpu_quota else None
+NVKE_MAX_POOL_NODES = int(os.environ.get("NVKE_MAX_POOL_NODES", "100"))
 # Client addresses (nvke/addresses.py: audit log, sign-in lockouts, per-address rate limits): how many
 # proxies in front append to X-Forwarded-For (one TLS proxy by default with NVKE_SECURE=1), or, taking
 # precedence, their addresses or networks. "true"/"false" read as 1/0 hops, as the setting once was.

@@ -107,6 +107,13 @@ class QuotaAdmin(admin.ModelAdmin):
 
 @admin.register(GpuQuota)
 class GpuQuotaAdmin(admin.ModelAdmin):
-    list_display = ["tenant", "gpu_model", "max_gpus"]
+    """GPUs of a model a tenant's pools may reach. A row without a tenant is the platform default for
+    the model (NVKE_DEFAULT_GPU_QUOTA covers models with none)."""
+
+    list_display = ["owner", "gpu_model", "max_gpus"]
     list_filter = ["gpu_model"]
     autocomplete_fields = ["tenant"]
+
+    @admin.display(description="tenant", ordering="tenant")
+    def owner(self, quota: GpuQuota) -> str:
+        return str(quota.tenant or "platform default")

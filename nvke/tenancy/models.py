@@ -141,15 +141,29 @@ class Quota(models.Model):
 
 
 class GpuQuota(models.Model):
-    """How many GPUs of one model a tenant's node pools may reach (gpus_per_node × max_nodes)."""
+    """How many GPUs of one model a tenant's node pools may reach (gpus_per_node × max_nodes). A row
+    without a tenant is the platform's default for that model: it applies to every tenant without a row
+    of its own (and NVKE_DEFAULT_GPU_QUOTA to models with neither; nodepools/quotas.py)."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="gpu_quotas")
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.CASCADE,
+        related_name="gpu_quotas",
+        null=True,
+        blank=True,
+        help_text="Empty: the platform default, for every tenant without a quota of its own for this model",
+    )
     gpu_model = models.ForeignKey("nodepools.GpuModel", on_delete=models.CASCADE, related_name="+")
     max_gpus = models.PositiveIntegerField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "gpu_model"], name="uniq_gpu_quota")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "gpu_model"], name="uniq_gpu_quota"),
+            models.UniqueConstraint(
+                fields=["gpu_model"], condition=models.Q(tenant__isnull=True), name="uniq_default_gpu_quota"
+            ),
+        ]
         ordering = ["tenant", "gpu_model"]
 
     def __str__(self) -> str:
-        return f"{self.tenant}: {self.max_gpus} × {self.gpu_model_id}"
+        return f"{self.tenant or 'platform default'}: {self.max_gpus} × {self.gpu_model_id}"

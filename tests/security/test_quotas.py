@@ -203,12 +203,16 @@ def test_concurrent_claims_never_pass_the_compute_quota(owner, catalog):
 
 @pytest.mark.django_db
 def test_the_quota_endpoint_shows_limits_and_use(
-    api, tenant, make_cluster, make_pool, make_member, client_for
+    api, tenant, make_cluster, make_pool, make_member, client_for, settings
 ):
+    settings.NVKE_DEFAULT_GPU_QUOTA = None  # only the rows below limit GPUs
     cluster = make_cluster(tenant)
     make_pool(cluster, gpus_per_node=4, nodes=2)  # max_nodes 8: 32 L4s at most
     Quota.objects.create(tenant=tenant, max_clusters=5, max_claim_compute_percent=400)
-    GpuQuota.objects.create(tenant=tenant, gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"), max_gpus=16)
+    h100, l4 = GpuModel.objects.get(name="h100-sxm5-80gb"), GpuModel.objects.get(name="l4")
+    GpuQuota.objects.create(tenant=tenant, gpu_model=h100, max_gpus=16)
+    GpuQuota.objects.create(tenant=None, gpu_model=h100, max_gpus=8)  # the tenant's own wins
+    GpuQuota.objects.create(tenant=None, gpu_model=l4, max_gpus=48)
     Claim.objects.create(tenant=tenant, cluster=cluster, name="f", kind="fraction", compute_percent=25)
     viewer = client_for(make_member("acme", "viewer"))
     response = viewer.get("/api/v1/quota/")
@@ -216,12 +220,44 @@ def test_the_quota_endpoint_shows_limits_and_use(
     assert response.data == {
         "clusters": {"used": 1, "limit": 5},
         "gpus": [
-            {"gpu_model": "h100-sxm5-80gb", "used": 0, "limit": 16},
-            {"gpu_model": "l4", "used": 32, "limit": None},
+            {"gpu_model": "h100-sxm5-80gb", "used": 0, "limit": 16, "default": False},
+            {"gpu_model": "l4", "used": 32, "limit": 48, "default": True},
         ],
         "claim_gpu_memory_mib": {"used": 0, "limit": None},
         "claim_compute_percent": {"used": 25, "limit": 400},
     }
+
+
+@pytest.mark.django_db
+def test_no_tenant_is_unlimited_by_default(api, tenant, make_cluster, settings):
+    """The probe's pool of 10,000 L4 nodes: past the per-pool node cap it is a 400 naming the field; at
+    the cap, the platform's default GPU quota refuses it. Nothing is written either way."""
+    settings.NVKE_DEFAULT_GPU_QUOTA, settings.NVKE_MAX_POOL_NODES = 64, 100
+    cluster = make_cluster(tenant)
+    huge = {**POOL, "cluster": cluster.pk, "gpus_per_node": 1, "node_count": 10000, "max_nodes": 10000}
+    response = api.post("/api/v1/node-pools/", huge)
+    assert response.status_code == 400
+    assert response.data["code"] == "too_many_nodes" and response.data["details"]["field"] == "node_count"
+    assert "node_count 10000 is above the platform's limit of 100 nodes per pool" in response.data["message"]
+    response = api.post("/api/v1/node-pools/", {**huge, "node_count": 1, "max_nodes": 101})
+    assert response.status_code == 400 and response.data["details"]["field"] == "max_nodes"
+    response = api.post("/api/v1/node-pools/", {**huge, "node_count": 100, "max_nodes": 100})
+    assert response.status_code == 409
+    assert response.data["details"] == {"quota": "gpus[l4]", "used": 0, "requested": 100, "limit": 64}
+    assert "(the platform default)" in response.data["message"]
+    assert not NodePool.objects.exists()
+    # An operator's default for the model beats the setting; the tenant's own quota beats both.
+    l4 = GpuModel.objects.get(name="l4")
+    GpuQuota.objects.create(tenant=None, gpu_model=l4, max_gpus=100)
+    assert api.post("/api/v1/node-pools/", {**huge, "node_count": 100, "max_nodes": 100}).status_code == 201
+    GpuQuota.objects.create(tenant=tenant, gpu_model=l4, max_gpus=101)
+    more = {**huge, "name": "more", "node_count": 1, "max_nodes": 1}
+    assert api.post("/api/v1/node-pools/", more).status_code == 201
+    pool = NodePool.objects.get(name="gpu")
+    response = api.patch(f"/api/v1/node-pools/{pool.pk}/", {"max_nodes": 101})
+    assert response.status_code == 400 and response.data["details"]["field"] == "max_nodes"
+    pool.refresh_from_db()
+    assert pool.max_nodes == 100
 
 
 @pytest.mark.django_db

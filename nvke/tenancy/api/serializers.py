@@ -99,6 +99,7 @@ class QuotaUseSerializer(serializers.Serializer):
 
 class GpuQuotaUseSerializer(QuotaUseSerializer):
     gpu_model = serializers.CharField()
+    default = serializers.BooleanField(help_text="The limit is the platform's default, not the tenant's own")
 
 
 class QuotaSerializer(serializers.Serializer):
