@@ -1,28 +1,10 @@
 """Reads that more than one entry point needs."""
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Sum
 from django.db.models.functions import Coalesce
 
 from .compatibility import Refusal, cuda_refusal, driver_refusals
-from .models import DriverRelease, Gpu, GpuModel, GpuShare, Node, RegionInventory
-
-
-def region_inventory(region_id: int) -> QuerySet[RegionInventory]:
-    """Each GPU model's total and free GPUs in the region (free = not in any pool's nodes)."""
-    used = (
-        Gpu.objects.filter(
-            node__pool__cluster__region_id=region_id, node__pool__gpu_model=OuterRef("gpu_model")
-        )
-        .values("node__pool__gpu_model")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return (
-        RegionInventory.objects.filter(region_id=region_id)
-        .select_related("gpu_model")
-        .annotate(used=Coalesce(Subquery(used, output_field=IntegerField()), 0))
-        .order_by("gpu_model__name")
-    )
+from .models import DriverRelease, GpuModel, GpuShare, Node
 
 
 def driver_compatibility(

@@ -14,7 +14,7 @@ from nvke.models import check_dns_label
 from nvke.providers.base import PoolSpec, ProviderError
 from nvke.tenancy.context import TenantContext
 
-from . import quotas, sharing
+from . import capacity, quotas, sharing
 from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
 from .events import publish_pool
 from .models import NodePool, SharingMode
@@ -191,8 +191,9 @@ def reconcile(pool_id: int) -> None:
         return
     if pool.cluster.status != Cluster.Status.RUNNING:
         return  # the cluster's provisioning re-queues its pools when it is up
+    cap = capacity.pool_cap(pool)
     try:
-        result = infrastructure.scale_pool(pool_spec(pool), pool.node_count)
+        result = infrastructure.scale_pool(pool_spec(pool), cap.nodes)
         failure = None
     except ProviderError as error:
         failure, result = error, None
@@ -208,6 +209,9 @@ def reconcile(pool_id: int) -> None:
         elif not result.complete:
             pool.status, pool.status_reason, pool.status_message = "pending", result.reason, result.message
             pool.set_condition("Ready", False, result.reason, result.message)
+        elif cap.message:
+            pool.status, pool.status_reason, pool.status_message = "pending", "FairShare", cap.message
+            pool.set_condition("Ready", False, "FairShare", cap.message)
         else:
             pool.status, pool.status_reason, pool.status_message = "ready", "", ""
             pool.set_condition("Ready", True, "NodesReady", f"{result.nodes} of {result.wanted} nodes ready.")

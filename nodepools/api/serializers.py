@@ -3,6 +3,7 @@ from rest_framework import serializers
 
 from clusters.models import Cluster, Region
 from nodepools import preflight
+from nodepools.capacity import offers
 from nodepools.models import (
     Architecture,
     DriverRelease,
@@ -12,10 +13,8 @@ from nodepools.models import (
     MigProfile,
     Node,
     NodePool,
-    RegionInventory,
     SharingMode,
 )
-from nodepools.selectors import region_inventory
 from nvke.tenancy.context import resolve_tenant
 
 IMMUTABLE_POOL_FIELDS = ("cluster", "name", "gpu_model", "gpus_per_node")
@@ -95,16 +94,16 @@ class ArchitectureSerializer(serializers.ModelSerializer):
         fields = ["name", "compute_capabilities"]
 
 
-class RegionInventorySerializer(serializers.ModelSerializer):
-    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    free_gpus = serializers.SerializerMethodField()
-
-    class Meta:
-        model = RegionInventory
-        fields = ["gpu_model", "total_gpus", "free_gpus"]
-
-    def get_free_gpus(self, row) -> int:
-        return max(row.total_gpus - row.used, 0)
+class RegionOfferSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    available_gpus = serializers.IntegerField(
+        help_text="GPUs of this model the tenant may add in the region now: the least of what its quota "
+        "leaves, its fair share beyond what its pools ask for already, and what no pool holds"
+    )
+    limited_by = serializers.ChoiceField(choices=["quota", "fair_share", "capacity"])
+    quota_left_gpus = serializers.IntegerField(
+        allow_null=True, help_text="What the tenant's GPU quota leaves of this model (null: unlimited)"
+    )
 
 
 class RegionSerializer(serializers.ModelSerializer):
@@ -114,9 +113,10 @@ class RegionSerializer(serializers.ModelSerializer):
         model = Region
         fields = ["name", "display_name", "inventory"]
 
-    @extend_schema_field(RegionInventorySerializer(many=True))
+    @extend_schema_field(RegionOfferSerializer(many=True))
     def get_inventory(self, region: Region) -> list[dict]:
-        return RegionInventorySerializer(region_inventory(region.pk), many=True).data
+        context = resolve_tenant(self.context["request"])
+        return RegionOfferSerializer(offers(region.pk, context and context.tenant.pk), many=True).data
 
 
 class NodePoolSerializer(serializers.ModelSerializer):

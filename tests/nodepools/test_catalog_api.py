@@ -51,7 +51,13 @@ def test_kubernetes_versions_and_regions(api, catalog):
     assert any(v["is_default"] for v in versions)
     regions = {r["name"]: r for r in api.get("/api/v1/regions/").data}
     us = {row["gpu_model"]: row for row in regions["us-east-1"]["inventory"]}
-    assert us["h100-sxm5-80gb"] == {"gpu_model": "h100-sxm5-80gb", "total_gpus": 256, "free_gpus": 256}
+    # What this tenant may get, not the region's total: the platform's default quota binds first.
+    assert us["h100-sxm5-80gb"] == {
+        "gpu_model": "h100-sxm5-80gb",
+        "available_gpus": 64,
+        "limited_by": "quota",
+        "quota_left_gpus": 64,
+    }
 
 
 def test_seed_is_idempotent(catalog):

@@ -95,7 +95,13 @@ def test_capacity_shortfall_leaves_pool_pending_with_reason(api, body, django_ca
     assert pool["nodes_ready"] == 2
     region = api.get("/api/v1/regions/eu-west-1/").data
     h200 = next(row for row in region["inventory"] if row["gpu_model"] == "h200-sxm-141gb")
-    assert h200 == {"gpu_model": "h200-sxm-141gb", "total_gpus": 16, "free_gpus": 0}
+    # What this tenant may add: nothing (its pool holds every H200 there), its quota leaving 64 - 32.
+    assert h200 == {
+        "gpu_model": "h200-sxm-141gb",
+        "available_gpus": 0,
+        "limited_by": "capacity",
+        "quota_left_gpus": 32,
+    }
     assert Region.objects.filter(name="eu-west-1").exists()
 
 
