@@ -135,11 +135,24 @@ class PoolCreateForm(forms.Form):
         help_text="For claims that name none, at most their ceiling. Empty: the mode's default (10% for "
         "time-slicing and MPS, the claim's ceiling for fractional).",
     )
+    wait_for_capacity = forms.BooleanField(
+        required=False,
+        label="Create it even if some nodes must wait for GPUs",
+        help_text="Nodes the region cannot give you now wait pending, and come as GPUs free up.",
+    )
 
-    def __init__(self, *args, attached: bool = False, **kwargs):
+    def __init__(self, *args, attached: bool = False, capacity: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         if not attached:  # NVKE makes the nodes of a cluster it provisioned: there is nothing to select
             del self.fields["node_selector"]
+        if capacity is None:  # an attached cluster's own nodes: no region inventory to wait for
+            del self.fields["wait_for_capacity"]
+        else:
+            self.fields["gpu_model"].label_from_instance = lambda model: (
+                f"{model.display_name} ({capacity[model.name]['available_gpus']} GPUs available to you)"
+                if model.name in capacity
+                else f"{model.display_name} (none in this region)"
+            )
         # Branches past end of life are refused by the service anyway; do not offer them.
         today = timezone.localdate()
         drivers = self.fields["driver_release"]
@@ -154,7 +167,11 @@ class PoolCreateForm(forms.Form):
     def pool_fields(self) -> dict:
         """The cleaned data as `create_pool` takes it; an empty sharing-policy field: the mode's default."""
         policy = ("compute_oversubscription_percent", "default_guaranteed_percent")
-        return {k: v for k, v in self.cleaned_data.items() if k not in policy or v is not None}
+        return {
+            k: v
+            for k, v in self.cleaned_data.items()
+            if k != "wait_for_capacity" and (k not in policy or v is not None)
+        }
 
     def clean_node_selector(self) -> dict[str, str]:
         pairs = [pair.strip() for pair in self.cleaned_data["node_selector"].split(",") if pair.strip()]

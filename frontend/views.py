@@ -51,7 +51,7 @@ from .forms import (
     cluster_filter,
 )
 from .overview import capacity_by_model, clusters_needing_attention
-from .pool_hints import pool_hints
+from .pool_hints import capacity_hints, pool_hints, shortfall
 from .snapshot import host_usage
 
 WS_EVENTS = "/ws/events/"  # nvke/routing.py
@@ -304,21 +304,37 @@ def cluster_delete(request: HttpRequest, context: TenantContext, pk: int) -> Htt
 
 @tenant_view
 def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
-    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    cluster = get_object_or_404(Cluster.objects.select_related("region").restrict(context), pk=pk)
     require_change(context)
-    form = PoolCreateForm(request.POST or None, attached=cluster.attached)
+    capacity = capacity_hints(cluster, context.tenant.pk)
+    form = PoolCreateForm(request.POST or None, attached=cluster.attached, capacity=capacity)
     if request.method == "POST" and form.is_valid():
         try:
-            pool = pool_services.create_pool(context=context, cluster=cluster, **form.pool_fields())
+            pool = pool_services.new_pool(context=context, cluster=cluster, **form.pool_fields())
+            short = capacity is not None and shortfall(
+                cluster.region.name,
+                pool.gpu_model,
+                capacity.get(pool.gpu_model.name),
+                pool.gpus_per_node,
+                pool.node_count,
+            )
+            if short and not form.cleaned_data["wait_for_capacity"]:  # a pool that waits is rarely meant
+                form.add_error("wait_for_capacity", f"{short} Tick this to create it anyway.")
+            else:
+                pool = pool_services.create_pool(context=context, cluster=cluster, **form.pool_fields())
+                messages.success(request, f"Node pool {pool.name} is being created.")
+                return redirect("pool-detail", pk=pool.pk)
         except DomainError as error:
             add_domain_error(form, error)
-        else:
-            messages.success(request, f"Node pool {pool.name} is being created.")
-            return redirect("pool-detail", pk=pool.pk)
+    hints = {
+        "models": pool_hints(form.fields["driver_release"].queryset),
+        "capacity": capacity,
+        "region": cluster.region.name if cluster.region else "",
+    }
     return render(
         request,
         "frontend/pool_form.html",
-        {"form": form, "cluster": cluster, "hints": pool_hints(form.fields["driver_release"].queryset)},
+        {"form": form, "cluster": cluster, "hints": hints},
         status=400 if form.errors else 200,
     )
 

@@ -89,12 +89,19 @@ def validate_pool(pool: NodePool) -> None:
         )
 
 
-def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
+def new_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
+    """The pool `create_pool` would save, validated (a DomainError naming the field) and not saved: a
+    form asks its questions about a pool that is otherwise fine."""
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no new pools.", field="cluster")
     pool = NodePool(tenant=context.tenant, cluster=cluster, status=NodePool.Status.PROVISIONING, **fields)
     sharing.apply_mode_defaults(pool, set(fields))
     validate_pool(pool)
+    return pool
+
+
+def create_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
+    pool = new_pool(context=context, cluster=cluster, **fields)
     duplicate = Conflict(
         f"Cluster {cluster.name} already has a pool named {pool.name!r}.", field="name", code="duplicate"
     )

@@ -217,7 +217,7 @@ def embedded_hints(response) -> dict:
         r'<script id="pool-hints-data" type="application/json">(.*?)</script>', text(response), re.S
     )
     assert found, "no hints on the page"
-    return json.loads(found.group(1))
+    return json.loads(found.group(1))["models"]
 
 
 def test_pool_form_embeds_what_fits_each_gpu_model(ui, running_cluster, hopper_only_driver):
@@ -241,3 +241,67 @@ def test_pool_form_embeds_what_fits_each_gpu_model(ui, running_cluster, hopper_o
             for version, reasons in hint["drivers"][key].items():
                 driver = DriverRelease.objects.get(version=version)
                 assert reasons == [r.message for r in driver_refusals(driver, model, mode)]
+
+
+# --- capacity before it is asked for -------------------------------------------------------------
+
+
+@pytest.fixture
+def eu_cluster(tenant, make_cluster) -> Cluster:
+    return make_cluster(tenant, "eu", region="eu-west-1")  # 16 H200s, 32 L4s, no A10
+
+
+def test_pool_form_shows_what_the_tenant_may_get_in_the_region(ui, eu_cluster, settings):
+    settings.NVKE_DEFAULT_GPU_QUOTA = 24
+    response = ui.get(f"/clusters/{eu_cluster.pk}/pools/new/")
+    page = text(response)
+    assert ">L4 24GB (24 GPUs available to you)</option>" in page  # the quota binds, not the region's 32
+    assert ">A10 24GB (none in this region)</option>" in page
+    found = re.search(r'<script id="pool-hints-data" type="application/json">(.*?)</script>', page, re.S)
+    embedded = json.loads(found.group(1))
+    assert embedded["region"] == "eu-west-1"
+    assert embedded["capacity"]["l4"] == {
+        "available_gpus": 24,
+        "quota_left_gpus": 24,
+        "bound": "what your GPU quota leaves",
+    }
+    assert "a10" not in embedded["capacity"]
+    # The same figures as the API's.
+    regions = ui.get("/api/v1/regions/eu-west-1/").json()
+    assert {"gpu_model": "l4", "available_gpus": 24, "limited_by": "quota", "quota_left_gpus": 24} in (
+        regions["inventory"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "nodes", "warning"),
+    [
+        ("a10", 1, 1, "Region eu-west-1 has no A10 24GB GPUs: the pool's nodes would wait pending."),
+        (
+            "h200-sxm-141gb",
+            8,
+            3,
+            "This pool asks for 24 H200 SXM 141GB GPUs; you may get 16 in eu-west-1 now (the GPUs free in "
+            "the region now): 1 of its 3 nodes would wait pending.",
+        ),
+    ],
+)
+def test_pool_form_asks_before_creating_a_pool_that_would_wait(
+    ui, eu_cluster, model, gpus, nodes, warning, django_capture_on_commit_callbacks
+):
+    form = {**NEW_POOL, "gpu_model": model, "gpus_per_node": gpus, "node_count": nodes, "max_nodes": nodes}
+    response = ui.post(f"/clusters/{eu_cluster.pk}/pools/new/", form)
+    assert response.status_code == 400
+    assert field_errors(response, "wait_for_capacity") == [f"{warning} Tick this to create it anyway."]
+    assert not NodePool.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = ui.post(f"/clusters/{eu_cluster.pk}/pools/new/", {**form, "wait_for_capacity": "on"})
+    pool = NodePool.objects.get()
+    assert response.status_code == 302 and response.url == f"/pools/{pool.pk}/"
+    assert (pool.status, pool.status_reason) == ("pending", "InsufficientCapacity")
+
+
+def test_a_pool_the_region_can_give_is_created_without_asking(ui, eu_cluster):
+    form = {**NEW_POOL, "gpu_model": "l4", "gpus_per_node": 8, "node_count": 4, "max_nodes": 4}
+    response = ui.post(f"/clusters/{eu_cluster.pk}/pools/new/", form)
+    assert response.status_code == 302 and NodePool.objects.get().node_count == 4
