@@ -86,6 +86,9 @@ class PoolSpec:
     kubernetes_version: str = ""  # the kubelet's minor version (1.34), for providers that make machines
     min_nodes: int = 0  # the bounds a cluster autoscaler may scale the pool within
     max_nodes: int = 0
+    # Nodes to take out first when the pool shrinks (NVKE's autoscaler drained them); providers whose
+    # `removes_chosen_nodes` is True honour it.
+    remove_first: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,10 @@ class Infrastructure(ABC):
     a management cluster; on an attached cluster, adopting and releasing its nodes). Bound to the
     cluster it acts for, which a provider that reaches clusters by name alone may ignore."""
 
+    # Whether scale_pool, shrinking, removes the nodes PoolSpec.remove_first names before any other. The
+    # autoscaler scales a pool down only where it does, so no node but the one it drained is removed.
+    removes_chosen_nodes: bool = False
+
     def __init__(self, cluster: ClusterRef):
         self.cluster = cluster
 
@@ -243,7 +250,8 @@ class Infrastructure(ABC):
 
     @abstractmethod
     def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
-        """Bring the pool to `count` nodes, as far as capacity allows."""
+        """Bring the pool to `count` nodes, as far as capacity allows; shrinking, remove
+        `spec.remove_first` first where the provider can (`removes_chosen_nodes`)."""
 
     @abstractmethod
     def delete_pool(self, cluster: str, pool: str) -> None:

@@ -20,6 +20,8 @@ from .management import Management, TemplateRef, load
 
 
 class ClusterAPIInfrastructure(Infrastructure):
+    removes_chosen_nodes = True  # the delete-machine annotation on their Machines (scale_pool)
+
     def provision_cluster(
         self, cluster: str, region: str, control_plane_nodes: int, kubernetes_version: str = ""
     ) -> ClusterAccess:
@@ -76,6 +78,8 @@ class ClusterAPIInfrastructure(Infrastructure):
         m.ensure(manifests.config_template(spec, m.namespace, owner))
         m.ensure(manifests.health_check(spec, m.namespace, owner))
         deployment = m.ensure(manifests.machine_deployment(spec, m.namespace, count, release, machines))
+        if spec.remove_first and deployment["spec"].get("replicas", count) > count:
+            self._delete_first(m, spec)
         deployment = self._resize(m, deployment, spec, count)
         if "status" not in deployment:  # just created: read again, the controllers may have acted since
             deployment = (
@@ -114,18 +118,36 @@ class ClusterAPIInfrastructure(Infrastructure):
             )
         return TemplateRef(m.infrastructure, kind, sorted(t["metadata"]["name"] for t in found)[0])
 
+    @staticmethod
+    def _machines(m: Management, cluster: str, pool: str) -> dict[str, str]:
+        """Node name -> the name of the pool's Machine that runs it."""
+        selector = f"{manifests.CLUSTER_NAME}={cluster},{manifests.POOL}={pool}"
+        return {
+            node: machine["metadata"]["name"]
+            for machine in m.list(manifests.CORE, "Machine", label_selector=selector)
+            if (node := (machine.get("status", {}).get("nodeRef") or {}).get("name"))
+        }
+
+    def _delete_first(self, m: Management, spec: PoolSpec) -> None:
+        """Mark the Machines of the nodes to go with delete-machine: whatever its deletion policy, a
+        MachineSet losing replicas deletes those first (what the cluster-autoscaler's Cluster API
+        provider does to remove a chosen node)."""
+        machines = self._machines(m, spec.cluster, spec.name)
+        for node in spec.remove_first:
+            if node in machines:
+                patch = {"metadata": {"annotations": {manifests.DELETE_MACHINE: "yes"}}}
+                m.patch(manifests.CORE, "Machine", machines[node], patch)
+
     def repair_node(self, cluster: str, pool: str, node: str) -> bool:
         """Have Cluster API replace the node's Machine: the remediate-machine annotation makes the pool's
         MachineHealthCheck count it unhealthy, and its MachineDeployment replaces it. False when no
         Machine of the pool runs the node."""
         m = load()
-        selector = f"{manifests.CLUSTER_NAME}={cluster},{manifests.POOL}={pool}"
-        for machine in m.list(manifests.CORE, "Machine", label_selector=selector):
-            if (machine.get("status", {}).get("nodeRef") or {}).get("name") == node:
-                patch = {"metadata": {"annotations": {manifests.REMEDIATE: ""}}}
-                m.patch(manifests.CORE, "Machine", machine["metadata"]["name"], patch)
-                return True
-        return False
+        machine = self._machines(m, cluster, pool).get(node)
+        if machine is None:
+            return False
+        m.patch(manifests.CORE, "Machine", machine, {"metadata": {"annotations": {manifests.REMEDIATE: ""}}})
+        return True
 
     def delete_pool(self, cluster: str, pool: str) -> None:
         """Delete the pool's MachineDeployment (Cluster API drains and deletes its machines), its health

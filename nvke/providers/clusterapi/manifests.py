@@ -23,6 +23,7 @@ NVKE_CLUSTER = "nvke.io/cluster"  # on every object NVKE makes: the cluster's ke
 POOL = "nvke.io/pool"
 GPU_MODEL = "nvke.io/gpu-model"
 REMEDIATE = "cluster.x-k8s.io/remediate-machine"  # a Machine a MachineHealthCheck is to replace
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"  # removed first when its MachineSet shrinks
 AUTOSCALER_MIN = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 AUTOSCALER_MAX = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 # A node that stops reporting, or never joins, is replaced; a GPU node's first boot installs its driver.

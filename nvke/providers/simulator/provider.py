@@ -117,6 +117,8 @@ def _node_info(node: SimNode) -> NodeInfo:
 class SimulatorInfrastructure(Infrastructure):
     """A virtual fleet with real GPU figures from the catalog and finite regional inventory."""
 
+    removes_chosen_nodes = True
+
     def provision_cluster(
         self, cluster: str, region: str, control_plane_nodes: int, kubernetes_version: str = ""
     ) -> ClusterAccess:
@@ -157,7 +159,8 @@ class SimulatorInfrastructure(Infrastructure):
                 .first()
             )
             nodes = list(SimNode.objects.filter(cluster=sim_cluster, pool=spec.name).order_by("-created_at"))
-            if count < len(nodes):
+            if count < len(nodes):  # the chosen nodes first, then the newest
+                nodes.sort(key=lambda n: n.name not in spec.remove_first)
                 SimNode.objects.filter(pk__in=[n.pk for n in nodes[: len(nodes) - count]]).delete()
                 return ScaleResult(nodes=count, wanted=count)
             total = inventory.total_gpus if inventory else 0

@@ -317,3 +317,17 @@ def test_repairing_a_node_has_cluster_api_replace_its_machine(provisioned, manag
     assert management.get(CORE, "Machine", "c1-train-0", NS)["metadata"].get("annotations") is None
     assert workload.get("v1", "Node", "c1-train-1") is not None
     assert infrastructure().repair_node("c1", "train", "not-a-node") is False
+
+
+def test_a_chosen_node_is_marked_for_cluster_api_to_remove_first(provisioned, management):
+    """The autoscaler drains one node and shrinks the pool by one: that node's Machine gets Cluster API's
+    delete-machine annotation before the replicas go down, which every MachineSet deletion policy
+    removes first (the cluster-autoscaler's own way of removing a chosen node)."""
+    assert infrastructure().removes_chosen_nodes
+    infrastructure().scale_pool(pool_spec(), 3)
+    management.settle()
+    infrastructure().scale_pool(pool_spec(remove_first=("c1-train-0",)), 2)
+    chosen = management.get(CORE, "Machine", "c1-train-0", NS)
+    assert chosen["metadata"]["annotations"] == {"cluster.x-k8s.io/delete-machine": "yes"}
+    assert management.get(CORE, "Machine", "c1-train-1", NS)["metadata"].get("annotations") is None
+    assert management.get(CORE, "MachineDeployment", "c1-train", NS)["spec"]["replicas"] == 2
