@@ -40,7 +40,7 @@ from django.utils import timezone
 from clusters.services import cluster_operations
 from nodepools import allocator
 from nodepools import nodes as node_rows
-from nodepools.models import Allocation, Claim, Gpu, Node, NodePool
+from nodepools.models import Allocation, Gpu, Node, NodePool
 from nvke import jobs
 from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
@@ -453,11 +453,10 @@ def _evict(run: UpgradeRun, node: Node, row: UpgradeNode) -> str:
     allocator re-place its claims elsewhere or leave them pending with the reason."""
     row.drain_wanted = True
     _writes.intents[row.pk] = row
-    claims = list(Claim.objects.filter(allocation__node=node).values_list("pk", flat=True))
+    claims, placed = allocator.evict_node(run.pool.cluster_id, node.pk)
     if not claims:
         return "No claims on the node."
-    placed = allocator.evict_claims(run.pool.cluster_id, claims)
-    return f"Evicted {len(claims)} claims: {placed} placed elsewhere, {len(claims) - placed} pending."
+    return f"Evicted {claims} claims: {placed} placed elsewhere, {claims - placed} pending."
 
 
 def _fail_after_error(run, row, node, error: ProviderError, now) -> None:

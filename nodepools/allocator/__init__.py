@@ -4,7 +4,7 @@ Around the pure placement core (`nodepools.allocation`):
 - `locks`: the cluster's allocation lock, and the order every lock is taken in;
 - `inventory`: a cluster's schedulable state, and the one per-process cache of it (`CACHE`);
 - `shapes`: claim validation, a claim's request, the empty nodes "can it ever fit?" is asked against;
-- `service`: create, release, place pending, evict, resize, topology changed;
+- `service`: create, release, place pending, evict (claims, or a node's), resize, topology changed;
 - `rows`: a placement pass written in one statement;
 - `defrag`: moves that free whole GPUs;
 - `preview`: where a node's claims would go if it were drained now (reads only);
@@ -21,13 +21,14 @@ from .service import (
     Resized,
     create_claim,
     evict_claims,
+    evict_node,
     nodes_removed,
     place_pending,
     release_claim,
     resize_claim,
     topology_changed,
 )
-from .shapes import request_of
+from .shapes import pool_shape, request_of
 
 __all__ = [
     "PlannedMove",
@@ -36,10 +37,12 @@ __all__ = [
     "create_claim",
     "drain_preview",
     "evict_claims",
+    "evict_node",
     "nodes_removed",
     "pass_started",
     "place_pending",
     "plan_defrag",
+    "pool_shape",
     "prune_log",
     "release_claim",
     "request_of",

@@ -149,6 +149,12 @@ def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
         return _place_all(claims, snap)
 
 
+def evict_node(cluster_id: int, node_id: int) -> tuple[int, int]:
+    """Move every claim off a node being drained (cordoned already): (claims, placed elsewhere)."""
+    claims = list(Claim.objects.filter(allocation__node_id=node_id).values_list("pk", flat=True))
+    return len(claims), evict_claims(cluster_id, claims) if claims else 0
+
+
 @dataclass(frozen=True)
 class Resized:
     """What `resize_claim` found and did. `claim`: the claim as it stood under the lock, before;
