@@ -1,7 +1,8 @@
 """Who is acting, for the audit log. A middleware keeps the current request in a context variable; the
 recorder reads the user, the API token and the client address from it when a change is saved. DRF's
 authentication sets `user` and `auth` on the underlying Django request too, so token requests are
-attributed to their token. Outside a request (Celery tasks, management commands) the actor is `system`."""
+attributed to their token. Outside a request (Celery tasks, management commands) the actor is `system`,
+or the control loop that says who it is (`acting_as`)."""
 
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -11,6 +12,7 @@ from nvke.addresses import request_address
 from nvke.tenancy.models import ApiToken
 
 _request: ContextVar = ContextVar("nvke_audit_request", default=None)
+_system: ContextVar = ContextVar("nvke_audit_system", default="system")
 
 
 @dataclass(frozen=True)
@@ -21,13 +23,10 @@ class Actor:
     ip: str | None = None
 
 
-SYSTEM = Actor("system")
-
-
 def current_actor() -> Actor:
     request = _request.get()
     if request is None:
-        return SYSTEM
+        return Actor(_system.get())
     user = getattr(request, "user", None)
     ip = request_address(request)
     if user is None or not user.is_authenticated:
@@ -36,6 +35,16 @@ def current_actor() -> Actor:
     if isinstance(token, ApiToken):
         return Actor(f"{user.get_username()} (token {token.name} {token.key_prefix}…)", user.pk, token.pk, ip)
     return Actor(user.get_username(), user.pk, None, ip)
+
+
+@contextmanager
+def acting_as(system_actor: str):
+    """Outside a request: changes are recorded as this control loop's (e.g. `autoscaler`), not `system`."""
+    token = _system.set(system_actor)
+    try:
+        yield
+    finally:
+        _system.reset(token)
 
 
 @contextmanager

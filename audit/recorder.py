@@ -62,14 +62,17 @@ def register(
     ignore: Iterable[str] = (),
     secret: Iterable[str] = (),
     tenant_of: Callable[[models.Model], int | None] = lambda obj: obj.tenant_id,
+    deletes: bool = True,
 ) -> None:
     """Audit every change of `model`. `ignore`: fields whose changes are not worth an entry (status
-    written by control loops); `secret`: fields recorded as changed without their values."""
+    written by control loops); `secret`: fields recorded as changed without their values; `deletes`
+    False: a record of something that happened (a decision), whose pruning is no change worth an entry."""
     _registry[model] = Tracked(model, ignore, secret, tenant_of)
     uid = f"audit:{model._meta.label}"
     pre_save.connect(_before_save, sender=model, dispatch_uid=uid)
     post_save.connect(_after_save, sender=model, dispatch_uid=uid)
-    post_delete.connect(_after_delete, sender=model, dispatch_uid=uid)
+    if deletes:
+        post_delete.connect(_after_delete, sender=model, dispatch_uid=uid)
 
 
 def _before_save(sender, instance, raw=False, update_fields=None, **kwargs):

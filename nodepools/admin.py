@@ -9,6 +9,7 @@ from .models import (
     Allocation,
     AllocationEvent,
     Architecture,
+    AutoscalerDecision,
     Claim,
     DriverRelease,
     Gpu,
@@ -156,9 +157,29 @@ class NodePoolAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "sharing_mode", "gpu_model", "driver_release", "tenant"]
     search_fields = ["name", "cluster__name", "tenant__name"]
-    readonly_fields = ["status", "status_reason", "status_message", "conditions", "created_at", "updated_at"]
+    readonly_fields = [
+        "status",
+        "status_reason",
+        "status_message",
+        "conditions",
+        "scale_down_node",
+        "scale_down_phase",
+        "scale_down_started_at",
+        "created_at",
+        "updated_at",
+    ]
     list_select_related = ["cluster", "tenant", "gpu_model", "driver_release"]
     inlines = [NodeInline]
+
+
+@admin.register(AutoscalerDecision)
+class AutoscalerDecisionAdmin(ReadOnlyAdmin):
+    """What the pool autoscaler decided and why; only it writes them."""
+
+    list_display = ["created_at", "pool", "action", "reason", "from_nodes", "to_nodes", "node"]
+    list_filter = ["action", "reason"]
+    search_fields = ["pool__name", "pool__cluster__name", "node", "message"]
+    list_select_related = ["pool"]
 
 
 class GpuInline(admin.TabularInline):

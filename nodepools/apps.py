@@ -8,7 +8,10 @@ class NodepoolsConfig(AppConfig):
     def ready(self) -> None:
         from audit.recorder import CONTROL_LOOP_FIELDS, register
 
-        from .models import Claim, NodePool
+        from .models import AutoscalerDecision, Claim, NodePool
 
-        register(NodePool, ignore=CONTROL_LOOP_FIELDS)
+        # The autoscaler's progress through a scale-down is control-loop state; its decisions say it.
+        scale_down = ("scale_down_node", "scale_down_phase", "scale_down_started_at")
+        register(NodePool, ignore=(*CONTROL_LOOP_FIELDS, *scale_down))
         register(Claim, ignore=("status", "pending_reason", "allocated_at"))
+        register(AutoscalerDecision, deletes=False)

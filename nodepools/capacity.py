@@ -1,5 +1,6 @@
 """A region's GPUs as the tenants drawing on them may have them: how many nodes a pool may ask its
-provider for (its fair share, nodepools/fair_share.py, when the region's inventory is short), and what
+provider for (its fair share, nodepools/fair_share.py, when the region's inventory is short), how many
+more the autoscaler may give it, and what
 a tenant may get of each model now (`regions/`, the pool form), under its quota and fair share,
 without telling it the platform's totals or other tenants' use.
 
@@ -7,7 +8,7 @@ Only pools of clusters NVKE provisions draw on region inventory: an attached clu
 nodes, and a model the region lists no inventory for is left to the provider to answer.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db.models import Count
 
@@ -48,13 +49,39 @@ def _demands(rows) -> list[Demand]:
     return [Demand(pk, tenant, gpus, max(count, held), (pk,)) for pk, tenant, _, gpus, count, held in rows]
 
 
+def _region_total(pool: NodePool) -> int | None:
+    """The region's GPUs of the pool's model; None where region inventory does not apply."""
+    if pool.cluster.attached:
+        return None
+    inventory = RegionInventory.objects.filter(
+        region_id=pool.cluster.region_id, gpu_model_id=pool.gpu_model_id
+    )
+    return inventory.values_list("total_gpus", flat=True).first()
+
+
+def pool_room(pool: NodePool) -> int | None:
+    """How many nodes beyond its node_count the pool may be given now (what the autoscaler may add): its
+    fair share were it to ask for max_nodes, and the region's free GPUs, less its nodes still to come.
+    None where region inventory does not apply (the provider answers)."""
+    total = _region_total(pool)
+    if total is None:
+        return None
+    rows = [row for row in _drawing(pool.cluster.region_id) if row[2] == pool.gpu_model_id]
+    demands = [
+        replace(d, nodes=max(d.nodes, pool.max_nodes)) if d.pool == pool.pk else d for d in _demands(rows)
+    ]
+    fair = shares(total, demands).get(pool.pk, 0)
+    held = next((row[5] for row in rows if row[0] == pool.pk), 0)
+    free = total - sum(r[3] * r[5] for r in rows) - max(pool.node_count - held, 0) * pool.gpus_per_node
+    return max(min(fair - pool.node_count, free // pool.gpus_per_node), 0)
+
+
 def pool_cap(pool: NodePool) -> PoolCap:
     """How many nodes the pool may have now: its node_count, unless the region's GPUs of its model are
     short and its fair share is less (never less than the nodes it has)."""
     cluster = pool.cluster
-    inventory = RegionInventory.objects.filter(region_id=cluster.region_id, gpu_model_id=pool.gpu_model_id)
-    total = inventory.values_list("total_gpus", flat=True).first()
-    if cluster.attached or total is None:
+    total = _region_total(pool)
+    if total is None:
         return PoolCap(pool.node_count)
     rows = [row for row in _drawing(cluster.region_id) if row[2] == pool.gpu_model_id]
     held = next((row[5] for row in rows if row[0] == pool.pk), 0)

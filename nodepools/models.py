@@ -155,6 +155,12 @@ class PlacementPolicy(models.TextChoices):
     SPREAD = "spread", "Spread"
 
 
+class ScaleDown(models.TextChoices):
+    DRAINING = "draining"
+    REMOVING = "removing"
+    UNCORDONING = "uncordoning"
+
+
 class NodePool(Conditions):
     class Status(models.TextChoices):
         PROVISIONING = "provisioning"
@@ -196,6 +202,21 @@ class NodePool(Conditions):
         blank=True,
         help_text="Attached clusters: labels a node must carry to join the pool, besides its GPU model.",
     )
+    # The autoscaler (nodepools.autoscaler) moves node_count within min_nodes..max_nodes: up for pending
+    # claims a new node would fit, down by a node idle for scale_down_delay_s.
+    autoscaling = models.BooleanField(
+        default=False, help_text="Grow for pending claims and remove idle nodes, within min and max nodes"
+    )
+    scale_down_delay_s = models.PositiveIntegerField(
+        default=600,
+        validators=[MinValueValidator(1), MaxValueValidator(86400)],
+        help_text="Seconds a node holds no claim before the autoscaler removes it",
+    )
+    # The node the autoscaler is taking out: drained (the upgrades' path), then removed by the next
+    # reconcile (the provider removes it first), or put back in service (uncordoning).
+    scale_down_node = models.CharField(max_length=253, blank=True)
+    scale_down_phase = models.CharField(max_length=12, choices=ScaleDown.choices, blank=True)
+    scale_down_started_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -236,6 +257,9 @@ class Node(models.Model):
     preflight = models.JSONField(
         default=dict, blank=True, help_text="Sharing preflight facts (nvke.agent.preflight), as last reported"
     )
+    idle_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when it holds no claim, as the autoscaler last saw"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantScopedQuerySet.as_manager()
@@ -266,6 +290,30 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
+
+
+class AutoscalerDecision(models.Model):
+    """What the autoscaler decided for a pool, and why (nodepools.autoscaler). A decision is written when
+    it differs from the pool's last one; the newest are kept."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
+    pool = models.ForeignKey(NodePool, on_delete=models.CASCADE, related_name="autoscaler_decisions")
+    action = models.CharField(max_length=20)
+    reason = models.CharField(max_length=40)
+    message = models.TextField()
+    from_nodes = models.PositiveIntegerField()
+    to_nodes = models.PositiveIntegerField()
+    node = models.CharField(max_length=253, blank=True, help_text="The node it removes or keeps")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["pool", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pool.name}: {self.action} {self.from_nodes} → {self.to_nodes} ({self.reason})"
 
 
 # --- GPU claims and allocations ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ health. Each change tells the allocator (`allocator.topology_changed`) in the sa
 placement lands on a node or GPU that has just left service. Upgrades and telemetry call these; the
 pool's reconcile mirrors the provider's nodes through `sync_nodes`."""
 
+import datetime
 import uuid
 
 from django.db import transaction
@@ -159,3 +160,11 @@ def record_driver(node: Node, *, version: str, gpus_healthy: bool) -> None:
         node.driver_version = version
     if not gpus_healthy and Gpu.objects.filter(node=node, healthy=True).update(healthy=False):
         allocator.topology_changed(node.pool.cluster_id)
+
+
+def record_idle(pool_ids: list[int], idle: set[int], now: datetime.datetime) -> None:
+    """What the autoscaler saw: the nodes of `pool_ids` in `idle` hold no claim (idle since now, unless
+    they already were), the others do. Nothing the allocator reads."""
+    nodes = Node.objects.filter(pool_id__in=pool_ids)
+    nodes.filter(pk__in=idle, idle_since__isnull=True).update(idle_since=now)
+    nodes.exclude(pk__in=idle).filter(idle_since__isnull=False).update(idle_since=None)

@@ -4,7 +4,27 @@ from django.db.models import Sum
 from django.db.models.functions import Coalesce
 
 from .compatibility import Refusal, cuda_refusal, driver_refusals
-from .models import DriverRelease, GpuModel, GpuShare, Node
+from .models import DriverRelease, GpuModel, GpuShare, Node, NodePool
+
+DECISIONS_SHOWN = 20
+
+
+def autoscaling(pool: NodePool) -> dict:
+    """A pool's autoscaler as its page and the API show it (newest decisions first)."""
+    removing = pool.scale_down_node and {
+        "node": pool.scale_down_node,
+        "phase": pool.scale_down_phase,
+        "since": pool.scale_down_started_at,
+    }
+    return {
+        "autoscaling": pool.autoscaling,
+        "node_count": pool.node_count,
+        "min_nodes": pool.min_nodes,
+        "max_nodes": pool.max_nodes,
+        "scale_down_delay_s": pool.scale_down_delay_s,
+        "removing": removing or None,
+        "decisions": list(pool.autoscaler_decisions.all()[:DECISIONS_SHOWN]),
+    }
 
 
 def driver_compatibility(

@@ -17,7 +17,7 @@ from nvke.tenancy.context import TenantContext
 from . import capacity, quotas, sharing
 from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
 from .events import publish_pool
-from .models import NodePool, SharingMode
+from .models import NodePool, ScaleDown, SharingMode
 from .nodes import sync_nodes
 
 # Kubernetes label syntax: an optional DNS-subdomain prefix and a name of up to 63 characters.
@@ -30,6 +30,8 @@ MUTABLE_FIELDS = (
     "node_count",
     "min_nodes",
     "max_nodes",
+    "autoscaling",
+    "scale_down_delay_s",
     "driver_release",
     "sharing_mode",
     "mig_layout",
@@ -37,6 +39,11 @@ MUTABLE_FIELDS = (
     "compute_oversubscription_percent",
     "default_guaranteed_percent",
 )
+
+
+# The autoscaler's scale-down: the node it drained (or is draining) is the one a shrink removes first.
+TAKING_OUT = (ScaleDown.DRAINING, ScaleDown.REMOVING)
+MAX_SCALE_DOWN_DELAY_S = 86400
 
 
 def validate_pool(pool: NodePool) -> None:
@@ -51,6 +58,12 @@ def validate_pool(pool: NodePool) -> None:
                 code="too_many_nodes",
                 limit=settings.NVKE_MAX_POOL_NODES,
             )
+    if not 1 <= pool.scale_down_delay_s <= MAX_SCALE_DOWN_DELAY_S:
+        raise DomainError(
+            f"scale_down_delay_s {pool.scale_down_delay_s} must lie within 1 and {MAX_SCALE_DOWN_DELAY_S}.",
+            field="scale_down_delay_s",
+            code="out_of_bounds",
+        )
     if not pool.min_nodes <= pool.node_count <= pool.max_nodes:
         raise DomainError(
             f"node_count {pool.node_count} must lie within min_nodes {pool.min_nodes} and max_nodes "
@@ -142,6 +155,8 @@ def update_pool(pool: NodePool, **changes) -> NodePool:
         pool.save()
         publish_pool(pool)
         jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)
+        if pool.autoscaling:  # pending claims may fit its new bounds at once
+            jobs.enqueue("nodepools.tasks.autoscale_cluster", pool.cluster_id)
     return pool
 
 
@@ -175,6 +190,7 @@ def pool_spec(pool: NodePool) -> PoolSpec:
         kubernetes_version=version.version if (version := pool.cluster.kubernetes_version) else "",
         min_nodes=pool.min_nodes,
         max_nodes=pool.max_nodes,
+        remove_first=(pool.scale_down_node,) if pool.scale_down_phase in TAKING_OUT else (),
     )
 
 

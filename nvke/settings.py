@@ -190,10 +190,14 @@ CELERY_TASK_ROUTES = {
     "telemetry.tasks.*": {"queue": "telemetry"},
     "upgrades.tasks.*": {"queue": "upgrades"},
 }
+# The pool autoscaler (nodepools/autoscaler) steps through every cluster with an autoscaling pool this
+# often (beat; a timer thread in the embedded default), besides when a claim is left pending.
+NVKE_AUTOSCALER_INTERVAL_S = float(os.environ.get("NVKE_AUTOSCALER_INTERVAL_S", "15"))
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
     "place-pending-claims": {"task": "nodepools.tasks.place_all_pending_claims", "schedule": 30.0},
     "prune-allocation-log": {"task": "nodepools.tasks.prune_allocation_log", "schedule": 300.0},
+    "autoscale-pools": {"task": "nodepools.tasks.autoscale_all", "schedule": NVKE_AUTOSCALER_INTERVAL_S},
     "telemetry-rollup": {"task": "telemetry.tasks.rollup", "schedule": 10.0},
     "telemetry-rescale": {"task": "telemetry.tasks.rescale", "schedule": 5.0},
     "telemetry-heartbeats": {"task": "telemetry.tasks.check_heartbeats", "schedule": 15.0},
@@ -203,6 +207,9 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("NVKE_UPGRADE_RESYNC_S", "30")),
     },
 }
+# The pool autoscaler (nodepools/autoscaler): a node it takes out and that has not drained in this long
+# goes back into service.
+NVKE_AUTOSCALER_DRAIN_TIMEOUT_S = float(os.environ.get("NVKE_AUTOSCALER_DRAIN_TIMEOUT_S", "600"))
 # Driver upgrades: seconds between a run's ticks (each tick re-queues the next with this countdown).
 NVKE_UPGRADE_TICK_S = float(os.environ.get("NVKE_UPGRADE_TICK_S", "2"))
 # A message a worker took and did not acknowledge (acks_late: a running task, or an ETA'd one it holds,

@@ -11,8 +11,12 @@ class UpgradesConfig(AppConfig):
 
     def ready(self) -> None:
         from audit.recorder import register
+        from nodepools.autoscaler import hold_scale_down
 
         from .models import FleetRollout, UpgradeRun
+        from .services import runs_holding
+
+        hold_scale_down(runs_holding)  # a node leaving a run would fail it (NodeGone)
 
         register(UpgradeRun, ignore=(*RUN_TICK_FIELDS, "failed_accepted", "finished_at"))
         # Fleet rollouts span tenants: operators read these entries in the admin; each run is in its

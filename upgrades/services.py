@@ -369,3 +369,12 @@ def return_to_service(run: UpgradeRun, node_name: str, *, user=None) -> UpgradeR
             seq = run.tick_seq
             transaction.on_commit(lambda: schedule_tick(run.pk, seq, 0))
     return run
+
+
+def runs_holding(pool_ids: list[int]) -> dict[int, str]:
+    """The pools among `pool_ids` with a run not finished, and why the autoscaler leaves their nodes be."""
+    runs = UpgradeRun.objects.filter(pool_id__in=pool_ids).exclude(status__in=FINISHED)
+    return {
+        pool: f"driver upgrade run {run} is {status}"
+        for run, pool, status in runs.values_list("pk", "pool_id", "status")
+    }

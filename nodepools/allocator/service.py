@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters.models import Cluster
+from nvke import jobs
 from nvke.errors import Conflict, DomainError
 from nvke.tenancy.context import TenantContext
 
@@ -96,7 +97,10 @@ def create_claim(
             request_placement(cluster.pk)
             return claim
         with allocation_lock(cluster.pk):
-            _place_all([claim], CACHE.snapshot(cluster.pk))
+            snap = CACHE.snapshot(cluster.pk)
+            _place_all([claim], snap)
+            if claim.status == Claim.Status.PENDING and any(p.autoscaling for p in snap.inventory.pools):
+                jobs.enqueue("nodepools.tasks.autoscale_cluster", cluster.pk)  # a new node may hold it
     return claim
 
 

@@ -6,6 +6,7 @@ from nodepools import preflight
 from nodepools.capacity import offers
 from nodepools.models import (
     Architecture,
+    AutoscalerDecision,
     DriverRelease,
     Gpu,
     GpuModel,
@@ -13,6 +14,7 @@ from nodepools.models import (
     MigProfile,
     Node,
     NodePool,
+    ScaleDown,
     SharingMode,
 )
 from nvke.tenancy.context import resolve_tenant
@@ -153,6 +155,8 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "compute_oversubscription_percent",
             "default_guaranteed_percent",
             "node_selector",
+            "autoscaling",
+            "scale_down_delay_s",
             "status",
             "status_reason",
             "status_message",
@@ -183,6 +187,30 @@ class NodePoolSerializer(serializers.ModelSerializer):
                     )
                 attrs.pop(field, None)
         return attrs
+
+
+class AutoscalerDecisionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AutoscalerDecision
+        fields = ["created_at", "action", "reason", "message", "from_nodes", "to_nodes", "node"]
+
+
+class ScaleDownSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    phase = serializers.ChoiceField(choices=ScaleDown.choices)
+    since = serializers.DateTimeField()
+
+
+class PoolAutoscalingSerializer(serializers.Serializer):
+    """A pool's autoscaler: its bounds, the node it is taking out, and its newest decisions first."""
+
+    autoscaling = serializers.BooleanField()
+    node_count = serializers.IntegerField()
+    min_nodes = serializers.IntegerField()
+    max_nodes = serializers.IntegerField()
+    scale_down_delay_s = serializers.IntegerField()
+    removing = ScaleDownSerializer(allow_null=True, help_text="The node being taken out, if any")
+    decisions = AutoscalerDecisionSerializer(many=True)
 
 
 class GpuSnapshotShareSerializer(serializers.ModelSerializer):

@@ -19,6 +19,7 @@ from .serializers import (
     GpuModelSerializer,
     NodePoolSerializer,
     NodeSerializer,
+    PoolAutoscalingSerializer,
     RegionSerializer,
 )
 
@@ -50,6 +51,13 @@ class NodePoolViewSet(
     def destroy(self, request, *args, **kwargs):
         pool = services.delete_pool(self.get_object())
         return Response(self.get_serializer(pool).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses=PoolAutoscalingSerializer)
+    @action(detail=True, filter_backends=[])
+    def autoscaling(self, request, pk=None):
+        """The pool's autoscaler: bounds, the node it is taking out, its recent decisions and why (set
+        `autoscaling` and `scale_down_delay_s` with PATCH on the pool)."""
+        return Response(PoolAutoscalingSerializer(selectors.autoscaling(self.get_object())).data)
 
 
 class NodeViewSet(ReadOnlyTenantViewSet):

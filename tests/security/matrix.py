@@ -115,6 +115,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/upgrades/<pk>/rollback/": Api(TENANT, "upgrade_run"),
     "api/v1/upgrades/<pk>/nodes/<node>/uncordon/": Api(TENANT, "upgrade_run", params=(("node", "n"),)),
     "api/v1/node-pools/<pk>/driver-options/": Api(TENANT, "pool"),
+    "api/v1/node-pools/<pk>/autoscaling/": Api(TENANT, "pool"),
     # Fleet rollouts span every tenant: operators only.
     "api/v1/fleet-rollouts/": Api(STAFF),
     "api/v1/fleet-rollouts/<pk>/": Api(STAFF, "fleet_rollout"),

@@ -1,0 +1,79 @@
+"""The pool autoscaler in the embedded default (`scripts/dev serve`: SQLite, tasks in process, no beat):
+a claim the demo's L4 pool cannot hold grows it, and once released the idle node goes, its steps on the
+process's own timer thread."""
+
+import re
+import time
+
+import pytest
+import requests
+
+from .processes import BIN, ROOT, Process, free_port, port_open, process_env
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_embedded_default_grows_and_shrinks_an_autoscaling_pool(tmp_path):
+    port = free_port()
+    env = process_env(
+        DATABASE_URL=None,
+        REDIS_URL=None,
+        NVKE_DATA_DIR=str(tmp_path),
+        PORT=str(port),
+        PATH=f"{BIN}:/usr/bin:/bin",
+        DJANGO_SETTINGS_MODULE=None,
+        NVKE_AUTOSCALER_INTERVAL_S="0.5",
+    )
+    server = Process([str(ROOT / "scripts" / "dev"), "serve"], env)
+    try:
+        server.wait_for(lambda: port_open(port), "the embedded server to listen", timeout_s=120)
+        base = f"http://127.0.0.1:{port}"
+        browser = requests.Session()
+        csrf = re.search(
+            r'name="csrfmiddlewaretoken" value="([^"]+)"', browser.get(f"{base}/login/", timeout=10).text
+        ).group(1)
+        browser.post(
+            f"{base}/login/",
+            data={"username": "demo", "password": "nvke-demo", "csrfmiddlewaretoken": csrf},
+            headers={"Referer": f"{base}/login/"},
+            timeout=10,
+        )
+        headers = {"X-CSRFToken": browser.cookies["csrftoken"], "Referer": f"{base}/"}
+        pools = browser.get(f"{base}/api/v1/node-pools/", timeout=10).json()["results"]
+        l4 = next(p for p in pools if p["name"] == "inference-l4")  # 2 nodes of 4 L4s, fractional
+        changed = browser.patch(
+            f"{base}/api/v1/node-pools/{l4['id']}/",
+            json={"autoscaling": True, "scale_down_delay_s": 1},
+            headers=headers,
+            timeout=10,
+        )
+        assert changed.status_code == 200, changed.text
+
+        def claim(name: str) -> dict:
+            body = {"cluster": l4["cluster"], "pool": l4["id"], "kind": "whole", "gpus": 4, "name": name}
+            response = browser.post(f"{base}/api/v1/claims/", json=body, headers=headers, timeout=10)
+            assert response.status_code == 201, response.text
+            return response.json()
+
+        held = [claim("a"), claim("b")]  # the two nodes, whole
+        extra = claim("c")  # a third node for it, at once, in process
+        assert [c["status"] for c in held] == ["allocated", "allocated"]
+        status = browser.get(f"{base}/api/v1/claims/{extra['id']}/", timeout=10).json()["status"]
+        assert status == "allocated"
+        assert browser.get(f"{base}/api/v1/node-pools/{l4['id']}/", timeout=10).json()["node_count"] == 3
+
+        for made in (*held, extra):
+            browser.delete(f"{base}/api/v1/claims/{made['id']}/", headers=headers, timeout=10)
+        deadline = time.monotonic() + 60
+        while browser.get(f"{base}/api/v1/node-pools/{l4['id']}/", timeout=10).json()["node_count"] > 1:
+            assert time.monotonic() < deadline, server.log[-4000:]
+            time.sleep(0.5)  # one node at a time, down to min_nodes 1, with no beat running
+        reasons = [
+            d["reason"]
+            for d in browser.get(f"{base}/api/v1/node-pools/{l4['id']}/autoscaling/", timeout=10).json()[
+                "decisions"
+            ]
+        ]
+        assert reasons.count("NodeDrained") == 2 and "PendingClaims" in reasons
+    finally:
+        server.stop()
