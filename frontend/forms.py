@@ -191,6 +191,27 @@ class PoolScaleForm(forms.Form):
         field.help_text = f"Between {pool.min_nodes} and {pool.max_nodes}."
 
 
+class PoolAutoscalingForm(forms.Form):
+    """The pool's autoscaler: on or off, its bounds and scale-down delay (the service checks them)."""
+
+    autoscaling = forms.BooleanField(
+        required=False,
+        label="Autoscale",
+        help_text="Add nodes for pending claims a new node would fit; remove nodes that hold no claim.",
+    )
+    min_nodes = forms.IntegerField(min_value=0, label="Minimum nodes")
+    max_nodes = forms.IntegerField(min_value=0, label="Maximum nodes")
+    scale_down_delay_s = forms.IntegerField(
+        min_value=1,
+        label="Scale-down delay (seconds)",
+        help_text="How long a node holds no claim before it goes.",
+    )
+
+    def __init__(self, *args, pool: NodePool, **kwargs):
+        initial = {name: getattr(pool, name) for name in self.base_fields}
+        super().__init__(*args, initial=initial, **kwargs)
+
+
 class PoolRescalingForm(forms.Form):
     """A pool's dynamic rescaling policy (telemetry.policy). The whole policy is posted; the service
     checks the bounds and that the idle threshold is below the pressure threshold."""

@@ -20,6 +20,7 @@ urlpatterns = [
     path("clusters/<int:pk>/pools/new/", views.pool_create, name="pool-create"),
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
     path("pools/<int:pk>/scale/", views.pool_scale, name="pool-scale"),
+    path("pools/<int:pk>/autoscaling/", views.pool_autoscaling, name="pool-autoscaling"),
     path("pools/<int:pk>/rescaling/", views.pool_rescaling, name="pool-rescaling"),
     path("pools/<int:pk>/delete/", views.pool_delete, name="pool-delete"),
     path("nodes/<int:pk>/", views.node_detail, name="node-detail"),

@@ -23,6 +23,7 @@ from clusters.addons import BY_NAME as ADDON_CATALOG
 from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml, parse_kubeconfig
 from clusters.models import Cluster
 from nodepools import allocator, preflight, usage
+from nodepools import selectors as pool_selectors
 from nodepools import services as pool_services
 from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
 from nodepools.pod_templates import pod_template, serves_dra
@@ -42,6 +43,7 @@ from .forms import (
     ClaimCreateForm,
     ClusterAttachForm,
     ClusterCreateForm,
+    PoolAutoscalingForm,
     PoolCreateForm,
     PoolRescalingForm,
     PoolScaleForm,
@@ -353,6 +355,7 @@ def _pool_page(
     pool: NodePool,
     scale_form: PoolScaleForm | None = None,
     rescaling_form: PoolRescalingForm | None = None,
+    autoscaling_form: PoolAutoscalingForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     nodes = pool.nodes.prefetch_related(Prefetch("gpus", queryset=_gpus_with_shares()))
@@ -366,6 +369,8 @@ def _pool_page(
             "nodes": nodes,
             "nodes_ready": sum(1 for node in nodes if node.status == Node.Status.READY),
             "scale_form": scale_form or PoolScaleForm(pool=pool),
+            "autoscaler": pool_selectors.autoscaling(pool),
+            "autoscaling_form": autoscaling_form or PoolAutoscalingForm(pool=pool),
             "rescaling": rescaling,
             "rescaling_custom": rescaling_row is not None,
             "rescaling_form": rescaling_form or PoolRescalingForm(policy=rescaling),
@@ -411,6 +416,24 @@ def pool_scale(request: HttpRequest, context: TenantContext, pk: int) -> HttpRes
             messages.success(request, f"Node pool {pool.name} is scaling to {pool.node_count} nodes.")
             return redirect("pool-detail", pk=pool.pk)
     return _pool_page(request, pool, scale_form=form, status=400)
+
+
+@require_POST
+@tenant_view
+def pool_autoscaling(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    pool = _get_pool(context, pk)
+    require_change(context)
+    form = PoolAutoscalingForm(request.POST, pool=pool)
+    if form.is_valid():
+        try:
+            pool = pool_services.update_pool(pool, **form.cleaned_data)
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            state = "on" if pool.autoscaling else "off"
+            messages.success(request, f"Node pool {pool.name}'s autoscaling is {state}.")
+            return redirect(reverse("pool-detail", args=[pool.pk]) + "#autoscaling")
+    return _pool_page(request, pool, autoscaling_form=form, status=400)
 
 
 @require_POST

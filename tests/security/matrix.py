@@ -160,6 +160,7 @@ PAGES: dict[str, Page] = {
     "pools/<pk>/": Page("pool"),
     "pools/<pk>/scale/": Page("pool", post=True, get=False),
     "pools/<pk>/rescaling/": Page("pool", post=True, get=False),
+    "pools/<pk>/autoscaling/": Page("pool", post=True, get=False),
     "pools/<pk>/delete/": Page("pool", post=True),
     "clusters/<pk>/claims/": Page("cluster"),
     "clusters/<pk>/claims/new/": Page("cluster", post=True),
