@@ -21,7 +21,7 @@ import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..allocation import NodeState, Request, apply, fits_ever, place
+from ..allocation import Fleet, NodeState, Placement, Request, fits_ever
 from ..allocation.fleet import BINPACK
 
 
@@ -84,32 +84,38 @@ class _Sim:
     kept: bool = False  # the node being removed took a claim
     claims: list[int] = field(default_factory=list)
     blocked: list[int] = field(default_factory=list)  # claims that fit a new node it may not have
+    fleet: Fleet = field(init=False)
 
     def __post_init__(self) -> None:
+        self.fleet = Fleet(self.nodes)
         for _ in range(max(self.pool.node_count - self.pool.nodes, 0)):
             self._open("upcoming")
 
-    def _open(self, kind: str) -> NodeState:
+    def _open(self, kind: str) -> None:
         node = copy.deepcopy(self.pool.shape)
         node.id = f"{kind}-{len(self.nodes)}"
         self.nodes.append(node)
-        return node
+        self.fleet = Fleet(self.nodes)  # indexed again only when a node opens, not per claim
+
+    def _place(self, claim: Pending) -> Placement | None:
+        placement = self.fleet.place(claim.request, BINPACK) if self.nodes else None
+        return placement or None
 
     def take(self, claim: Pending) -> bool:
         """Place the claim on a node to come, opening one if the pool may grow; False if it cannot."""
-        placement = place(claim.request, self.nodes, BINPACK) if self.nodes else None
-        if not placement and self.pool.draining and not self.kept:
+        placement = self._place(claim)
+        if placement is None and self.pool.draining and not self.kept:
             self.kept = True
             self._open("removing")
-            placement = place(claim.request, self.nodes, BINPACK)
-        if not placement:
+            placement = self._place(claim)
+        if placement is None:
             if self.added >= min(self.pool.max_nodes - self.pool.node_count, self.pool.room):
                 self.blocked.append(claim.id)
                 return False
             self.added += 1
             self._open("new")
-            placement = place(claim.request, self.nodes, BINPACK)
-        apply(placement, self.nodes)
+            placement = self._place(claim)
+        self.fleet.apply(placement)
         self.claims.append(claim.id)
         return True
 
