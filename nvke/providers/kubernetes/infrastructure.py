@@ -20,6 +20,8 @@ CONFLICT_RETRIES = 3  # a node another writer changed between our read and our p
 
 
 class KubernetesInfrastructure(Infrastructure):
+    removes_chosen_nodes = True  # a shrinking pool releases the nodes PoolSpec.remove_first names first
+
     def __init__(self, cluster: ClusterRef):
         super().__init__(cluster)
         self.ops = KubernetesOperations(cluster)
@@ -35,9 +37,13 @@ class KubernetesInfrastructure(Infrastructure):
     def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
         mine = self.ops.nodes(f"{gpus.POOL_LABEL}={spec.name}")
         if len(mine) > count:
-            # Release NotReady nodes first, then the last by name, so a scale-down is predictable.
+            # Release the nodes named first (an autoscaler drained them), then NotReady ones, then the
+            # last by name, so a scale-down is predictable.
             by_name = sorted(mine, key=lambda n: n["metadata"]["name"], reverse=True)
-            for node in sorted(by_name, key=gpus.is_ready)[: len(mine) - count]:
+            order = sorted(
+                by_name, key=lambda n: (n["metadata"]["name"] not in spec.remove_first, gpus.is_ready(n))
+            )
+            for node in order[: len(mine) - count]:
                 self._release(node["metadata"]["name"], spec.name)
             return ScaleResult(nodes=count, wanted=count)
         short = count - len(mine)

@@ -273,6 +273,20 @@ def test_scaling_down_and_deleting_release_nodes_and_keep_other_taints(gpu_clust
     assert len(gpu_cluster.list("v1", "Node")) == 3, "NVKE never deletes a Node"
 
 
+def test_a_shrinking_pool_releases_the_node_the_autoscaler_drained_first(gpu_cluster):
+    infra = KubernetesInfrastructure(ref(gpu_cluster))
+    assert infra.removes_chosen_nodes
+    infra.scale_pool(spec(), 3)
+    assert infra.scale_pool(spec(remove_first=("gpu-a",)), 2).complete
+    assert gpus.POOL_LABEL not in node(gpu_cluster, "gpu-a")["metadata"]["labels"]
+    assert {
+        n: node(gpu_cluster, n)["metadata"]["labels"].get(gpus.POOL_LABEL) for n in ("gpu-b", "gpu-c")
+    } == {
+        "gpu-b": "train",
+        "gpu-c": "train",
+    }
+
+
 def test_a_node_changed_between_read_and_patch_is_read_again(gpu_cluster):
     gpu_cluster.faults.conflict(r"^/api/v1/nodes/gpu-a$", times=1)
     assert KubernetesInfrastructure(ref(gpu_cluster)).scale_pool(spec(), 1).complete
