@@ -33,4 +33,4 @@ class AuditEntryFilter(StrictFilterSet):
 
     class Meta:
         model = AuditEntry
-        fields = ["action", "object_type", "object_id", "actor_user", "actor_token"]
+        fields = ["action", "object_type", "object_id", "actor", "actor_user", "actor_token"]

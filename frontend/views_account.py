@@ -10,6 +10,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from audit.filtersets import AuditEntryFilter
@@ -20,10 +21,12 @@ from nvke.tenancy.context import SESSION_KEY, TenantContext
 from nvke.tenancy.models import ApiToken, Invitation, Membership
 from nvke.tenancy.roles import Action, Role
 
+from . import audit_lines
 from .forms import add_domain_error
 from .views import tenant_view
 
 AUDIT_PER_PAGE = 100
+AUDIT_FILTERS = ("actor", "object_type", "action", "since", "until")  # what the audit page filters by
 ROLE_CHOICES = [(r.value, r.name.title()) for r in Role]
 
 
@@ -208,7 +211,21 @@ def member_remove(request: HttpRequest, context: TenantContext, pk: int) -> Http
 def audit_log(request: HttpRequest, context: TenantContext) -> HttpResponse:
     """The tenant's audit log, newest first (owners and admins)."""
     require_manage(context)
-    object_type = request.GET.get("object_type", "")
-    entries = AuditEntryFilter({"object_type": object_type}, queryset=AuditEntry.objects.restrict(context)).qs
+    mine = AuditEntry.objects.restrict(context)
+    asked = {key: request.GET[key] for key in AUDIT_FILTERS if request.GET.get(key)}
+    found = AuditEntryFilter(asked, queryset=mine)
+    entries = found.qs if found.is_valid() else mine.none()
     page = Paginator(entries, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "frontend/account/audit.html", {"page": page, "object_type": object_type})
+    return render(
+        request,
+        "frontend/account/audit.html",
+        {
+            "page": page,
+            "lines": [(entry, audit_lines.line(entry)) for entry in page],
+            "asked": asked,
+            "query": urlencode(asked),
+            "errors": found.errors if not found.is_valid() else {},
+            "actors": mine.order_by("actor").values_list("actor", flat=True).distinct()[:100],
+            "object_types": mine.order_by("object_type").values_list("object_type", flat=True).distinct(),
+        },
+    )

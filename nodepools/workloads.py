@@ -10,6 +10,7 @@ import logging
 
 from django.db.models import Prefetch
 
+from audit.context import acting_as
 from clusters.models import Cluster
 from clusters.services import cluster_operations
 from nvke.errors import DomainError
@@ -78,11 +79,12 @@ def sync_workloads(cluster_id: int) -> WorkloadReport:
     """One pass over the cluster's workloads (see the module's docstring)."""
     cluster = Cluster.objects.select_related("tenant").get(pk=cluster_id)
     ops = cluster_operations(cluster)
-    report = ops.sync_workloads(workload_claims(cluster_id))
-    refused = adopt(cluster, report.found)
-    if report.found:  # adopted claims are placed already: write them out now rather than next pass
-        report = ops.sync_workloads(workload_claims(cluster_id), refused=refused)
-    record(cluster_id, report)
+    with acting_as("cluster workloads"):  # claims it adopts or releases are the cluster's doing
+        report = ops.sync_workloads(workload_claims(cluster_id))
+        refused = adopt(cluster, report.found)
+        if report.found:  # adopted claims are placed already: write them out now rather than next pass
+            report = ops.sync_workloads(workload_claims(cluster_id), refused=refused)
+        record(cluster_id, report)
     return report
 
 

@@ -4,6 +4,8 @@ re-queues the next one itself, and beat's resync restarts runs whose chain was l
 from celery import shared_task
 from django.db.models import Q
 
+from audit.context import acting_as
+
 from . import controller, rollouts
 from .machine import LIVE
 from .models import FleetRollout, UpgradeRun
@@ -11,7 +13,8 @@ from .models import FleetRollout, UpgradeRun
 
 @shared_task(acks_late=True)
 def tick_run(run_id: int, seq: int) -> None:
-    next_seq = controller.tick(run_id, seq)
+    with acting_as(f"upgrade run {run_id}"):  # what its steps change (cordons, moved claims) is the run's
+        next_seq = controller.tick(run_id, seq)
     if next_seq is not None:
         controller.schedule_tick(run_id, next_seq)
 

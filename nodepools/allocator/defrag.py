@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from .. import allocation as core
 from ..events import publish_claim
 from ..models import Allocation, Claim
+from . import moves as moved
 from .inventory import CACHE, load_inventory
 from .locks import allocation_lock
 from .rows import write_pass
@@ -50,9 +51,10 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
     """Plan and carry out the moves as re-allocations, under the allocation lock."""
     with allocation_lock(cluster_id):
         snap = CACHE.snapshot(cluster_id)
-        before = snap.inventory.idle_gpus()
+        idle_before = snap.inventory.idle_gpus()
         moves = core.plan_defrag(list(snap.inventory.nodes.values()), snap.inventory.placements, max_moves)
         claims = Claim.objects.in_bulk([m.claim_id for m in moves])
+        before = moved.nodes_of(list(claims))
         for move in moves:
             claim = claims[move.claim_id]
             from_pool = snap.pool_holding(claim.pk)
@@ -61,4 +63,5 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
             snap.apply(claim.pk, move.target)
             write_pass(snap, [(claim, move.target)], [])
             publish_claim(claim, "claim.moved", pool=snap.pool_holding(claim.pk), from_pool=from_pool)
-        return _planned(moves), snap.inventory.idle_gpus() - before
+        moved.record_moves(list(claims.values()), before)
+        return _planned(moves), snap.inventory.idle_gpus() - idle_before

@@ -21,7 +21,7 @@ from .. import quotas
 from ..allocation.state import fraction_fits, unplaceable
 from ..events import publish_claim
 from ..models import Allocation, AllocationEvent, Claim, GpuShare, Node, NodePool
-from . import metering
+from . import metering, moves
 from .inventory import CACHE, Inventory, Snapshot, placement_json
 from .locks import allocation_lock
 from .queue import request_placement
@@ -147,10 +147,13 @@ def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
             .select_related("pool")
             .order_by("-priority", "created_at")
         )
+        before = moves.nodes_of([claim.pk for claim in claims])
         Allocation.objects.filter(claim__in=claims).delete()
         for claim in claims:
             snap.remove(claim.pk)
-        return _place_all(claims, snap)
+        placed = _place_all(claims, snap)
+        moves.record_moves(claims, before)
+        return placed
 
 
 def evict_node(cluster_id: int, node_id: int) -> tuple[int, int]:
@@ -226,6 +229,7 @@ def resize_claim(claim_id: int, *, compute_percent: int | Callable[[Claim], int 
         placement, reason = find_placement(resized, snap)
         if placement is None:
             return replace(unchanged, refusal=reason)
+        before_nodes = moves.nodes_of([claim_id])
         Claim.objects.filter(pk=claim_id).update(compute_percent=asked)
         Allocation.objects.filter(claim_id=claim_id).delete()
         snap.remove(claim_id)
@@ -233,6 +237,7 @@ def resize_claim(claim_id: int, *, compute_percent: int | Callable[[Claim], int 
         write_pass(snap, [(resized, placement)], [])
         from_pool = snap.pool_of[old.node_id]
         publish_claim(resized, "claim.moved", pool=snap.pool_holding(claim_id), from_pool=from_pool)
+        moves.record_moves([claim], before_nodes)
         after = snap.inventory.gpu_pk[placement.node_id, placement.gpu_indexes[0]]
         return replace(unchanged, compute_percent=asked, moved=True, gpu_after=after)
 
