@@ -372,6 +372,7 @@ def test_cluster_heatmap_recolours_a_gpu_without_reload(owner_page, telemetry_po
 
     page.goto(f"/telemetry/clusters/{pool.cluster_id}/")
     expect(page.locator("[data-telemetry-state]")).to_have_text("Live: 2 GPUs.")
+    expect(page.locator(".heatmap-legend")).to_contain_text("0 % 100 % utilization, no data yet")
     expect(page.locator(f'[data-series="pool-{pool.pk}"] [data-value="util"]')).to_have_text("0 %")
     # The first cell's colour, read from the canvas: idle GPUs are blue-grey.
     first_cell = (
