@@ -176,7 +176,8 @@ class NodePoolSerializer(serializers.ModelSerializer):
             self.fields["cluster"].queryset = Cluster.objects.restrict(resolve_tenant(request))
 
     def get_nodes_ready(self, pool: NodePool) -> int:
-        return sum(1 for node in pool.nodes.all() if node.status == Node.Status.READY)
+        counted = getattr(pool, "ready_node_count", None)  # annotated on reads, absent after a write
+        return pool.nodes.filter(status=Node.Status.READY).count() if counted is None else counted
 
     def validate(self, attrs):
         if self.instance is not None:

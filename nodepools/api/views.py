@@ -1,3 +1,5 @@
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -34,8 +36,17 @@ class NodePoolViewSet(
 ):
     """GPU node pools. Create, scale (PATCH node_count) and delete are asynchronous: watch `status`."""
 
-    queryset = NodePool.objects.select_related("cluster", "gpu_model", "driver_release").prefetch_related(
-        "nodes"
+    # Counted by the database: a pool of 1,000 nodes is not read whole to say how many are ready.
+    queryset = NodePool.objects.select_related("cluster", "gpu_model", "driver_release").annotate(
+        ready_node_count=Coalesce(
+            Subquery(
+                Node.objects.filter(pool=OuterRef("pk"), status=Node.Status.READY)
+                .values("pool")
+                .annotate(n=Count("pk"))
+                .values("n")
+            ),
+            0,
+        )
     )
     serializer_class = NodePoolSerializer
     filterset_class = NodePoolFilter
