@@ -1,17 +1,18 @@
-"""API request latency through a real web process, with the database connection pool on and off.
+"""API read latency at fleet scale through a real web process: p50 and p99 per endpoint.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/nvke_bench_api python bench/api_requests.py \
-        [--requests 400] [--rounds 2] [--json]
+        [--nodes 1000] [--claims 10000] [--requests 300] [--server daphne|uvicorn] [--json]
 
-It empties that database, seeds the catalog, creates a tenant with one cluster and an API token, then,
-alternating per round, starts `daphne nvke.asgi:application` with NVKE_DB_POOL_MAX_SIZE=10 and =0 and
-times `GET /api/v1/clusters/` from one keep-alive HTTP client (rate limits raised out of the way)."""
+It empties that database, seeds the catalog and builds the scale fleet (bench_db.scale_fleet: one
+cluster, `--nodes` 8-GPU nodes, `--claims` placed claims), starts one web process (`--server`) with
+the database connection pool on, and times each endpoint below from one keep-alive HTTP client with
+a bearer token (rate limits raised out of the way): lists at the default page size (50) and details,
+`--requests` times each after a warm-up. `--json` prints one line: per endpoint `p50_ms`, `p99_ms`."""
 
 import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,91 +24,137 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
 os.environ["NVKE_RATE_LIMIT_TOKEN"] = os.environ["NVKE_RATE_LIMIT_USER"] = "1000000/minute"
+BIN = Path(sys.executable).parent
+SERVERS = {
+    "daphne": lambda port: [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"],
+    "uvicorn": lambda port: [
+        *(str(BIN / "uvicorn"), "--host", "127.0.0.1", "--port", str(port)),
+        *("--no-access-log", "--log-level", "warning", "nvke.asgi:application"),
+    ],
+}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def endpoints(cluster) -> dict[str, str]:
+    """The reads measured: each list and one detail of each resource, busy ones (a full node, a placed
+    claim) rather than empty ones."""
+    from nodepools.models import Claim
+
+    claim = Claim.objects.filter(cluster=cluster, status="allocated").order_by("pk").first()
+    node = claim.allocation.node
+    gpu = claim.allocation.shares.first().gpu_id
+    return {
+        "clusters": "/api/v1/clusters/",
+        "cluster": f"/api/v1/clusters/{cluster.pk}/",
+        "node-pools": "/api/v1/node-pools/",
+        "node-pool": f"/api/v1/node-pools/{node.pool_id}/",
+        "nodes": "/api/v1/nodes/",
+        "node": f"/api/v1/nodes/{node.pk}/",
+        "claims": "/api/v1/claims/",
+        "claim": f"/api/v1/claims/{claim.pk}/",
+        "telemetry-gpus": "/api/v1/telemetry/gpus/",
+        "telemetry-gpu": f"/api/v1/telemetry/gpus/{gpu}/",
+    }
 
 
-def ms_per_request(pool_size: int, token: str, requests: int) -> float:
+def percentile(values: list[float], p: int) -> float:
+    return statistics.quantiles(values, n=100)[p - 1]
+
+
+def measure(server: str, token: str, urls: dict[str, str], requests: int) -> dict:
+    from tests.integration.processes import free_port, port_open
+
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-p", str(port), "nvke.asgi:application"],
+    process = subprocess.Popen(
+        SERVERS[server](port),
         cwd=ROOT,
-        env={**os.environ, "NVKE_DB_POOL_MAX_SIZE": str(pool_size)},
+        env={**os.environ, "NVKE_DB_POOL_MAX_SIZE": "10"},
         stdout=subprocess.DEVNULL,  # the access log
         stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
-        while True:  # until daphne listens
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    sys.exit("daphne did not start")
-                time.sleep(0.1)
+        while not port_open(port):
+            if time.monotonic() > deadline or process.poll() is not None:
+                sys.exit(f"{server} did not start")
+            time.sleep(0.1)
         client = http.client.HTTPConnection("127.0.0.1", port)
         headers = {"Authorization": f"Bearer {token}"}
 
-        def get() -> None:
-            client.request("GET", "/api/v1/clusters/", headers=headers)
+        def get(url: str) -> float:
+            started = time.perf_counter()
+            client.request("GET", url, headers=headers)
             response = client.getresponse()
             response.read()
-            assert response.status == 200, response.status
+            assert response.status == 200, (url, response.status)
+            return (time.perf_counter() - started) * 1000
 
-        for _ in range(30):  # warm-up: imports, first connections
-            get()
-        start = time.perf_counter()
-        for _ in range(requests):
-            get()
-        return (time.perf_counter() - start) / requests * 1000
+        results = {}
+        for name, url in urls.items():
+            for _ in range(20):  # warm-up: imports, first connections, caches
+                get(url)
+            times = [get(url) for _ in range(requests)]
+            results[name] = {
+                "p50_ms": round(percentile(times, 50), 2),
+                "p99_ms": round(percentile(times, 99), 2),
+            }
+        return results
     finally:
-        server.terminate()
-        server.wait()
+        process.terminate()
+        process.wait()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--claims", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--server", choices=SERVERS, default="daphne")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         sys.exit("Set DATABASE_URL to a PostgreSQL database this benchmark may empty.")
     sys.path.insert(0, str(ROOT / "bench"))
-    from bench_db import bench_cluster, ensure_database, fresh_catalog
+    from bench_db import ensure_database, fresh_catalog, scale_fleet
 
     ensure_database(os.environ["DATABASE_URL"])
     import django
 
     django.setup()
+    import redis
     from django.contrib.auth import get_user_model
 
+    from nodepools.models import Claim, Gpu
     from nvke.tenancy.models import ApiToken, Membership, Tenant
 
+    started = time.time()
     fresh_catalog()
     tenant = Tenant.objects.create(name="Bench", slug="bench")
-    bench_cluster(tenant)
     user = get_user_model().objects.create(username="bench")
     Membership.objects.create(user=user, tenant=tenant, role="owner")
+    cluster = scale_fleet(tenant, args.nodes, args.claims)
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()  # the queued placement tasks: placed already
     _, token = ApiToken.issue(tenant=tenant, user=user, name="bench")
-    rounds: dict[str, list[float]] = {"pool": [], "no_pool": []}
-    for _ in range(args.rounds):
-        rounds["pool"].append(round(ms_per_request(10, token, args.requests), 2))
-        rounds["no_pool"].append(round(ms_per_request(0, token, args.requests), 2))
+    setup_s = time.time() - started
+    load_before = os.getloadavg()
     result = {
-        "requests": args.requests,
-        "ms_per_request_pool": statistics.median(rounds["pool"]),
-        "ms_per_request_no_pool": statistics.median(rounds["no_pool"]),
-        "rounds": rounds,
+        "server": args.server,
+        "nodes": args.nodes,
+        "gpus": Gpu.objects.count(),
+        "claims_allocated": Claim.objects.filter(status="allocated").count(),
+        "requests_each": args.requests,
+        "setup_s": round(setup_s),
+        "endpoints": measure(args.server, token, endpoints(cluster), args.requests),
+        "load_average": [load_before, os.getloadavg()],
     }
-    print(json.dumps(result) if args.json else "\n".join(f"{k:>24}: {v}" for k, v in result.items()))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for name, figures in result.pop("endpoints").items():
+            print(f"{name:>16}: p50 {figures['p50_ms']:7.2f} ms   p99 {figures['p99_ms']:7.2f} ms")
+        for key, value in result.items():
+            print(f"{key:>16}: {value}")
 
 
 if __name__ == "__main__":

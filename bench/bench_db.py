@@ -51,3 +51,47 @@ def bench_cluster(tenant, control_plane_nodes: int = 3):
     provision(cluster.pk)
     cluster.refresh_from_db()
     return cluster
+
+
+def scale_fleet(tenant, nodes: int, claims: int):
+    """The fleet of the scale benchmarks: one cluster, half its `nodes` 8-GPU fractional L4 nodes, half
+    8-GPU MIG H100 nodes (the simulator's, through the pools' reconcile), and `claims` placed claims:
+    fractions of 1–4 GiB on the L4s, 1g.10gb slices on the H100s. Returns the cluster."""
+    from django.db import connection
+
+    from nodepools.allocator import create_claim, place_pending
+    from nodepools.models import DriverRelease, GpuModel, NodePool
+    from nodepools.services import reconcile
+    from nvke.tenancy.context import TenantContext
+
+    cluster = bench_cluster(tenant)
+    driver = DriverRelease.objects.get(version="580.105.08")
+    for name, model, mode, count in [
+        ("frac", "l4", "fractional", nodes - nodes // 2),
+        ("mig", "h100-sxm5-80gb", "mig", nodes // 2),
+    ]:
+        pool = NodePool.objects.create(
+            tenant=tenant,
+            cluster=cluster,
+            name=name,
+            gpu_model=GpuModel.objects.get(name=model),
+            gpus_per_node=8,
+            node_count=count,
+            min_nodes=0,
+            max_nodes=count,
+            driver_release=driver,
+            sharing_mode=mode,
+        )
+        reconcile(pool.pk)
+    context = TenantContext(tenant, "owner")
+    for i in range(claims):
+        shape = (
+            {"kind": "fraction", "gpu_memory_mib": 1024 * (1 + i % 4), "compute_percent": 10}
+            if i % 2
+            else {"kind": "mig", "mig_profile": "1g.10gb"}
+        )
+        create_claim(context=context, cluster=cluster, name=f"c{i}", cpu_milli=100, place=False, **shape)
+    place_pending(cluster.pk)
+    with connection.cursor() as cursor:  # statistics, as autovacuum would have them by now
+        cursor.execute("ANALYZE")
+    return cluster

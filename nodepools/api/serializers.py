@@ -215,11 +215,11 @@ class PoolAutoscalingSerializer(serializers.Serializer):
 
 
 class GpuSnapshotShareSerializer(serializers.ModelSerializer):
-    """Who holds what on a GPU."""
+    """Who holds what on a GPU (its claim's fields annotated by NodeViewSet: SHARE_CLAIM)."""
 
-    claim = serializers.IntegerField(source="allocation.claim_id")
-    namespace = serializers.CharField(source="allocation.claim.namespace")
-    name = serializers.CharField(source="allocation.claim.name")
+    claim = serializers.IntegerField(source="claim_pk")
+    namespace = serializers.CharField(source="claim_namespace")
+    name = serializers.CharField(source="claim_name")
     compute_percent = serializers.SerializerMethodField(help_text="Its compute ceiling")
     guaranteed_percent = serializers.SerializerMethodField(help_text="Its guaranteed compute")
 
@@ -246,7 +246,9 @@ class GpuSnapshotShareSerializer(serializers.ModelSerializer):
 
 
 class GpuSerializer(serializers.ModelSerializer):
-    shares = GpuSnapshotShareSerializer(many=True, read_only=True)
+    """A GPU of a node read with NodeViewSet's prefetch (its shares in `share_list`)."""
+
+    shares = GpuSnapshotShareSerializer(source="share_list", many=True, read_only=True)
     memory_allocated_mib = serializers.SerializerMethodField()
     compute_allocated_percent = serializers.SerializerMethodField(
         help_text="Guaranteed compute held (at most 100)"
@@ -270,17 +272,17 @@ class GpuSerializer(serializers.ModelSerializer):
         ]
 
     def get_memory_allocated_mib(self, gpu: Gpu) -> int:
-        return sum(s.memory_mib for s in gpu.shares.all())
+        return sum(s.memory_mib for s in gpu.share_list)
 
     def get_compute_allocated_percent(self, gpu: Gpu) -> float:
-        return sum(s.guaranteed_milli for s in gpu.shares.all()) / 10
+        return sum(s.guaranteed_milli for s in gpu.share_list) / 10
 
     def get_compute_ceilings_percent(self, gpu: Gpu) -> float:
-        return sum(s.compute_milli for s in gpu.shares.all()) / 10
+        return sum(s.compute_milli for s in gpu.share_list) / 10
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    gpus = GpuSerializer(many=True, read_only=True)
+    gpus = GpuSerializer(source="gpu_list", many=True, read_only=True)
     cluster = serializers.IntegerField(source="pool.cluster_id", read_only=True)
     preflight_failures = serializers.SerializerMethodField(
         help_text="Preflight checks failed for its pool's sharing mode; it takes no claims while any fail"
