@@ -5,14 +5,17 @@
     nvke-agent preflight [--mode mps]   # is this node fit for GPU sharing? (exit 1 when a check fails)
 
 The token is the node's telemetry token (POST /api/v1/telemetry/node-tokens/). Without NVML the agent
-exits at once with status 2 and says why. A refused batch (4xx) is dropped and reported; when the
-control plane is unreachable, batches are kept (up to a bound) and sent with the next one. At start it
-posts the node's GPU inventory and its sharing preflight facts (preflight.py)."""
+exits at once with status 2 and says why. A refused batch (4xx) is dropped and reported. When the
+control plane is busy (429, 503: after its Retry-After) or unreachable (exponential backoff), the
+agent waits a jittered while, so a fleet refused together does not return together; meanwhile it keeps
+sampling into a bounded backlog and counts the oldest samples it has to drop. At start it posts the
+node's GPU inventory and its sharing preflight facts (preflight.py)."""
 
 import argparse
 import json
 import logging
 import os
+import random
 import sys
 import time
 import urllib.error
@@ -22,12 +25,21 @@ from . import nvml, preflight
 from .synthetic import SimulatedCollector
 
 log = logging.getLogger("nvke-agent")
-MAX_BACKLOG = 3600  # samples kept while the control plane is unreachable
+MAX_BACKLOG = 3600  # samples kept while the control plane is unreachable or busy
+MAX_BACKOFF_S = 60.0
 EXIT_NO_NVML = 2
 
 
 class Refused(Exception):
     """The control plane answered 4xx: the batch (or the token) is wrong; resending will not help."""
+
+
+class Busy(Exception):
+    """The control plane answered 429 or 503: send again after `retry_after_s`."""
+
+    def __init__(self, code: int, retry_after_s: float):
+        super().__init__(f"{code}, retry after {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
 
 
 def _post(url: str, path: str, token: str, body: dict, timeout_s: float) -> dict:
@@ -41,9 +53,19 @@ def _post(url: str, path: str, token: str, body: dict, timeout_s: float) -> dict
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.load(response)
     except urllib.error.HTTPError as error:
+        if error.code in (429, 503):
+            raise Busy(error.code, _seconds(error.headers.get("Retry-After"))) from None
         if 400 <= error.code < 500:
             raise Refused(f"{error.code}: {error.read().decode(errors='replace')}") from None
         raise
+
+
+def _seconds(retry_after: str | None) -> float:
+    """Retry-After in seconds (NVKE sends seconds; an HTTP date or nothing counts as one second)."""
+    try:
+        return max(0.0, float(retry_after or ""))
+    except ValueError:
+        return 1.0
 
 
 def post(url: str, token: str, samples: list[dict], timeout_s: float = 10) -> int:
@@ -96,8 +118,57 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+class Sender:
+    """The samples not yet accepted, at most `max_backlog` (the oldest dropped and counted), and when
+    to try again: after a busy answer, its Retry-After; after a failure, 1, 2, 4 … up to MAX_BACKOFF_S
+    seconds; each stretched by a random factor of 1 to 1.5."""
+
+    def __init__(
+        self, url: str, token: str, max_backlog: int = MAX_BACKLOG, rng: random.Random | None = None
+    ):
+        self.url, self.token, self.max_backlog = url, token, max_backlog
+        self.rng = rng or random.Random()
+        self.backlog: list[dict] = []
+        self.dropped = 0
+        self.failures = 0
+        self.not_before = 0.0
+
+    def add(self, samples: list[dict]) -> None:
+        self.backlog.extend(samples)
+        overflow = len(self.backlog) - self.max_backlog
+        if overflow > 0:
+            self.dropped += overflow
+            del self.backlog[:overflow]
+            log.warning("backlog full: dropped %d samples so far", self.dropped)
+
+    def flush(self, now: float) -> bool:
+        """Post the backlog unless it is too early; True when it was accepted. Raises Refused."""
+        if not self.backlog or now < self.not_before:
+            return False
+        try:
+            log.info("posted %d samples", post(self.url, self.token, self.backlog))
+        except Refused:
+            self.backlog = []
+            raise
+        except Busy as busy:
+            self._wait(now, busy.retry_after_s, f"control plane busy ({busy})")
+            return False
+        except (urllib.error.URLError, OSError) as error:
+            self.failures += 1
+            self._wait(now, min(MAX_BACKOFF_S, 2.0 ** (self.failures - 1)), f"unreachable ({error})")
+            return False
+        self.backlog, self.failures, self.not_before = [], 0, 0.0
+        return True
+
+    def _wait(self, now: float, delay_s: float, why: str) -> None:
+        self.not_before = now + delay_s * (1 + self.rng.random() / 2)
+        log.warning(
+            "%s; keeping %d samples, next try in %.1f s", why, len(self.backlog), self.not_before - now
+        )
+
+
 def run(collector, args: argparse.Namespace) -> int:
-    backlog: list[dict] = []
+    sender = Sender(args.url, args.token)
     registered = False
     while True:
         started = time.time()
@@ -110,20 +181,16 @@ def run(collector, args: argparse.Namespace) -> int:
             except Refused as error:
                 log.info("inventory not taken: %s", error)
                 registered = True
-            except (urllib.error.URLError, OSError) as error:
-                log.warning("control plane unreachable (%s); inventory next time", error)
-        backlog = (backlog + collector.sample(started))[-MAX_BACKLOG:]
+            except (Busy, urllib.error.URLError, OSError) as error:
+                log.warning("control plane unreachable or busy (%s); inventory next time", error)
+        sender.add(collector.sample(started))
         sent = False
         try:
-            log.info("posted %d samples", post(args.url, args.token, backlog))
-            backlog, sent = [], True
+            sent = sender.flush(time.time())
         except Refused as error:
             log.error("control plane refused the batch: %s", error)
-            backlog = []
             if "invalid_node_token" in str(error):
                 return 1
-        except (urllib.error.URLError, OSError) as error:
-            log.warning("control plane unreachable (%s); keeping %d samples", error, len(backlog))
         if args.once:
             return 0 if sent else 1
         time.sleep(max(0.0, args.interval - (time.time() - started)))

@@ -132,3 +132,86 @@ def test_on_an_attached_cluster_the_agent_names_the_gpus_then_posts(
     gpus = list(Gpu.objects.filter(node=node).order_by("index"))
     assert [str(g.uuid) for g in gpus] == nvml
     assert set(store.latest([g.pk for g in gpus])) == {g.pk for g in gpus}
+
+
+class ControlPlane:
+    """A real HTTP server on loopback answering the agent's posts from a script of (status, headers)."""
+
+    def __init__(self, answers: list[tuple[int, dict]]):
+        import http.server
+        import json
+        import threading
+
+        self.answers, self.posts = list(answers), []
+        plane = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                plane.posts.append(body["samples"])
+                status, headers = plane.answers.pop(0) if plane.answers else (202, {})
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                reply = json.dumps({"accepted": len(body["samples"])} if status == 202 else {}).encode()
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def samples(n: int, start: int = 0) -> list[dict]:
+    return [
+        {"gpu": "g", "ts": float(i), "metrics": {"DCGM_FI_DEV_GPU_UTIL": 1}} for i in range(start, start + n)
+    ]
+
+
+def test_a_busy_control_plane_is_retried_after_its_retry_after_with_jitter_and_the_backlog_kept():
+    plane = ControlPlane([(503, {"Retry-After": "2"}), (429, {"Retry-After": "4"})])
+    try:
+        sender = agent.Sender(plane.url, "t", rng=__import__("random").Random(1))
+        sender.add(samples(3))
+        assert not sender.flush(100.0)  # 503, Retry-After: 2
+        assert 102.0 <= sender.not_before <= 103.0 and len(sender.backlog) == 3
+        assert not sender.flush(sender.not_before - 0.01) and len(plane.posts) == 1  # too early: no post
+        sender.add(samples(2, start=3))
+        assert not sender.flush(sender.not_before)  # 429, Retry-After: 4
+        first_wait = sender.not_before
+        assert not sender.flush(first_wait - 0.01) and len(plane.posts) == 2
+        assert sender.flush(first_wait)  # 202: everything kept meanwhile went, oldest first
+        assert [s["ts"] for s in plane.posts[-1]] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert sender.backlog == [] and sender.dropped == 0
+    finally:
+        plane.close()
+
+
+def test_the_backlog_is_bounded_and_counts_what_it_drops():
+    sender = agent.Sender("http://127.0.0.1:9", "t", max_backlog=4)
+    sender.add(samples(3))
+    sender.add(samples(3, start=3))
+    assert [s["ts"] for s in sender.backlog] == [2.0, 3.0, 4.0, 5.0] and sender.dropped == 2
+
+
+def test_an_unreachable_control_plane_is_retried_with_growing_jittered_waits():
+    sender = agent.Sender("http://127.0.0.1:9", "t", rng=__import__("random").Random(2))  # nothing listens
+    sender.add(samples(1))
+    waits, now = [], 0.0
+    for _ in range(8):
+        assert not sender.flush(now)
+        waits.append(sender.not_before - now)
+        now = sender.not_before
+    for attempt, wait in enumerate(waits):
+        base = min(agent.MAX_BACKOFF_S, 2.0**attempt)
+        assert base <= wait <= 1.5 * base
+    assert len({round(w / min(agent.MAX_BACKOFF_S, 2.0**i), 3) for i, w in enumerate(waits)}) > 1  # jittered
+    assert len(sender.backlog) == 1
