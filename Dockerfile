@@ -17,4 +17,4 @@ RUN pip install /wheels/*.whl && rm -rf /wheels && mkdir -p /var/lib/nvke \
     && useradd --system --home /var/lib/nvke nvke && chown -R nvke /var/lib/nvke
 USER nvke
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "nvke.asgi:application"]
+CMD ["uvicorn", "--host", "0.0.0.0", "--port", "8000", "--no-proxy-headers", "nvke.asgi:application"]

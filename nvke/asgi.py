@@ -11,10 +11,12 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from nvke.routing import websocket_urlpatterns  # noqa: E402
 from nvke.websocket_auth import AnonymousHandshakeLimit, TokenAuthMiddleware  # noqa: E402
+from telemetry.intake import Intake  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_app,
+        # The agents' per-second batches skip Django's stack (telemetry/intake.py).
+        "http": Intake(django_app),
         # Handshakes with an API token skip the Origin check and the session; see nvke/websocket_auth.py.
         "websocket": TokenAuthMiddleware(
             token_app=URLRouter(websocket_urlpatterns),

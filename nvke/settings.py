@@ -362,6 +362,8 @@ TELEMETRY_NODE_NOT_READY_S = int(os.environ.get("NVKE_TELEMETRY_NODE_NOT_READY_S
 TELEMETRY_NODE_REPAIR_S = int(os.environ.get("NVKE_TELEMETRY_NODE_REPAIR_S", "300"))  # simulator replaces
 FATAL_XIDS_DEFAULT = "48,62,63,64,74,79,92,94,95,119,120"  # DBE, GSP, row remap, NVLink, off the bus, ECC
 TELEMETRY_FATAL_XIDS = [int(x) for x in env_list("NVKE_TELEMETRY_FATAL_XIDS", FATAL_XIDS_DEFAULT)]
+# Samples waiting for a web process's ingestion writer before it answers 503 with Retry-After.
+TELEMETRY_INGEST_MAX_PENDING = int(os.environ.get("NVKE_TELEMETRY_INGEST_MAX_PENDING", "50000"))
 METRICS_TOKEN = os.environ.get("NVKE_METRICS_TOKEN", "")  # /metrics answers only with this bearer token
 
 # Which provider provisions the clusters NVKE creates: "simulator" (the default) or "clusterapi" (Cluster

@@ -7,8 +7,8 @@ never the secret). Never in the query string: URLs end up in logs.
 A handshake with a token never reaches the session stack: cookies are not read, and the tenant is the
 token's. It skips the Origin check too, which guards against another site riding on a browser's
 session cookie; a token is sent by no browser on its own. A bad token (unknown, malformed, revoked,
-expired, its user deactivated) is refused before the socket is accepted, which daphne answers with
-HTTP 403, and counts as a failed authentication of the client's address, as on the API; past
+expired, its user deactivated) is refused before the socket is accepted, which the server answers
+with HTTP 403, and counts as a failed authentication of the client's address, as on the API; past
 NVKE_RATE_LIMIT_AUTH_FAILURES every token handshake from there is accepted, then closed with 4429, before
 any lookup. A handshake counts as one request against the token's and its user's API rate limits (over
 them: 4429 too). Handshakes without a token go to `session_app`; those that turn out to have no

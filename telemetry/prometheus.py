@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import Count, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from clusters.models import Cluster
@@ -88,6 +88,25 @@ class FleetCollector(Collector):
             "Average utilization of the GPUs reporting.",
             value=round(sum(utils) / len(utils), 2) if utils else 0,
         )
+        counts = store.ingest_counts()
+        samples = CounterMetricFamily(
+            "nvke_telemetry_ingest_samples",
+            "Samples posted by node agents, by every web process: accepted (stored), late (accepted more "
+            "than 10 s after their time), rejected (in refused batches).",
+            labels=["outcome"],
+        )
+        for outcome in ("accepted", "late", "rejected"):
+            samples.add_metric([outcome], counts.get(outcome, 0))
+        yield samples
+        batches = CounterMetricFamily(
+            "nvke_telemetry_ingest_batches_rejected",
+            "Batches refused: invalid (4xx), unauthorized (node token), overloaded (503, Retry-After), "
+            "unavailable (Redis).",
+            labels=["reason"],
+        )
+        for reason in ("invalid", "unauthorized", "overloaded", "unavailable"):
+            batches.add_metric([reason], counts.get(f"batches_rejected:{reason}", 0))
+        yield batches
         events = TelemetryEvent.objects.values("kind").annotate(n=Count("pk"))
         yield _gauge(
             "nvke_telemetry_decisions",

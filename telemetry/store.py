@@ -9,6 +9,8 @@ Keys (all under `tm:`):
                            thresholds of the claim's pool, telemetry.policy)
   tm:heartbeat             hash: node id → time of its last batch
   tm:fresh                 stream: each write's newest sample per GPU, read by the live streams
+  tm:ingest                hash: ingestion counters of every web process (samples accepted, late,
+                           rejected; batches rejected by reason), for /metrics
 """
 
 import json
@@ -28,6 +30,7 @@ FRESH = "tm:fresh"  # stream of [[gpu id, ts, *STREAM_KEYS], ...] per write, for
 FRESH_MAXLEN = 20_000  # writes kept: minutes of a 10,000-GPU fleet posting per node
 STREAM_KEYS = ("util", "mem", "temp", "power", "sm", "xid")
 RAW_BUCKETS = "tm:raw-buckets"
+INGEST_COUNTS = "tm:ingest"
 
 _client: redis.Redis | None = None
 
@@ -65,9 +68,12 @@ def write(node_id: int, samples: list[Sample], now: float) -> None:
     write_many([(node_id, samples)], now)
 
 
-def write_many(batches: list[tuple[int, list[Sample]]], now: float) -> None:
+def write_many(
+    batches: list[tuple[int, list[Sample]]], now: float, counts: dict[str, int] | None = None
+) -> None:
     """Several nodes' batches in one round trip and a handful of commands, however many samples (the
-    simulator writes a slice of the fleet at a time)."""
+    simulator writes a slice of the fleet at a time; ingestion the batches that arrived meanwhile, with
+    its counters)."""
     latest: dict[int, Sample] = {}
     raw: dict[int, list] = defaultdict(list)
     samples = [s for _, batch in batches for s in batch]
@@ -100,7 +106,27 @@ def write_many(batches: list[tuple[int, list[Sample]]], now: float) -> None:
     # The live streams read what is new from here: one entry per write, however many samples.
     fresh = [[g, s.ts, *(s.values.get(k) for k in STREAM_KEYS)] for g, s in latest.items()]
     pipe.xadd(FRESH, {"rows": json.dumps(fresh)}, maxlen=FRESH_MAXLEN, approximate=True)
+    _add_counts(pipe, counts or {})
     pipe.execute()
+
+
+def _add_counts(pipe, counts: dict[str, int]) -> None:
+    for field, n in counts.items():
+        if n:
+            pipe.hincrby(INGEST_COUNTS, field, n)
+
+
+def count(counts: dict[str, int]) -> None:
+    """Add to the ingestion counters (rejections, which write nothing else)."""
+    pipe = client().pipeline(transaction=False)
+    _add_counts(pipe, counts)
+    pipe.execute()
+
+
+def ingest_counts() -> dict[str, int]:
+    if not available():
+        return {}
+    return {k.decode(): int(v) for k, v in client().hgetall(INGEST_COUNTS).items()}
 
 
 def _track_claim(

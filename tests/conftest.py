@@ -174,20 +174,42 @@ def celery_worker_process(transactional_db):
         worker.stop()
 
 
+ASGI_SERVERS = {
+    "daphne": lambda port: [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"],
+    # As production runs it (Dockerfile): the app alone reads X-Forwarded-* (NVKE_TRUSTED_PROXIES).
+    "uvicorn": lambda port: [
+        *(str(BIN / "uvicorn"), "--host", "127.0.0.1", "--port", str(port)),
+        *("--no-proxy-headers", "nvke.asgi:application"),
+    ],
+}
+
+
 @pytest.fixture
-def asgi_server(transactional_db):
-    """A real daphne process serving the app (HTTP and websockets) on this test's database and Redis."""
-    port = free_port()
-    server = Process(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"],
-        process_env(DATABASE_URL=database_url_of_this_run(), REDIS_URL=settings.REDIS_URL),
-    )
-    try:
-        server.wait_for(lambda: port_open(port), f"daphne listening on {port}")
-        server.port, server.url = port, f"http://127.0.0.1:{port}"
-        yield server
-    finally:
-        server.stop()
+def serve_asgi(transactional_db):
+    """serve_asgi(server="uvicorn", **env): a real ASGI server process (uvicorn, as production runs, or
+    daphne) serving the app (HTTP and websockets) on this test's database and Redis, with `env` added;
+    stopped after."""
+    started = []
+
+    def start(server: str = "uvicorn", **env: str) -> Process:
+        port = free_port()
+        process = Process(
+            ASGI_SERVERS[server](port),
+            process_env(DATABASE_URL=database_url_of_this_run(), REDIS_URL=settings.REDIS_URL, **env),
+        )
+        started.append(process)
+        process.wait_for(lambda: port_open(port), f"{server} listening on {port}")
+        process.port, process.url = port, f"http://127.0.0.1:{port}"
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def asgi_server(serve_asgi):
+    return serve_asgi()
 
 
 # --- attached clusters (the fake Kubernetes API server of tests/kubeapi) ---

@@ -31,25 +31,23 @@ from .serializers import (
 
 
 def node_token(request) -> str:
-    """The raw token of `Authorization: Node <node token>`, the agents' only credential."""
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    if scheme != "Node":
-        raise ingest.InvalidNodeToken("Send `Authorization: Node <node token>`.")
-    return raw.strip()
+    return ingest.node_token(request.headers.get("Authorization", ""))
 
 
 class IngestView(APIView):
     """POST a batch of samples as a node: `Authorization: Node <node token>`, body
     `{"samples": [{"gpu": "<uuid>", "ts": <unix s>, "metrics": {"DCGM_FI_DEV_GPU_UTIL": 42, ...},
-    "claims": {"<claim id>": <usage % of its share>}}]}`. 202 when stored; a bad batch stores nothing."""
+    "claims": {"<claim id>": <usage % of its share>}}]}`. 202 when stored; a bad batch stores nothing. An
+    overloaded web process answers 503 `ingest_overloaded` with Retry-After: send the batch again then."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
     @extend_schema(request=None, responses={202: None})
     def post(self, request):
-        identity = ingest.authenticate(node_token(request))
-        count = ingest.ingest(identity, request.data)
+        # Served by telemetry.intake ahead of Django under ASGI; this view answers the same for the
+        # Django test client and the OpenAPI schema.
+        count = ingest.ingest(request.headers.get("Authorization", ""), request.data)
         return Response({"accepted": count}, status=status.HTTP_202_ACCEPTED)
 
 

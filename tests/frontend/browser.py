@@ -11,7 +11,7 @@ websockets on this test's database and Redis). A new browser test takes a few li
 `page` is a page that is not signed in; `owner_page` is signed in as the `owner` fixture's user;
 `sign_in(page, user)` signs in someone else. Paths are relative to the live server. Every browser test
 saves a screenshot of its page when it ends (`<test>.png`; `<test>-FAILED.png` plus the server's log
-`<test>-daphne.log` on failure) under $NVKE_TEST_ARTIFACTS (default test-artifacts/, git-ignored);
+`<test>-server.log` on failure) under $NVKE_TEST_ARTIFACTS (default test-artifacts/, git-ignored);
 `screenshot(page, label)` saves more along the way. Browsers are never downloaded: without
 /usr/bin/chromium (.ci/run installs it) the tests skip and say so."""
 
@@ -116,7 +116,7 @@ def _save_artifacts(request, contexts, server) -> None:
             except Exception as error:  # a crashed page must not hide the test's own failure
                 print(f"no screenshot of {name}: {error}")
     if failed:
-        artifact_path(f"{request.node.name}-daphne.log").write_text(server.log)
+        artifact_path(f"{request.node.name}-server.log").write_text(server.log)
 
 
 @pytest.fixture

@@ -6,11 +6,17 @@ import pytest
 from rest_framework.test import APIClient
 
 from nodepools.models import Gpu, Node
+from telemetry import store
 from telemetry.models import NodeToken
 
-from .conftest import post, sample
+from .conftest import client_of_node, post, sample
 
 pytestmark = pytest.mark.django_db
+
+
+def stored(redis_client) -> list[bytes]:
+    """Every key but the ingestion counters, which count refusals too."""
+    return [key for key in redis_client.keys() if key != b"tm:ingest"]
 
 
 def test_batch_is_stored_and_served_as_latest(api, node, node_client, clean_redis):
@@ -84,7 +90,9 @@ def test_bad_batch_is_refused_whole(case, node, node_client, clean_redis):
     assert response.data["code"] == code
     assert response.data["details"]["field"] == field
     assert field.split(".")[0].split("[")[0] in response.data["message"]
-    assert clean_redis.dbsize() == 0  # nothing stored, not even the good samples of the batch
+    assert stored(clean_redis) == []  # nothing stored, not even the good samples of the batch
+    counted = {k: int(v) for k, v in clean_redis.hgetall("tm:ingest").items()}
+    assert counted.get(b"rejected", 0) == len(samples) and counted[b"batches_rejected:invalid"] == 1
 
 
 def test_wrong_or_missing_node_token_is_401(node, clean_redis):
@@ -96,19 +104,20 @@ def test_wrong_or_missing_node_token_is_401(node, clean_redis):
         response = post(client, [sample(gpu)])
         assert response.status_code == 401
         assert response.data["code"] == "invalid_node_token"
-    assert clean_redis.dbsize() == 0
+    assert stored(clean_redis) == []
+    assert clean_redis.hget("tm:ingest", "batches_rejected:unauthorized") == b"3"
 
 
 def test_one_nodes_token_cannot_post_for_another_node(node, node_client, clean_redis):
     other = Gpu.objects.exclude(node=node).first()
     assert post(node_client, [sample(other)]).status_code == 400
-    assert clean_redis.dbsize() == 0
+    assert stored(clean_redis) == []
 
 
 def test_malformed_json_is_400(node_client, clean_redis):
     response = node_client.post("/api/v1/telemetry/ingest/", "{nope", content_type="application/json")
     assert response.status_code == 400 and set(response.data) == {"code", "message", "details"}
-    assert clean_redis.dbsize() == 0
+    assert stored(clean_redis) == []
 
 
 def test_node_tokens_are_issued_once_and_scoped(api, node, make_member, client_for, cluster):
@@ -140,3 +149,44 @@ def test_other_tenants_gpus_are_invisible(node, node_client, make_member, client
     assert stranger.get(f"/api/v1/telemetry/gpus/{gpu.pk}/").status_code == 404
     assert stranger.get(f"/api/v1/telemetry/gpus/{gpu.pk}/history/").status_code == 404
     assert stranger.get("/api/v1/telemetry/gpus/").data["count"] == 0
+
+
+def test_a_claim_placed_after_the_node_was_remembered_is_taken_at_once(
+    tenant, cluster, frac_pool, clean_redis
+):
+    from nodepools.allocator import create_claim
+    from nvke.tenancy.context import TenantContext
+
+    clients = {n.pk: client_of_node(n) for n in Node.objects.filter(pool=frac_pool)}
+    for node_id, client in clients.items():  # every node's identity is remembered now
+        assert post(client, [sample(Gpu.objects.filter(node_id=node_id).first())]).status_code == 202
+    claim = create_claim(
+        context=TenantContext(tenant, "owner"),
+        cluster=cluster,
+        name="new",
+        kind="fraction",
+        gpu_memory_mib=1024,
+    )
+    gpu = claim.allocation.shares.get().gpu
+    response = post(clients[gpu.node_id], [sample(gpu, claims={claim.pk: 80})])
+    assert response.status_code == 202, response.data
+    assert store.claim_states([claim.pk])[claim.pk]["usage"] == 80
+
+
+def test_a_refresh_renews_every_remembered_identity_in_three_queries(
+    frac_pool, clean_redis, django_assert_max_num_queries
+):
+    from telemetry import ingest
+
+    first, second = Node.objects.filter(pool=frac_pool).order_by("name")
+    old_raw, second_raw = NodeToken.issue(first)[1], NodeToken.issue(second)[1]
+    for raw in (old_raw, second_raw):
+        ingest.authenticate(raw)
+    NodeToken.issue(first)  # replaces the first node's token
+    failed = second.gpus.order_by("index").first()
+    Gpu.objects.filter(pk=failed.pk).update(healthy=False)
+    assert ingest.cached_identity(old_raw) is not None  # remembered until the refresh
+    with django_assert_max_num_queries(3):
+        ingest.refresh_identities()
+    assert ingest.cached_identity(old_raw) is None
+    assert ingest.cached_identity(second_raw).unhealthy == {failed.pk}
