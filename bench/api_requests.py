@@ -24,14 +24,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
 os.environ["NVKE_RATE_LIMIT_TOKEN"] = os.environ["NVKE_RATE_LIMIT_USER"] = "1000000/minute"
-BIN = Path(sys.executable).parent
-SERVERS = {
-    "daphne": lambda port: [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"],
-    "uvicorn": lambda port: [
-        *(str(BIN / "uvicorn"), "--host", "127.0.0.1", "--port", str(port)),
-        *("--no-access-log", "--log-level", "warning", "nvke.asgi:application"),
-    ],
-}
+SERVERS = ("daphne", "uvicorn")
 
 
 def endpoints(cluster) -> dict[str, str]:
@@ -64,8 +57,10 @@ def measure(server: str, token: str, urls: dict[str, str], requests: int) -> dic
     from tests.integration.processes import free_port, port_open
 
     port = free_port()
+    from bench_db import web_server
+
     process = subprocess.Popen(
-        SERVERS[server](port),
+        web_server(server, port),
         cwd=ROOT,
         env={**os.environ, "NVKE_DB_POOL_MAX_SIZE": "10"},
         stdout=subprocess.DEVNULL,  # the access log

@@ -1,15 +1,39 @@
-"""What the database-backed benchmarks share: a PostgreSQL database they may empty, the catalog, and one
-provisioned cluster in the simulator. Call `ensure_database` before `django.setup()`, the rest after."""
+"""What the database-backed benchmarks share: a PostgreSQL database they may empty, the catalog, one
+provisioned cluster in the simulator, the fleets of the scale benchmarks and the web servers they
+start. Call `ensure_database` before `django.setup()`, the rest after."""
 
 import base64
 import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
 from urllib.parse import urlparse
+
+BIN = Path(sys.executable).parent
 
 # The benchmarks' own key, inherited by the processes they start (without one each process warns that
 # secrets use the development key). Their databases hold only the simulator's made-up credentials.
 os.environ.setdefault(
     "NVKE_ENCRYPTION_KEY", base64.urlsafe_b64encode(b"nvke benchmarks: not a secret!!!").decode()
 )
+
+
+def web_server(server: str, port: int) -> list[str]:
+    """The command of one web process: daphne (the compose file's) or uvicorn (httptools, uvloop)."""
+    if server == "daphne":
+        return [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"]
+    return [
+        *(
+            str(BIN / "uvicorn"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--no-proxy-headers",
+        ),
+        *("--loop", "uvloop", "--http", "httptools", "--log-level", "warning", "nvke.asgi:application"),
+    ]
 
 
 def ensure_database(url: str) -> None:
@@ -95,3 +119,77 @@ def scale_fleet(tenant, nodes: int, claims: int):
     with connection.cursor() as cursor:  # statistics, as autovacuum would have them by now
         cursor.execute("ANALYZE")
     return cluster
+
+
+def telemetry_fleet(gpus: int, tenants: int) -> list[dict]:
+    """The telemetry benchmarks' fleet on an emptied database: `tenants` tenants with one cluster and one pool
+    of 8-GPU H100 nodes each, `gpus` GPUs in all (half the pools with a rescaling policy of their own);
+    returns per tenant its user's session cookie."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.test import Client
+
+    from clusters.models import Cluster, KubernetesVersion, Region
+    from nodepools.catalog import seed_catalog
+    from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
+    from nvke.tenancy.models import Membership, Tenant
+    from telemetry import policy
+    from telemetry.models import PoolRescaling
+
+    call_command("flush", interactive=False, verbosity=0)
+    seed_catalog()
+    model = GpuModel.objects.get(name="h100-sxm5-80gb")
+    driver = DriverRelease.objects.filter(architectures=model.architecture).first()
+    version, region = KubernetesVersion.objects.first(), Region.objects.first()
+    nodes_per_tenant = -(-gpus // (8 * tenants))
+    sessions = []
+    for t in range(tenants):
+        tenant = Tenant.objects.create(name=f"Bench {t}", slug=f"bench-{t}")
+        user = get_user_model().objects.create_user(f"bench-{t}", password="x")
+        Membership.objects.create(tenant=tenant, user=user, role="viewer")
+        cluster = Cluster.objects.create(
+            tenant=tenant,
+            name="c",
+            kubernetes_version=version,
+            region=region,
+            control_plane_nodes=1,
+            status="running",
+        )
+        pool = NodePool.objects.create(
+            tenant=tenant,
+            cluster=cluster,
+            name="p",
+            gpu_model=model,
+            gpus_per_node=8,
+            node_count=nodes_per_tenant,
+            max_nodes=nodes_per_tenant,
+            driver_release=driver,
+            status="ready",
+        )
+        if t % 2:
+            # Half the pools have a rescaling policy of their own, with the default values: the samples
+            # take the same Redis commands either way, and ingestion looks both kinds up.
+            PoolRescaling.objects.create(tenant=tenant, pool=pool, **asdict(policy.default()))
+        nodes = Node.objects.bulk_create(
+            Node(
+                tenant=tenant,
+                pool=pool,
+                name=f"b{t}-n{i}",
+                driver_version=driver.version,
+                cpu_millicores=128000,
+                memory_mib=2 << 20,
+            )
+            for i in range(nodes_per_tenant)
+        )
+        Gpu.objects.bulk_create(
+            Gpu(tenant=tenant, node=node, index=i, memory_mib=model.memory_mib)
+            for node in nodes
+            for i in range(8)
+        )
+        browser = Client()
+        browser.force_login(user)
+        sessions.append({"tenant": tenant.pk, "cookie": browser.cookies["sessionid"].value})
+    # Trim to exactly `gpus` GPUs.
+    extra = Gpu.objects.order_by("-pk").values_list("pk", flat=True)[: Gpu.objects.count() - gpus]
+    Gpu.objects.filter(pk__in=list(extra)).delete()
+    return sessions

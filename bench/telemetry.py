@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,78 +51,6 @@ def redis_cpu() -> float:
 
 
 # --- setup -----------------------------------------------------------------------------------------
-
-
-def build_fleet(gpus: int, tenants: int) -> list[dict]:
-    """Tenants with one cluster and one pool each; returns per tenant its user's session cookie."""
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-    from django.test import Client
-
-    from clusters.models import Cluster, KubernetesVersion, Region
-    from nodepools.catalog import seed_catalog
-    from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
-    from nvke.tenancy.models import Membership, Tenant
-    from telemetry import policy
-    from telemetry.models import PoolRescaling
-
-    call_command("flush", interactive=False, verbosity=0)
-    seed_catalog()
-    model = GpuModel.objects.get(name="h100-sxm5-80gb")
-    driver = DriverRelease.objects.filter(architectures=model.architecture).first()
-    version, region = KubernetesVersion.objects.first(), Region.objects.first()
-    nodes_per_tenant = -(-gpus // (8 * tenants))
-    sessions = []
-    for t in range(tenants):
-        tenant = Tenant.objects.create(name=f"Bench {t}", slug=f"bench-{t}")
-        user = get_user_model().objects.create_user(f"bench-{t}", password="x")
-        Membership.objects.create(tenant=tenant, user=user, role="viewer")
-        cluster = Cluster.objects.create(
-            tenant=tenant,
-            name="c",
-            kubernetes_version=version,
-            region=region,
-            control_plane_nodes=1,
-            status="running",
-        )
-        pool = NodePool.objects.create(
-            tenant=tenant,
-            cluster=cluster,
-            name="p",
-            gpu_model=model,
-            gpus_per_node=8,
-            node_count=nodes_per_tenant,
-            max_nodes=nodes_per_tenant,
-            driver_release=driver,
-            status="ready",
-        )
-        if t % 2:
-            # Half the pools have a rescaling policy of their own, with the default values: the samples
-            # take the same Redis commands either way, and ingestion looks both kinds up.
-            PoolRescaling.objects.create(tenant=tenant, pool=pool, **asdict(policy.default()))
-        nodes = Node.objects.bulk_create(
-            Node(
-                tenant=tenant,
-                pool=pool,
-                name=f"b{t}-n{i}",
-                driver_version=driver.version,
-                cpu_millicores=128000,
-                memory_mib=2 << 20,
-            )
-            for i in range(nodes_per_tenant)
-        )
-        Gpu.objects.bulk_create(
-            Gpu(tenant=tenant, node=node, index=i, memory_mib=model.memory_mib)
-            for node in nodes
-            for i in range(8)
-        )
-        browser = Client()
-        browser.force_login(user)
-        sessions.append({"tenant": tenant.pk, "cookie": browser.cookies["sessionid"].value})
-    # Trim to exactly `gpus` GPUs.
-    extra = Gpu.objects.order_by("-pk").values_list("pk", flat=True)[: Gpu.objects.count() - gpus]
-    Gpu.objects.filter(pk__in=list(extra)).delete()
-    return sessions
 
 
 def values(now: float, i: int) -> dict:
@@ -337,6 +264,7 @@ def main() -> None:
 
     django.setup()
     import redis
+    from bench_db import telemetry_fleet
     from django.core.management import call_command
 
     from tests.integration.processes import free_port, port_open
@@ -344,7 +272,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     t0 = time.time()
-    sessions = build_fleet(args.gpus, args.tenants)
+    sessions = telemetry_fleet(args.gpus, args.tenants)
     setup_s = time.time() - t0
     if args.write_cpu:
         result = {
