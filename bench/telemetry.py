@@ -5,7 +5,8 @@ samples/s stored, end-to-end latency (sample time → frame received) p50/p99, a
         python bench/telemetry.py --gpus 10000 --clients 200 --seconds 30 [--http] [--json]
 
 It empties that database and Redis db, builds a fleet of `--tenants` tenants, each one cluster with one
-pool of 8-GPU nodes, starts one daphne process and one sender process, then opens the clients (spread
+pool of 8-GPU nodes, starts one web process (`--server`: uvicorn, as production runs, or daphne) and one
+sender process, then opens the clients (spread
 evenly over the tenants, each watching its tenant's fleet view) from this process.
 
 The sender writes each node's batch the way the simulator does (telemetry.store.write_many: the nodes
@@ -33,7 +34,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
-BIN = Path(sys.executable).parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -196,7 +196,7 @@ def send(seconds: float, http: str | None, concurrency: int, claim_usage: bool =
 async def open_client(port: int, cookie: str, gate: asyncio.Semaphore):
     from websockets.asyncio.client import connect
 
-    async with gate:  # a few handshakes at a time: 200 at once overflow daphne's accept queue
+    async with gate:  # a few handshakes at a time: hundreds at once overflow the accept queue
         ws = await connect(
             f"ws://127.0.0.1:{port}/ws/telemetry/",
             additional_headers={"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{port}"},
@@ -248,7 +248,8 @@ def main() -> None:
         help="only time write_many in this process (CPU per sample, median of ROUNDS); no server",
     )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--server-log", help="write daphne's output to this file")
+    parser.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    parser.add_argument("--server-log", help="write the web process's output to this file")
     parser.add_argument("--_send", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._send:
@@ -264,7 +265,7 @@ def main() -> None:
 
     django.setup()
     import redis
-    from bench_db import telemetry_fleet
+    from bench_db import telemetry_fleet, web_server
     from django.core.management import call_command
 
     from tests.integration.processes import free_port, port_open
@@ -286,7 +287,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     log = open(args.server_log, "w") if args.server_log else subprocess.DEVNULL  # noqa: SIM115
     server = subprocess.Popen(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "nvke.asgi:application"],
+        web_server(args.server, port),
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -349,6 +350,7 @@ def main() -> None:
         "clients": args.clients,
         "clients_connected": stats["connected"],
         "tenants": args.tenants,
+        "server": args.server,
         "path": "http" if args.http else "store",
         "claim_usage": args.claim_usage and not args.http,
         "setup_s": round(setup_s, 1),

@@ -124,8 +124,12 @@ def _invalid(message: str, field: str, code: str = "invalid") -> DomainError:
     return DomainError(message, field=field, code=code)
 
 
+def _is_number(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type(): a bool is no number here
+
+
 def _number(value, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not _is_number(value):
         raise _invalid(f"{field}: expected a number.", field)
     return float(value)
 
@@ -155,9 +159,12 @@ def parse(identity: NodeIdentity, payload, now: float) -> list[store.Sample]:
             raise _invalid(f"{where}.metrics: expected an object of DCGM fields.", f"{where}.metrics")
         short = {}
         for name, value in values.items():
-            if name not in metrics.SHORT:
+            key = metrics.SHORT.get(name)
+            if key is None:
                 raise _invalid(f"{where}.metrics: unknown field {name!r}.", f"{where}.metrics.{name}")
-            short[metrics.SHORT[name]] = _number(value, f"{where}.metrics.{name}")
+            if not _is_number(value):
+                raise _invalid(f"{where}.metrics.{name}: expected a number.", f"{where}.metrics.{name}")
+            short[key] = float(value)
         claims = raw.get("claims", {})
         if not isinstance(claims, dict) or not all(str(k).isdigit() for k in claims):
             raise _invalid(f"{where}.claims: expected {{claim id: usage %}}.", f"{where}.claims")
