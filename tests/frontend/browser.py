@@ -1,4 +1,4 @@
-"""Real-browser tests: Playwright for Python driving Debian's Chromium against a live daphne (HTTP and
+"""Real-browser tests: Playwright for Python driving Debian's Chromium against a live uvicorn (HTTP and
 websockets on this test's database and Redis). A new browser test takes a few lines:
 
     pytestmark = BROWSER_TEST
@@ -36,7 +36,7 @@ ARTIFACTS = Path(os.environ.get("NVKE_TEST_ARTIFACTS") or ROOT / "test-artifacts
 LAPTOP = {"width": 1280, "height": 900}
 TABLET = {"width": 768, "height": 1024}
 HOST = "127.0.0.1"  # where the asgi_server fixture listens
-TIMEOUT_MS = 20_000  # a loaded 2-core CI machine runs daphne, a worker and Chromium at once
+TIMEOUT_MS = 20_000  # a loaded 2-core CI machine runs uvicorn, a worker and Chromium at once
 
 expect.set_options(timeout=TIMEOUT_MS)  # assertions wait as long as actions do
 

@@ -3,7 +3,7 @@ from django.test import Client
 
 from nodepools.models import Architecture, DriverRelease
 
-# Browser fixtures (Playwright + Debian's Chromium on a live daphne): see browser.py.
+# Browser fixtures (Playwright + Debian's Chromium on a live uvicorn): see browser.py.
 from .browser import browser_context_factory, owner_page, page  # noqa: F401
 
 

@@ -1,4 +1,4 @@
-"""Tenant workflows in a real browser: Chromium through Playwright on a live daphne (see browser.py).
+"""Tenant workflows in a real browser: Chromium through Playwright on a live uvicorn (see browser.py).
 Events reach the page the way the services send them: over Redis to the page's websocket."""
 
 import re

@@ -1,4 +1,4 @@
-"""Driver upgrades and live telemetry in a real browser: Chromium through Playwright on a live daphne
+"""Driver upgrades and live telemetry in a real browser: Chromium through Playwright on a live uvicorn
 (see browser.py). The test process plays the services' part: it ticks the upgrade run (as tests/upgrades
 do) and writes GPU samples into Redis (as the ingest API does); the page hears of both over its
 websocket and must change without a reload."""

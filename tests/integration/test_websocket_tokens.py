@@ -1,4 +1,4 @@
-"""API tokens on the websockets, through a real daphne and real websocket clients: every route takes a
+"""API tokens on the websockets, through a real uvicorn and real websocket clients: every route takes a
 token of its tenant (read-only too) with no Origin and no cookie; bad tokens are refused at the
 handshake (HTTP 403); revoking or deleting the token, removing its user or its expiry closes the open
 streams (4403); another tenant's views are refused (4403); the Origin check still guards sessions."""

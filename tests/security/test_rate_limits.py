@@ -57,7 +57,7 @@ def test_a_user_is_limited_across_session_and_tokens(owner, settings):
 @pytest.mark.django_db(transaction=True)
 def test_websocket_handshakes_count_as_requests_of_the_token_and_user(owner, settings):
     """A handshake with a token is one request in the API's counters; over the limit the socket is
-    accepted and closed with 4429 (daphne cannot answer a handshake with 429)."""
+    accepted and closed with 4429 (the server cannot answer a handshake with 429)."""
     settings.NVKE_RATE_LIMITS = {"token": "2/minute", "user": "100/minute"}
     raw = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="a")[1]
     assert [ws_outcome("/ws/events/", token=raw) for _ in range(3)] == ["open", "open", "closed 4429"]

@@ -1,4 +1,4 @@
-"""Live streams through a real daphne and a real websocket client: coalesced frames, tenant isolation."""
+"""Live streams through a real uvicorn and a real websocket client: coalesced frames, tenant isolation."""
 
 import json
 import math
