@@ -190,9 +190,16 @@ def test_a_driver_change_ticks_the_clusters_upgrade_runs_at_once(
         )
         wait_until(lambda: UpgradeRun.objects.get(pk=run.pk).tick_seq > before, timeout=15)
     finally:  # the run's next tick waits an hour on a timer thread: later tests must not see it
-        for timer in threading.enumerate():
-            if timer.name == f"nvke-upgrade-{run.pk}":
-                timer.cancel()
+        wait_until(lambda: not cancel_timers(f"nvke-upgrade-{run.pk}"), timeout=15)
+
+
+def cancel_timers(name: str) -> bool:
+    """Cancel the timer threads of that name; whether any is still alive. A tick running on one
+    schedules the next timer when it ends, so callers repeat until none is left."""
+    alive = [t for t in threading.enumerate() if t.name == name]
+    for timer in alive:
+        timer.cancel()
+    return bool(alive)
 
 
 def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attach, gpu_cluster, make_pool):

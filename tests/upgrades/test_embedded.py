@@ -30,8 +30,8 @@ def test_eager_mode_runs_the_upgrade_on_a_timer_thread(context, make_upgrade_poo
         ("595.71.05", False)
     }
     assert UpgradeRun.objects.get(pk=run.pk).tick_seq > 10  # many ticks, each its own stack frame
-    wait_until(
-        lambda: not any(t.name.startswith("nvke-upgrade-") for t in threading.enumerate()), "timers done"
+    wait_until(  # the chain ends with the run: no timer of this run is left waiting
+        lambda: all(t.name != f"nvke-upgrade-{run.pk}" for t in threading.enumerate()), "timers done"
     )
 
 
