@@ -3,7 +3,6 @@ a GPU. The page renders the GPU list and the recent decisions; telemetry.js draw
 websocket (ws/telemetry/, coalesced frames) and adds decisions as they arrive. Another tenant's
 cluster, pool or GPU is a 404."""
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -24,7 +23,6 @@ def _page(request, template: str, context: TenantContext, ws_query: str, events,
         f"frontend/telemetry/{template}",
         {
             "telemetry_ws": WS_TELEMETRY + (f"?{ws_query}" if ws_query else ""),
-            "telemetry_stored": bool(settings.REDIS_URL),  # samples live in Redis only
             "events": events.select_related("claim", "gpu__node", "node")[:RECENT_EVENTS],
             **extra,
         },

@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -75,7 +74,7 @@ class Hub:
     def __init__(self) -> None:
         self.views: dict[str, View] = {}
         self.task: asyncio.Task | None = None
-        self.redis: aioredis.Redis | None = None
+        self.redis = None  # store.async_client(), made on the loop that uses it
         self.last_id: bytes = b"0-0"
         self.frames_sent = 0
 
@@ -89,7 +88,7 @@ class Hub:
     def join(self, view: View, member: int, send: Send) -> None:
         """From now on the member gets the view's frames (send the view's GPU list first)."""
         self.views.setdefault(view.key, view).members[member] = send
-        if store.available() and (self.task is None or self.task.done()):
+        if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self.run())
 
     def leave(self, key: str, member: int) -> None:
@@ -102,7 +101,7 @@ class Hub:
     async def run(self) -> None:
         interval = settings.TELEMETRY_FRAME_INTERVAL_S
         if self.redis is None:
-            self.redis = aioredis.Redis.from_url(settings.REDIS_URL, **settings.ASYNC_REDIS_OPTIONS)
+            self.redis = store.async_client()
         newest = await self.redis.xrevrange(FRESH, count=1)
         self.last_id = newest[0][0] if newest else b"0-0"
         while self.views:
@@ -149,10 +148,8 @@ class Hub:
 
     async def current(self, view: View) -> list[list]:
         """The view's GPUs' latest rows, as frames carry them (for a socket that just joined)."""
-        if not store.available():
-            return []
         if self.redis is None:
-            self.redis = aioredis.Redis.from_url(settings.REDIS_URL, **settings.ASYNC_REDIS_OPTIONS)
+            self.redis = store.async_client()
         rows = []
         ids = [g["id"] for g in view.gpus]
         for i in range(0, len(ids), MGET_CHUNK):

@@ -127,8 +127,7 @@ class Intake:
                 identity, samples = await sync_to_async(ingest.check)(raw_token, payload)
             accepted = await writer.submit(identity, samples)
         except DomainError as error:
-            if store.available():
-                self.writer_for_this_loop().count(ingest.rejected(error, payload))
+            self.writer_for_this_loop().count(ingest.rejected(error, payload))
             body = {"code": error.code, "message": error.message, "details": error.details}
             return error.status, body, retry_after(error)
         except Exception:  # the write failed (Redis): the agent keeps its batch and sends it again

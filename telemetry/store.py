@@ -11,13 +11,19 @@ Keys (all under `tm:`):
   tm:fresh                 stream: each write's newest sample per GPU, read by the live streams
   tm:ingest                hash: ingestion counters of every web process (samples accepted, late,
                            rejected; batches rejected by reason), for /metrics
+
+Without REDIS_URL (the embedded default) the same keys live in an in-process Redis (fakeredis), shared by
+every thread and the event loop of this process: the same commands, TTLs and stream trimming, so its
+memory stays bounded as Redis's does. telemetry/embedded.py feeds it.
 """
 
 import json
 from collections import defaultdict
 from typing import NamedTuple
 
+import fakeredis
 import redis
+import redis.asyncio as aioredis
 from django.conf import settings
 
 from . import policy
@@ -33,18 +39,32 @@ RAW_BUCKETS = "tm:raw-buckets"
 INGEST_COUNTS = "tm:ingest"
 
 _client: redis.Redis | None = None
+_in_process: fakeredis.FakeServer | None = None
 
 
-def available() -> bool:
-    """Telemetry lives in Redis: without REDIS_URL (the embedded default) nothing is stored or read."""
-    return bool(settings.REDIS_URL)
+def _in_process_server() -> fakeredis.FakeServer:
+    global _in_process
+    if _in_process is None:
+        _in_process = fakeredis.FakeServer()
+    return _in_process
 
 
 def client() -> redis.Redis:
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL)
+        _client = (
+            redis.Redis.from_url(settings.REDIS_URL)
+            if settings.REDIS_URL
+            else fakeredis.FakeRedis(server=_in_process_server())
+        )
     return _client
+
+
+def async_client() -> aioredis.Redis:
+    """A client for this process's event loop (the live streams), on the same store as client()."""
+    if settings.REDIS_URL:
+        return aioredis.Redis.from_url(settings.REDIS_URL, **settings.ASYNC_REDIS_OPTIONS)
+    return fakeredis.FakeAsyncRedis(server=_in_process_server())
 
 
 def gpu_key(gpu_id: int) -> str:
@@ -104,7 +124,8 @@ def write_many(
     pipe.hset(HEARTBEATS, mapping={node_id: now for node_id, _ in batches})
     # The live streams read what is new from here: one entry per write, however many samples.
     fresh = [[g, s.ts, *(s.values.get(k) for k in STREAM_KEYS)] for g, s in latest.items()]
-    pipe.xadd(FRESH, {"rows": json.dumps(fresh)}, maxlen=FRESH_MAXLEN, approximate=True)
+    # Trimmed exactly: the in-process store ignores "~", and one entry a write costs Redis nothing.
+    pipe.xadd(FRESH, {"rows": json.dumps(fresh)}, maxlen=FRESH_MAXLEN, approximate=False)
     _add_counts(pipe, counts or {})
     pipe.execute()
 
@@ -123,8 +144,6 @@ def count(counts: dict[str, int]) -> None:
 
 
 def ingest_counts() -> dict[str, int]:
-    if not available():
-        return {}
     return {k.decode(): int(v) for k, v in client().hgetall(INGEST_COUNTS).items()}
 
 
@@ -148,15 +167,13 @@ def _track_claim(
 
 def latest(gpu_ids: list[int]) -> dict[int, dict]:
     """The latest sample of each GPU that has one."""
-    if not gpu_ids or not available():
+    if not gpu_ids:
         return {}
     values = client().mget([gpu_key(g) for g in gpu_ids])
     return {g: json.loads(v) for g, v in zip(gpu_ids, values, strict=True) if v is not None}
 
 
 def claim_states(claim_ids: list[int]) -> dict[int, dict[str, float]]:
-    if not available():
-        return {}
     pipe = client().pipeline(transaction=False)
     for claim_id in claim_ids:
         pipe.hgetall(claim_key(claim_id))
@@ -173,8 +190,6 @@ def reset_claim(claim_id: int) -> None:
 
 
 def heartbeats() -> dict[int, float]:
-    if not available():
-        return {}
     return {int(k): float(v) for k, v in client().hgetall(HEARTBEATS).items()}
 
 
@@ -193,8 +208,6 @@ def take_raw(bucket: int) -> list[list]:
 
 
 def raw_buckets() -> list[int]:
-    if not available():
-        return []
     return sorted(int(b) for b in client().smembers(RAW_BUCKETS))
 
 

@@ -5,7 +5,9 @@ what it requested; its usage is that demand over the share it holds now (capped 
 claim's usage falls. A GPU's utilisation is its claims' usage weighted by their compute shares."""
 
 import math
+import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from nodepools.models import Claim, Gpu, GpuShare
@@ -15,6 +17,7 @@ from .models import ClaimScaling
 
 BURST_PERIOD_S, BURST_S = 60, 10  # bursty: 10 s at 130 % of the request every minute, else 40 %
 NODES_PER_ROUND_TRIP = 100
+RELOAD_EVERY_S = 10  # claims come and go: re-read the layout now and then
 GROWTH_PER_S = 20 / 60  # growing: from 50 % of the request, +20 points a minute, up to 250 %
 
 
@@ -105,3 +108,15 @@ def tick(now: float, gpus: list[GpuLoad] | None = None) -> int:
     for i in range(0, len(batches), NODES_PER_ROUND_TRIP):
         store.write_many(batches[i : i + NODES_PER_ROUND_TRIP], now)
     return len(gpus)
+
+
+def play(interval: float, gpu_filter: dict | None = None) -> Iterator[tuple[float, int]]:
+    """Tick every `interval` seconds, for ever: yields (when the tick started, its sample count) after
+    each; the caller's work between two ticks is part of the interval."""
+    loaded_at, gpus = 0.0, []
+    while True:
+        started = time.time()
+        if started - loaded_at > RELOAD_EVERY_S:
+            gpus, loaded_at = layout(gpu_filter), started
+        yield started, tick(started, gpus)
+        time.sleep(max(0.0, interval - (time.time() - started)))

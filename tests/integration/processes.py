@@ -1,14 +1,17 @@
 """Start real processes (Celery worker, ASGI server) for integration tests, and stop them after."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import requests
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,3 +100,42 @@ def port_open(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+@contextmanager
+def embedded_server(data_dir: Path, **env: str) -> Iterator[tuple[Process, str]]:
+    """`scripts/dev serve` on the embedded default (SQLite under data_dir, no DATABASE_URL or REDIS_URL),
+    with the demo accounts seeded: (the process, its base URL) once it listens."""
+    port = free_port()
+    server = Process(
+        [str(ROOT / "scripts" / "dev"), "serve"],
+        process_env(
+            DATABASE_URL=None,
+            REDIS_URL=None,
+            NVKE_DATA_DIR=str(data_dir),
+            PORT=str(port),
+            PATH=f"{BIN}:/usr/bin:/bin",
+            DJANGO_SETTINGS_MODULE=None,
+            **env,
+        ),
+    )
+    try:
+        server.wait_for(lambda: port_open(port), "the embedded server to listen", timeout_s=120)
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def demo_session(base: str) -> requests.Session:
+    """A session signed in through the login form as the embedded default's demo owner."""
+    session = requests.Session()
+    login = session.get(f"{base}/login/", timeout=10)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+    signed_in = session.post(
+        f"{base}/login/",
+        data={"username": "demo", "password": "nvke-demo", "csrfmiddlewaretoken": csrf},
+        headers={"Referer": f"{base}/login/"},
+        timeout=10,
+    )
+    assert signed_in.status_code == 200 and signed_in.url == f"{base}/", signed_in.text[-2000:]
+    return session

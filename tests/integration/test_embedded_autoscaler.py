@@ -2,42 +2,18 @@
 a claim the demo's L4 pool cannot hold grows it, and once released the idle node goes, its steps on the
 process's own timer thread."""
 
-import re
 import time
 
 import pytest
-import requests
 
-from .processes import BIN, ROOT, Process, free_port, port_open, process_env
+from .processes import demo_session, embedded_server
 
 pytestmark = pytest.mark.integration
 
 
 def test_the_embedded_default_grows_and_shrinks_an_autoscaling_pool(tmp_path):
-    port = free_port()
-    env = process_env(
-        DATABASE_URL=None,
-        REDIS_URL=None,
-        NVKE_DATA_DIR=str(tmp_path),
-        PORT=str(port),
-        PATH=f"{BIN}:/usr/bin:/bin",
-        DJANGO_SETTINGS_MODULE=None,
-        NVKE_AUTOSCALER_INTERVAL_S="0.5",
-    )
-    server = Process([str(ROOT / "scripts" / "dev"), "serve"], env)
-    try:
-        server.wait_for(lambda: port_open(port), "the embedded server to listen", timeout_s=120)
-        base = f"http://127.0.0.1:{port}"
-        browser = requests.Session()
-        csrf = re.search(
-            r'name="csrfmiddlewaretoken" value="([^"]+)"', browser.get(f"{base}/login/", timeout=10).text
-        ).group(1)
-        browser.post(
-            f"{base}/login/",
-            data={"username": "demo", "password": "nvke-demo", "csrfmiddlewaretoken": csrf},
-            headers={"Referer": f"{base}/login/"},
-            timeout=10,
-        )
+    with embedded_server(tmp_path, NVKE_AUTOSCALER_INTERVAL_S="0.5") as (server, base):
+        browser = demo_session(base)
         headers = {"X-CSRFToken": browser.cookies["csrftoken"], "Referer": f"{base}/"}
         pools = browser.get(f"{base}/api/v1/node-pools/", timeout=10).json()["results"]
         l4 = next(p for p in pools if p["name"] == "inference-l4")  # 2 nodes of 4 L4s, fractional
@@ -75,5 +51,3 @@ def test_the_embedded_default_grows_and_shrinks_an_autoscaling_pool(tmp_path):
             ]
         ]
         assert reasons.count("NodeDrained") == 2 and "PendingClaims" in reasons
-    finally:
-        server.stop()

@@ -1,35 +1,22 @@
 """Smoke test of the embedded default: `scripts/dev serve` with no DATABASE_URL or REDIS_URL (SQLite,
 in-process tasks, in-memory channel layer) starts, seeds the demo tenant and serves the API and pages."""
 
-import re
+import json
 
 import pytest
 import requests
+from websockets.sync.client import connect
 
-from .processes import BIN, ROOT, Process, free_port, port_open, process_env
+from .processes import demo_session, embedded_server
 
 pytestmark = pytest.mark.integration
 
 
 def test_embedded_default_serves_api_and_pages(tmp_path):
-    port = free_port()
-    env = process_env(
-        DATABASE_URL=None,
-        REDIS_URL=None,
-        NVKE_DATA_DIR=str(tmp_path),
-        PORT=str(port),
-        PATH=f"{BIN}:/usr/bin:/bin",
-        DJANGO_SETTINGS_MODULE=None,
-    )
-    server = Process([str(ROOT / "scripts" / "dev"), "serve"], env)
-    try:
-        server.wait_for(lambda: port_open(port), "the embedded server to listen", timeout_s=120)
-        assert f"http://127.0.0.1:{port}/" in server.log and "demo / nvke-demo" in server.log
+    with embedded_server(tmp_path) as (server, base):
+        assert f"{base}/" in server.log and "demo / nvke-demo" in server.log
         assert (tmp_path / "nvke.sqlite3").exists()
-
-        base = f"http://127.0.0.1:{port}"
-        browser = requests.Session()
-        login_page = browser.get(f"{base}/login/", timeout=10)
+        login_page = requests.get(f"{base}/login/", timeout=10)
         assert login_page.status_code == 200
         # The sign-in page says which demo account is which: a tenant's owner, the platform's operator.
         assert "<code>demo</code> / <code>nvke-demo</code>: owner of the Demo tenant" in login_page.text
@@ -37,14 +24,7 @@ def test_embedded_default_serves_api_and_pages(tmp_path):
             "<code>operator</code> / <code>nvke-operator</code>: the platform&#x27;s operator"
             in login_page.text
         )
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text).group(1)
-        signed_in = browser.post(
-            f"{base}/login/",
-            data={"username": "demo", "password": "nvke-demo", "csrfmiddlewaretoken": csrf},
-            headers={"Referer": f"{base}/login/"},
-            timeout=10,
-        )
-        assert signed_in.status_code == 200 and signed_in.url == f"{base}/"
+        browser = demo_session(base)
         assert browser.get(f"{base}/admin/", timeout=10).url.startswith(f"{base}/admin/login/")  # not staff
 
         root = browser.get(f"{base}/api/v1/", timeout=10)
@@ -73,11 +53,11 @@ def test_embedded_default_serves_api_and_pages(tmp_path):
 
         sharing_scenarios(browser, base, clusters[0]["id"], csrf_header)
 
+        live_telemetry(browser, base)
+
         page = browser.get(f"{base}/clusters/{clusters[0]['id']}/", timeout=10)
         assert page.status_code == 200 and "training-h100" in page.text
         assert browser.get(f"{base}/static/frontend/live.js", timeout=10).status_code == 200
-    finally:
-        server.stop()
 
 
 def sharing_scenarios(browser: requests.Session, base: str, cluster: int, headers: dict) -> None:
@@ -160,3 +140,24 @@ def sharing_scenarios(browser: requests.Session, base: str, cluster: int, header
     usage = browser.get(f"{base}/api/v1/usage/", params={"group_by": "pool"}, timeout=10).json()["results"]
     claims_by_pool = {row["key"]: row["claims"] for row in usage}
     assert claims_by_pool["demo/a10-shared"] == 4 and claims_by_pool["demo/a100-mps"] == 7
+
+
+def live_telemetry(browser: requests.Session, base: str) -> None:
+    """No Redis and no simulator process, yet the dashboard's stream is live: the server's own thread
+    samples the simulated GPUs every second into its in-process store, and the stream sends them."""
+    with connect(
+        base.replace("http", "ws") + "/ws/telemetry/",
+        additional_headers={"Cookie": f"sessionid={browser.cookies['sessionid']}", "Origin": base},
+        open_timeout=10,
+    ) as ws:
+        hello = json.loads(ws.recv(timeout=10))
+        assert hello["type"] == "telemetry.hello" and hello["gpus"]
+        gpus = {g["id"] for g in hello["gpus"]}
+        frame = {}
+        while frame.get("type") != "telemetry.frame":
+            frame = json.loads(ws.recv(timeout=10))  # a sample a second: a frame well within this
+    util = frame["columns"].index("util")
+    assert frame["gpus"] and {row[0] for row in frame["gpus"]} <= gpus
+    assert all(0 <= row[util] <= 100 for row in frame["gpus"])
+    listed = browser.get(f"{base}/api/v1/telemetry/gpus/", timeout=10).json()["results"]
+    assert any(g["latest"] is not None for g in listed)

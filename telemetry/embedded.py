@@ -1,0 +1,59 @@
+"""The embedded default's live telemetry. It runs no Redis, no beat and no simulator process, yet its
+dashboard is live: the store is in this process (store.client() without REDIS_URL), and one daemon
+thread of the web process plays the other two parts. Every second it writes a sample of each GPU of the
+simulated clusters (attached clusters' GPUs report through nvke-agent, as in production), and it runs
+beat's telemetry upkeep (rollup, rescale, heartbeats) on beat's own schedule. nvke/asgi.py starts it."""
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from nvke import jobs
+
+from . import synthetic_load
+
+log = logging.getLogger(__name__)
+SAMPLE_INTERVAL_S = 1.0
+RESTART_AFTER_S = 5.0
+SIMULATED_GPUS = {"node__pool__cluster__attached": False}
+_started = threading.Event()
+
+
+def upkeep_schedule() -> dict[str, float]:
+    """Beat's telemetry tasks: task name → seconds between runs."""
+    return {
+        entry["task"]: float(entry["schedule"])
+        for entry in settings.CELERY_BEAT_SCHEDULE.values()
+        if entry["task"].startswith("telemetry.")
+    }
+
+
+def start() -> None:
+    """Start the thread once per process."""
+    if _started.is_set():
+        return
+    _started.set()
+    threading.Thread(target=_run, name="nvke-telemetry", daemon=True).start()
+
+
+def _run() -> None:
+    while True:
+        try:
+            _play()
+        except Exception:  # the database was busy, or a row went away mid-tick: carry on shortly
+            log.exception("embedded telemetry failed; starting again in %s s", RESTART_AFTER_S)
+            time.sleep(RESTART_AFTER_S)
+
+
+def _play() -> None:
+    schedule = upkeep_schedule()
+    due = dict.fromkeys(schedule, 0.0)
+    for now, _ in synthetic_load.play(SAMPLE_INTERVAL_S, SIMULATED_GPUS):
+        for task, every in schedule.items():
+            if now >= due[task]:
+                jobs.task(task)()
+                due[task] = now + every
+        close_old_connections()
