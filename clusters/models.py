@@ -73,6 +73,9 @@ class Cluster(Conditions):
         editable=False,
         help_text="PEM CA bundle that signs the endpoint's certificate; empty when publicly trusted.",
     )
+    time_zone = models.CharField(
+        max_length=64, default="UTC", help_text="IANA time zone of its maintenance windows and exclusions"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -45,7 +45,7 @@ from nvke import jobs
 from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
-from . import events
+from . import events, maintenance
 from .machine import (
     ACTIVE,
     FINISHED,
@@ -67,6 +67,7 @@ from .machine import (
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
 
 log = logging.getLogger(__name__)
+PROGRESS_REASONS = ("", "Blocked", "OutsideWindow")  # a running run's progress, not a phase change
 
 
 # --- scheduling ------------------------------------------------------------------------------------
@@ -276,6 +277,7 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             for row in rows
         ]
         strategy = strategy_of(run, len(rows))
+        window_open, window_message = maintenance.run_window(run)
         result = plan(
             RunView(
                 phase=Phase(run.status),
@@ -283,6 +285,8 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
                 canary_done_at=_ts(run.canary_done_at),
                 approved=run.approved_at is not None,
                 failed_accepted=run.failed_accepted,
+                window_open=window_open,
+                window_message=window_message,
             ),
             views,
             strategy,
@@ -299,7 +303,9 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         if result.phase != run.status and not refused and not (result.phase in FINISHED and outstanding):
             _set_status(run, result.phase, result.reason, result.message, now)
         elif (
-            run.status == Phase.RUNNING and result.reason in ("", "Blocked") and result.message != run.message
+            run.status == Phase.RUNNING
+            and result.reason in PROGRESS_REASONS
+            and result.message != run.message
         ):
             # A running run's progress; a paused run keeps saying why it paused while its last nodes finish.
             run.reason, run.message = result.reason, result.message

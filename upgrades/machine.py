@@ -464,6 +464,8 @@ class RunView:
     canary_done_at: float | None = None  # when the last canary node finished (upgraded or failed)
     approved: bool = False
     failed_accepted: int = 0  # failed nodes an operator resumed past; the budget counts new ones
+    window_open: bool = True  # inside the cluster's maintenance window (or started with an override)
+    window_message: str = ""  # when it is not: what the run waits for
 
 
 @dataclass(frozen=True)
@@ -668,26 +670,32 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
             replace(run, canary_done_at=result.canary_done_at), settled, strategy, now
         )
         result.message = gate_message
-        _start_nodes(result, settled, strategy, gate_open)
-        startable = [n for n in settled if n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary)]
-        in_flight = any(n.state in ACTIVE for n in settled) or any(s.to in ACTIVE for s in result.steps)
-        held = sum(n.unavailable for n in kept if not n.pre_cordoned)
-        if startable and not in_flight and held >= strategy.max_unavailable:
-            # Only a retry or a rollback frees these nodes: waiting would be waiting forever.
-            result.phase, result.reason = Phase.FAILED, "FailedNodesHoldBudget"
-            result.message = (
-                f"Failed nodes kept cordoned ({held}) hold the whole maxUnavailable budget "
-                f"({strategy.max_unavailable}); {_nodes(len(startable))} not upgraded. Retry or roll back."
-            )
-            return result
-        if startable and not in_flight:
-            result.reason = "Blocked"
-            result.message = (
-                f"{unavailable_count(settled)} nodes are unavailable (maxUnavailable "
-                f"{strategy.max_unavailable}"
-                + (f"; {held} of them failed and kept cordoned" if held else "")
-                + "); it carries on when those outside the run are back."
-            )
+        if not run.window_open:
+            # Outside the window no node starts and those in flight finish: it goes on in the next one.
+            if any(n.state == State.UPGRADE_REQUIRED for n in settled):
+                result.reason, result.message = "OutsideWindow", run.window_message
+        else:
+            _start_nodes(result, settled, strategy, gate_open)
+            startable = [n for n in settled if n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary)]
+            in_flight = any(n.state in ACTIVE for n in settled) or any(s.to in ACTIVE for s in result.steps)
+            held = sum(n.unavailable for n in kept if not n.pre_cordoned)
+            if startable and not in_flight and held >= strategy.max_unavailable:
+                # Only a retry or a rollback frees these nodes: waiting would be waiting forever.
+                result.phase, result.reason = Phase.FAILED, "FailedNodesHoldBudget"
+                result.message = (
+                    f"Failed nodes kept cordoned ({held}) hold the whole maxUnavailable budget "
+                    f"({strategy.max_unavailable}); {_nodes(len(startable))} not upgraded. "
+                    "Retry or roll back."
+                )
+                return result
+            if startable and not in_flight:
+                result.reason = "Blocked"
+                result.message = (
+                    f"{unavailable_count(settled)} nodes are unavailable (maxUnavailable "
+                    f"{strategy.max_unavailable}"
+                    + (f"; {held} of them failed and kept cordoned" if held else "")
+                    + "); it carries on when those outside the run are back."
+                )
 
     if not any(n.state in ACTIVE for n in after.values()) and not any(s.to in ACTIVE for s in result.steps):
         waiting = any(n.state == State.UPGRADE_REQUIRED for n in after.values())

@@ -82,6 +82,10 @@ class UpgradeRun(models.Model):
     tick_seq = models.PositiveIntegerField(default=0, help_text="Only the tick carrying this number runs")
     ticked_at = models.DateTimeField(null=True, blank=True)
     max_unavailable_seen = models.PositiveIntegerField(default=0)
+    window_override = models.BooleanField(
+        default=False,
+        help_text="Started outside the cluster's maintenance windows on purpose: it ignores them",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -181,3 +185,53 @@ class UpgradeCondition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.reason}"
+
+
+class MaintenanceWindow(models.Model):
+    """When automatic and scheduled upgrades of a cluster may run: an RFC 5545 recurrence rule whose
+    occurrences start at `start_time` on the cluster's wall clock (upgrades.windows), for a duration."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="maintenance_windows"
+    )
+    recurrence = models.CharField(max_length=500, help_text="RFC 5545 rule, such as FREQ=WEEKLY;BYDAY=SA")
+    start_time = models.TimeField(help_text="Wall-clock start in the cluster's time zone")
+    duration_minutes = models.PositiveIntegerField()
+    first_day = models.DateField(help_text="The rule counts from this day")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.recurrence} at {self.start_time:%H:%M} for {self.duration_minutes} min"
+
+
+class MaintenanceExclusion(models.Model):
+    """Days of a cluster (its time zone, ends included) when upgrades of a scope do not run."""
+
+    class Scope(models.TextChoices):
+        ALL = "all", "no upgrades at all"
+        MINOR = "minor", "no minor Kubernetes upgrades"
+        NODE = "node", "no node upgrades (drivers, node images, pools' Kubernetes)"
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="maintenance_exclusions"
+    )
+    first_day = models.DateField()
+    last_day = models.DateField()
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.ALL)
+    reason = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster", "first_day", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.scope} from {self.first_day} to {self.last_day}"

@@ -15,7 +15,7 @@ from nvke.errors import Conflict, DomainError, Incompatible, NotFound, ProviderF
 from nvke.providers.base import ProviderError
 from nvke.tenancy.context import TenantContext
 
-from . import events
+from . import events, maintenance
 from .compatibility import upgrade_refusals
 from .controller import enter, schedule_tick, strategy_of
 from .machine import (
@@ -69,6 +69,24 @@ def _left_touched(pool: NodePool) -> dict[int, UpgradeNode]:
     return {row.node_id: row for row in last.nodes.filter(unvalidated, node__isnull=False)}
 
 
+def _started_outside_window(cluster, override: bool) -> bool:
+    """Whether a manual start is outside the cluster's maintenance windows, which only an explicit
+    override allows (409 otherwise, saying when it may start)."""
+    decision = maintenance.decide(cluster)
+    if decision.allowed:
+        return False
+    if not override:
+        raise Conflict(
+            maintenance.waiting_message(decision, cluster.time_zone)
+            + " To start it now anyway, ask again with override_window: true.",
+            field="override_window",
+            code="outside_maintenance_window",
+            reason=decision.reason,
+            next_start=decision.next_start.isoformat() if decision.next_start else None,
+        )
+    return True
+
+
 def create_run(
     *,
     context: TenantContext,
@@ -80,13 +98,17 @@ def create_run(
     rollback_of: UpgradeRun | None = None,
     rollout=None,
     wave: int = 0,
+    override_window: bool = False,
     **strategy,
 ) -> UpgradeRun:
     """A run of `pool` to `target_release`; refused (400, naming the rule) when the pool cannot run it,
-    409 when the pool already has a live run or is being deleted."""
+    409 when the pool already has a live run or is being deleted, or when started by hand outside the
+    cluster's maintenance windows without `override_window` (the run then ignores them; a rollout's
+    runs and runs created pending wait for a window instead)."""
     if pool.status == NodePool.Status.DELETING:
         raise Conflict(f"Pool {pool.name} is being deleted.", field="pool", code="deleting")
     _refuse(pool, target_release, cuda, rollback=rollback_of is not None)
+    overridden = start and rollout is None and _started_outside_window(pool.cluster, override_window)
     unknown = set(strategy) - set(STRATEGY_NAMES)
     if unknown:
         raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field=sorted(unknown)[0])
@@ -110,6 +132,7 @@ def create_run(
                 rollout=rollout,
                 wave=wave,
                 status=Phase.RUNNING if start else Phase.PENDING,
+                window_override=overridden,
                 created_by=user,
                 **strategy,
             )
@@ -131,6 +154,13 @@ def create_run(
             UpgradeCondition.objects.create(
                 run=run, type="Run", reason="Created", message=f"{what} of {len(nodes)} nodes {versions}."
             )
+            if overridden:
+                UpgradeCondition.objects.create(
+                    run=run,
+                    type="Run",
+                    reason="WindowOverride",
+                    message="Started outside the cluster's maintenance windows on purpose; it ignores them.",
+                )
             if start:  # created running: the start's history, its reason and message left to the ticks
                 started = control_move(Control.START, RunFacts(Phase.PENDING))
                 UpgradeCondition.objects.create(

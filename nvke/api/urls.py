@@ -33,12 +33,18 @@ from telemetry.api.views import (
     PreflightView,
     TelemetryEventViewSet,
 )
-from upgrades.api.views import DriverOptionsView, FleetRolloutViewSet, UpgradeRunViewSet
+from upgrades.api.views import (
+    ClusterMaintenanceViewSet,
+    DriverOptionsView,
+    FleetRolloutViewSet,
+    UpgradeRunViewSet,
+)
 
 router = DefaultRouter()
 # Before the clusters' own viewset: the API root lists the last registration of a prefix.
 router.register("clusters", ClusterDefragViewSet, basename="cluster-defrag")
 router.register("clusters", ClusterAgentViewSet, basename="cluster-agent")
+router.register("clusters", ClusterMaintenanceViewSet, basename="cluster-maintenance")
 router.register("clusters", ClusterViewSet)
 router.register("node-pools", NodePoolViewSet)
 router.register("nodes", NodeViewSet)

@@ -1,3 +1,6 @@
+import datetime
+
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -6,12 +9,15 @@ from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.models import NodePool
 from nvke.tenancy.context import resolve_tenant
 
+from .. import maintenance, windows
 from ..machine import STRATEGY_FIELDS, StrategyField
-from ..models import FleetRollout, UpgradeCondition, UpgradeNode, UpgradeRun
+from ..models import FleetRollout, MaintenanceWindow, UpgradeCondition, UpgradeNode, UpgradeRun
 
 __all__ = ["DriverCompatibilitySerializer"]
 
 STRATEGY = [spec.name for spec in STRATEGY_FIELDS]
+MINUTE = datetime.timedelta(minutes=1)
+MAX_WINDOWS, MAX_EXCLUSIONS = 20, 50
 
 
 def strategy_field(spec: StrategyField) -> serializers.Field:
@@ -72,6 +78,11 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
         help_text="A CUDA version the pool's workloads need, e.g. 12.8",
     )
     start = serializers.BooleanField(write_only=True, default=True, help_text="false: create it pending")
+    override_window = serializers.BooleanField(
+        write_only=True,
+        default=False,
+        help_text="true: start now even outside the cluster's maintenance windows (in the audit log)",
+    )
     # Plain strings in the schema: an enum here collides with the other resources' `status` enums.
     status = serializers.CharField(
         read_only=True, help_text="pending, running, paused, aborting, completed, failed, aborted"
@@ -90,6 +101,8 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
             *STRATEGY,
             "cuda",
             "start",
+            "override_window",
+            "window_override",
             "status",
             "reason",
             "message",
@@ -100,7 +113,14 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
             "finished_at",
             "nodes",
         ]
-        read_only_fields = ["rollback_of", "rollout", "canary_done_at", "approved_at", "max_unavailable_seen"]
+        read_only_fields = [
+            "rollback_of",
+            "rollout",
+            "canary_done_at",
+            "approved_at",
+            "max_unavailable_seen",
+            "window_override",
+        ]
         extra_kwargs = {
             "status": {"read_only": True},
             "reason": {"read_only": True},
@@ -146,3 +166,64 @@ class FleetRolloutSerializer(serializers.ModelSerializer):
             {"id": r.pk, "pool": r.pool_id, "tenant": r.tenant_id, "wave": r.wave, "status": r.status}
             for r in rollout.runs.order_by("wave", "pk")
         ]
+
+
+class MaintenanceWindowSerializer(serializers.Serializer):
+    recurrence = serializers.CharField(
+        max_length=500, help_text="RFC 5545 recurrence rule, such as FREQ=WEEKLY;BYDAY=SA"
+    )
+    start_time = serializers.TimeField(help_text="Wall-clock start in the cluster's time zone, e.g. 02:00")
+    duration_minutes = serializers.IntegerField(min_value=1, max_value=windows.MAX_DURATION // MINUTE)
+    first_day = serializers.DateField(required=False, help_text="The rule counts from this day (today)")
+
+
+class MaintenanceExclusionSerializer(serializers.Serializer):
+    first_day = serializers.DateField()
+    last_day = serializers.DateField(help_text="Included")
+    scope = serializers.ChoiceField(choices=windows.SCOPES, default="all", help_text="all, minor or node")
+    reason = serializers.CharField(max_length=200, allow_blank=True, default="")
+
+
+class WindowSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+
+
+class WindowDecisionSerializer(serializers.Serializer):
+    allowed = serializers.BooleanField(help_text="A driver upgrade may start or go on now")
+    reason = serializers.CharField(help_text="InWindow, NoWindows, OutsideWindow or Excluded")
+    message = serializers.CharField()
+    until = serializers.DateTimeField(allow_null=True, help_text="Allowed: when it must pause")
+    next_start = serializers.DateTimeField(allow_null=True, help_text="Not allowed: when it may start")
+
+
+class MaintenanceSerializer(serializers.Serializer):
+    """A cluster's maintenance windows and exclusions, set whole with PUT."""
+
+    time_zone = serializers.CharField(max_length=64, help_text="IANA time zone, such as Europe/Berlin")
+    windows = MaintenanceWindowSerializer(many=True, max_length=MAX_WINDOWS)
+    exclusions = MaintenanceExclusionSerializer(many=True, max_length=MAX_EXCLUSIONS)
+    next_windows = WindowSerializer(many=True, read_only=True, help_text="The next windows, merged")
+    now = WindowDecisionSerializer(read_only=True)
+
+    def validate_time_zone(self, value: str) -> str:
+        try:
+            windows.zone(value)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
+        return value
+
+    def validate(self, data: dict) -> dict:
+        today = timezone.localdate()
+        for i, window in enumerate(data["windows"]):
+            window.setdefault("first_day", today)
+            try:
+                maintenance.window_of(MaintenanceWindow(**window), data["time_zone"])
+            except ValueError as error:
+                raise serializers.ValidationError({f"windows[{i}].recurrence": [str(error)]}) from None
+        for i, exclusion in enumerate(data["exclusions"]):
+            if exclusion["last_day"] < exclusion["first_day"]:
+                raise serializers.ValidationError(
+                    {f"exclusions[{i}].last_day": ["The last day comes on or after the first day."]}
+                )
+        return data

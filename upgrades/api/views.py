@@ -8,14 +8,16 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clusters.models import Cluster
 from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.models import DriverRelease, GpuModel, NodePool
 from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.errors import DomainError
 from nvke.tenancy.context import resolve_tenant
+from nvke.tenancy.roles import Action
 
-from .. import rollouts, services
+from .. import maintenance, rollouts, services
 from ..compatibility import driver_options
 from ..controller import kick_if_stale
 from ..models import FleetRollout, UpgradeRun
@@ -23,6 +25,7 @@ from .serializers import (
     STRATEGY,
     DriverCompatibilitySerializer,
     FleetRolloutSerializer,
+    MaintenanceSerializer,
     UpgradeConditionSerializer,
     UpgradeRunSerializer,
 )
@@ -63,6 +66,7 @@ class UpgradeRunViewSet(
             user=self.request.user,
             start=data.pop("start"),
             cuda=data.pop("cuda"),
+            override_window=data.pop("override_window"),
             **{name: data[name] for name in STRATEGY if name in data},
         )
 
@@ -229,3 +233,26 @@ class FleetRolloutViewSet(
         run = get_object_or_404(UpgradeRun.objects.all(), pk=run_pk, rollout=self.get_object())
         run = services.control(run, control, user=request.user)
         return Response(UpgradeRunSerializer(run, context=self.get_serializer_context()).data)
+
+
+class ClusterMaintenanceViewSet(TenantScopedViewSet):
+    """A cluster's maintenance windows and exclusions."""
+
+    queryset = Cluster.objects.all()
+    write_action = Action.CHANGE
+
+    @extend_schema(request=MaintenanceSerializer, responses=MaintenanceSerializer)
+    @action(detail=True, methods=["get", "put"], url_path="maintenance")
+    def maintenance(self, request, pk=None):
+        """When driver upgrades of this cluster may run: windows (an RFC 5545 recurrence rule, a start on
+        the cluster's wall clock and a duration) and exclusions (days when a scope of upgrades does not
+        run), with the next windows and whether one may run now. No window set: any time the exclusions
+        allow. PUT sets them whole; a run started by hand outside them needs `override_window`; a running
+        one pauses at the window's end once its nodes in flight are done, and goes on in the next."""
+        cluster = self.get_object()
+        if request.method == "PUT":
+            serializer = MaintenanceSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
+            maintenance.replace(cluster, data["time_zone"], data["windows"], data["exclusions"])
+        return Response(MaintenanceSerializer(maintenance.document(cluster)).data)
