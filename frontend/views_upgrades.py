@@ -13,7 +13,7 @@ from nodepools.models import DriverRelease, NodePool
 from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
-from upgrades import services
+from upgrades import maintenance, services
 from upgrades.compatibility import driver_options
 from upgrades.controller import kick_if_stale
 from upgrades.machine import FINISHED, STRATEGY_FIELDS, Phase, State, StrategyField
@@ -53,6 +53,11 @@ StrategyForm = type(
 
 class UpgradeStartForm(StrategyForm):
     target_release = forms.ChoiceField(label="Target driver release")
+    override_window = forms.BooleanField(
+        required=False,
+        label="Start now even outside the maintenance window",
+        help_text="The run then ignores the cluster's windows; the override is in the audit log.",
+    )
     field_order = ["target_release"]
 
     def __init__(self, *args, allowed: list[str], **kwargs):
@@ -107,6 +112,7 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
             "form": form,
             "runs": pool.upgrade_runs.select_related("target_release")[:20],
             "can_change": context.allows(Action.CHANGE),
+            "window": maintenance.window_now(pool.cluster),
         },
         status=status,
     )

@@ -5,7 +5,14 @@ from django.contrib import admin
 
 from nodepools.admin import ReadOnlyAdmin
 
-from .models import FleetRollout, UpgradeCondition, UpgradeNode, UpgradeRun
+from .models import (
+    FleetRollout,
+    MaintenanceExclusion,
+    MaintenanceWindow,
+    UpgradeCondition,
+    UpgradeNode,
+    UpgradeRun,
+)
 
 
 class UpgradeNodeInline(admin.TabularInline):
@@ -57,3 +64,18 @@ class UpgradeConditionAdmin(ReadOnlyAdmin):
 class FleetRolloutAdmin(ReadOnlyAdmin):
     list_display = ["pk", "target_release", "gpu_model", "from_branch", "status", "wave", "created_at"]
     list_filter = ["status"]
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(ReadOnlyAdmin):
+    """Tenants set them whole through the API (checked as a set); operators read them here."""
+
+    list_display = ["cluster", "tenant", "recurrence", "start_time", "duration_minutes", "first_day"]
+    search_fields = ["cluster__name", "tenant__name"]
+
+
+@admin.register(MaintenanceExclusion)
+class MaintenanceExclusionAdmin(ReadOnlyAdmin):
+    list_display = ["cluster", "tenant", "first_day", "last_day", "scope", "reason"]
+    list_filter = ["scope"]
+    search_fields = ["cluster__name", "tenant__name"]

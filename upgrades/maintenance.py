@@ -76,14 +76,18 @@ def waiting_message(decision: windows.Decision, time_zone: str) -> str:
     return decision.message + when
 
 
-def run_window(run) -> tuple[bool, str]:
-    """May the run start nodes now, and if not, what it waits for. A run started with an override
-    ignores the windows."""
-    if run.window_override:
-        return True, ""
-    cluster = run.pool.cluster
+def window_now(cluster) -> tuple[bool, str]:
+    """May a driver upgrade start nodes on the cluster now, and in words: until when, or what it waits
+    for."""
     decision = decide(cluster)
-    return decision.allowed, "" if decision.allowed else waiting_message(decision, cluster.time_zone)
+    if decision.allowed:
+        return True, decision.message
+    return False, waiting_message(decision, cluster.time_zone)
+
+
+def run_window(run) -> tuple[bool, str]:
+    """window_now for a run: one started with an override ignores the windows."""
+    return (True, "") if run.window_override else window_now(run.pool.cluster)
 
 
 def replace(cluster, time_zone: str, window_rows: list[dict], exclusion_rows: list[dict]) -> None:

@@ -201,3 +201,20 @@ def test_only_members_and_up_get_the_button_and_a_later_run_takes_it_away(browse
     assert "data-kept-cordoned" in page and "Return to service</a>" not in page
     refused = browser.post(url, follow=True).content.decode()
     assert "took node" in refused and Node.objects.get(pk=victim.pk).cordoned
+
+
+def test_outside_the_maintenance_window_the_form_says_so_and_starts_only_when_overridden(browser, api, pool):
+    from .test_maintenance import closed_now, settings_body, url
+
+    assert (
+        "Maintenance: No maintenance window is set"
+        in browser.get(f"/pools/{pool.pk}/upgrade/").content.decode()
+    )
+    assert api.put(url(pool.cluster), settings_body(closed_now())).status_code == 200
+    page = browser.get(f"/pools/{pool.pk}/upgrade/").content.decode()
+    assert "Maintenance: Outside every maintenance window. It may go on from" in page
+    refused = start(browser, pool)
+    assert refused.status_code == 400 and "override_window: true" in refused.content.decode()
+    assert not UpgradeRun.objects.exists()
+    assert start(browser, pool, override_window="on").status_code == 302
+    assert UpgradeRun.objects.get().window_override
