@@ -372,6 +372,10 @@ class Claim(models.Model):
     host_memory_mib = models.PositiveIntegerField(default=0)
     allowed_models = models.JSONField(default=list, blank=True, help_text="GPU model names; empty = any")
     priority = models.SmallIntegerField(default=0, help_text="Higher is placed first when capacity frees")
+    training = models.BooleanField(
+        default=False,
+        help_text="A training job: a pool's upgrade deferral policy keeps its node from draining under it",
+    )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
     pending_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

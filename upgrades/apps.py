@@ -13,7 +13,7 @@ class UpgradesConfig(AppConfig):
         from audit.recorder import register
         from nodepools.autoscaler import hold_scale_down
 
-        from .models import FleetRollout, MaintenanceExclusion, MaintenanceWindow, UpgradeRun
+        from .models import FleetRollout, MaintenanceExclusion, MaintenanceWindow, UpgradeDeferral, UpgradeRun
         from .services import runs_holding
 
         hold_scale_down(runs_holding)  # a node leaving a run would fail it (NodeGone)
@@ -21,6 +21,7 @@ class UpgradesConfig(AppConfig):
         register(UpgradeRun, ignore=(*RUN_TICK_FIELDS, "failed_accepted", "finished_at"))
         register(MaintenanceWindow)
         register(MaintenanceExclusion)
+        register(UpgradeDeferral)
         # Fleet rollouts span tenants: operators read these entries in the admin; each run is in its
         # tenant's log.
         register(FleetRollout, tenant_of=lambda rollout: None, ignore=("wave",))

@@ -45,7 +45,7 @@ from nvke import jobs
 from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
-from . import events, maintenance
+from . import deferral, events, maintenance
 from .machine import (
     ACTIVE,
     FINISHED,
@@ -183,7 +183,12 @@ def read_provider(ops: ClusterOperations, run_id: int) -> dict[str, Seen]:
 
 
 def _observe(
-    row: UpgradeNode, node: Node | None, claims: int, unhealthy: set[str], seen: Seen | None
+    row: UpgradeNode,
+    node: Node | None,
+    claims: int,
+    unhealthy: set[str],
+    seen: Seen | None,
+    deferred: dict[str, str],
 ) -> NodeView:
     view = NodeView(
         name=row.name,
@@ -198,6 +203,7 @@ def _observe(
         gpus_healthy=node is not None and node.name not in unhealthy,
         driver_touched=row.driver_touched,
         returned=row.returned_at is not None,
+        deferred_by=deferred.get(row.name, ""),
     )
     if node is None or view.state not in ACTIVE:
         return view  # only nodes in flight cost a provider call
@@ -272,8 +278,10 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
                 row.cordon_wanted, row.drain_wanted, row.driver_wanted, row.call_error = None, False, "", {}
                 _writes.intents[row.pk] = row
         refused = _take_refusals(run, rows, nodes, now)
+        policy = deferral.policy_of(pool.pk)
+        deferred = deferral.holding(pool.pk, policy, now)
         views = [
-            _observe(row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name))
+            _observe(row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name), deferred)
             for row in rows
         ]
         strategy = strategy_of(run, len(rows))
@@ -287,6 +295,8 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
                 failed_accepted=run.failed_accepted,
                 window_open=window_open,
                 window_message=window_message,
+                deferral_deadline_s=policy.deadline_s if policy else 0.0,
+                deferral_stops=policy is not None and policy.after_deadline == policy.AfterDeadline.STOP,
             ),
             views,
             strategy,

@@ -446,6 +446,7 @@ class NodeView:
     install_failure: str = ""  # the provider's reason when the driver install failed
     driver_touched: bool = False  # the run started a driver install here that has not validated since
     returned: bool = False  # failed, then returned to service by a person, its driver as it is
+    deferred_by: str = ""  # a claim the pool's deferral policy waits for before draining, in words
 
     @property
     def unavailable(self) -> bool:
@@ -466,6 +467,8 @@ class RunView:
     failed_accepted: int = 0  # failed nodes an operator resumed past; the budget counts new ones
     window_open: bool = True  # inside the cluster's maintenance window (or started with an override)
     window_message: str = ""  # when it is not: what the run waits for
+    deferral_deadline_s: float = 0.0  # how long a node waits for the claims its pool defers for
+    deferral_stops: bool = False  # past the deadline the node fails instead of being drained
 
 
 @dataclass(frozen=True)
@@ -565,6 +568,23 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
         case State.CORDON_REQUIRED:
             return Step(node.name, State.WAIT_FOR_JOBS_REQUIRED, Effect.CORDON, "Cordoned")
         case State.WAIT_FOR_JOBS_REQUIRED if not node.busy:
+            if node.deferred_by:
+                if waited < run.deferral_deadline_s:
+                    return Step(
+                        node.name,
+                        node.state,
+                        reason="Deferred",
+                        message=f"Waiting for {node.deferred_by} to end before draining "
+                        f"(at most {run.deferral_deadline_s - waited:.0f}s more).",
+                    )
+                if run.deferral_stops:
+                    return _fail(
+                        node,
+                        strategy,
+                        "DeferralDeadline",
+                        f"{node.deferred_by} still runs after {run.deferral_deadline_s:g}s; "
+                        "the pool's deferral policy stops the upgrade of this node.",
+                    )
             return Step(node.name, State.POD_DELETION_REQUIRED, reason="NoBlockingJobs")
         case State.POD_DELETION_REQUIRED if not node.busy:
             return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
@@ -752,11 +772,12 @@ def _pause(result: Plan, reason: str, message: str) -> Plan:
 
 def _start_nodes(result: Plan, settled: list[NodeView], strategy: Strategy, gate_open: bool) -> None:
     """Start waiting nodes: those already out of service first (they cost no budget), canaries before
-    the rest, then by name; stop at the unavailability budget."""
+    the rest, nodes running claims their pool defers for last (they would hold the budget waiting), then
+    by name; stop at the unavailability budget."""
     unavailable = unavailable_count(settled)
     queue = sorted(
         (n for n in settled if n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary)),
-        key=lambda n: (not n.unavailable, not n.canary, n.name),
+        key=lambda n: (not n.unavailable, not n.canary, bool(n.deferred_by), n.name),
     )
     for node in queue:
         if not node.unavailable:

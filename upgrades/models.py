@@ -235,3 +235,31 @@ class MaintenanceExclusion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}: {self.scope} from {self.first_day} to {self.last_day}"
+
+
+class UpgradeDeferral(models.Model):
+    """A pool's training-aware deferral: a driver upgrade does not drain a node while it runs a claim
+    marked training (or one running longer than `claims_older_than_s`), up to `deadline_s` in that wait;
+    then the upgrade proceeds, or stops there (the node fails, before its driver was touched)."""
+
+    class AfterDeadline(models.TextChoices):
+        PROCEED = "proceed", "drain it anyway"
+        STOP = "stop", "fail the node and leave the claim running"
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
+    pool = models.OneToOneField(
+        "nodepools.NodePool", on_delete=models.CASCADE, related_name="upgrade_deferral"
+    )
+    training_claims = models.BooleanField(default=True, help_text="Wait for claims marked training")
+    claims_older_than_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Also wait for claims running longer than this (empty: no)"
+    )
+    deadline_s = models.PositiveIntegerField(default=24 * 3600, help_text="The longest a node waits")
+    after_deadline = models.CharField(
+        max_length=8, choices=AfterDeadline.choices, default=AfterDeadline.PROCEED
+    )
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.pool}: upgrade deferral"

@@ -48,6 +48,7 @@ def create_claim(
     host_memory_mib: int = 0,
     allowed_models: list[str] | None = None,
     priority: int = 0,
+    training: bool = False,
     place: bool = True,
     source: str = Claim.Source.API,
 ) -> Claim:
@@ -72,6 +73,7 @@ def create_claim(
         host_memory_mib=host_memory_mib,
         allowed_models=allowed_models or [],
         priority=priority,
+        training=training,
         source=source,
     )
     validate_claim(claim)

@@ -120,6 +120,7 @@ class ClaimSerializer(serializers.ModelSerializer):
             "host_memory_mib",
             "allowed_models",
             "priority",
+            "training",
             "status",
             "pending_reason",
             "allocation",

@@ -37,6 +37,7 @@ from upgrades.api.views import (
     ClusterMaintenanceViewSet,
     DriverOptionsView,
     FleetRolloutViewSet,
+    PoolUpgradeDeferralViewSet,
     UpgradeRunViewSet,
 )
 
@@ -46,6 +47,7 @@ router.register("clusters", ClusterDefragViewSet, basename="cluster-defrag")
 router.register("clusters", ClusterAgentViewSet, basename="cluster-agent")
 router.register("clusters", ClusterMaintenanceViewSet, basename="cluster-maintenance")
 router.register("clusters", ClusterViewSet)
+router.register("node-pools", PoolUpgradeDeferralViewSet, basename="pool-upgrade-deferral")
 router.register("node-pools", NodePoolViewSet)
 router.register("nodes", NodeViewSet)
 router.register("gpu-models", GpuModelViewSet)

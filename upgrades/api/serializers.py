@@ -11,13 +11,21 @@ from nvke.tenancy.context import resolve_tenant
 
 from .. import maintenance, windows
 from ..machine import STRATEGY_FIELDS, StrategyField
-from ..models import FleetRollout, MaintenanceWindow, UpgradeCondition, UpgradeNode, UpgradeRun
+from ..models import (
+    FleetRollout,
+    MaintenanceWindow,
+    UpgradeCondition,
+    UpgradeDeferral,
+    UpgradeNode,
+    UpgradeRun,
+)
 
 __all__ = ["DriverCompatibilitySerializer"]
 
 STRATEGY = [spec.name for spec in STRATEGY_FIELDS]
 MINUTE = datetime.timedelta(minutes=1)
 MAX_WINDOWS, MAX_EXCLUSIONS = 20, 50
+MAX_DEFERRAL_S = 30 * 24 * 3600  # a node waits a month at most for the claims its pool defers for
 
 
 def strategy_field(spec: StrategyField) -> serializers.Field:
@@ -227,3 +235,20 @@ class MaintenanceSerializer(serializers.Serializer):
                     {f"exclusions[{i}].last_day": ["The last day comes on or after the first day."]}
                 )
         return data
+
+
+class UpgradeDeferralSerializer(serializers.ModelSerializer):
+    """A pool's training-aware deferral of driver upgrades; `enabled` false: none is set."""
+
+    enabled = serializers.SerializerMethodField()
+    claims_older_than_s = serializers.IntegerField(
+        required=False, allow_null=True, min_value=60, max_value=MAX_DEFERRAL_S, default=None
+    )
+    deadline_s = serializers.IntegerField(min_value=60, max_value=MAX_DEFERRAL_S, default=24 * 3600)
+
+    class Meta:
+        model = UpgradeDeferral
+        fields = ["enabled", "training_claims", "claims_older_than_s", "deadline_s", "after_deadline"]
+
+    def get_enabled(self, policy: UpgradeDeferral) -> bool:
+        return policy.pk is not None

@@ -20,13 +20,14 @@ from nvke.tenancy.roles import Action
 from .. import maintenance, rollouts, services
 from ..compatibility import driver_options
 from ..controller import kick_if_stale
-from ..models import FleetRollout, UpgradeRun
+from ..models import FleetRollout, UpgradeDeferral, UpgradeRun
 from .serializers import (
     STRATEGY,
     DriverCompatibilitySerializer,
     FleetRolloutSerializer,
     MaintenanceSerializer,
     UpgradeConditionSerializer,
+    UpgradeDeferralSerializer,
     UpgradeRunSerializer,
 )
 
@@ -256,3 +257,33 @@ class ClusterMaintenanceViewSet(TenantScopedViewSet):
             data = serializer.validated_data
             maintenance.replace(cluster, data["time_zone"], data["windows"], data["exclusions"])
         return Response(MaintenanceSerializer(maintenance.document(cluster)).data)
+
+
+class PoolUpgradeDeferralViewSet(TenantScopedViewSet):
+    """A pool's training-aware deferral of driver upgrades."""
+
+    queryset = NodePool.objects.all()
+    write_action = Action.CHANGE
+
+    @extend_schema(
+        methods=["GET", "PUT"], request=UpgradeDeferralSerializer, responses=UpgradeDeferralSerializer
+    )
+    @extend_schema(methods=["DELETE"], request=None, responses={204: None})
+    @action(detail=True, methods=["get", "put", "delete"], url_path="upgrade-deferral")
+    def upgrade_deferral(self, request, pk=None):
+        """While a driver upgrade waits to drain a node of this pool (wait-for-jobs), it waits for the
+        claims on it marked `training` (and, with `claims_older_than_s`, those running longer), at most
+        `deadline_s`; then it drains the node anyway (`after_deadline: proceed`) or fails it, its
+        driver untouched (`stop`). The run's node says what it waits for. PUT sets it, DELETE removes it
+        (204); GET says `enabled: false` with the defaults when none is set."""
+        pool = self.get_object()
+        policy = UpgradeDeferral.objects.filter(pool=pool).first() or UpgradeDeferral(pool=pool)
+        if request.method == "DELETE":
+            if policy.pk is not None:
+                policy.delete()
+            return Response(status=204)
+        if request.method == "PUT":
+            serializer = UpgradeDeferralSerializer(policy, data=request.data)
+            serializer.is_valid(raise_exception=True)
+            policy = serializer.save(tenant_id=pool.tenant_id, pool=pool)
+        return Response(UpgradeDeferralSerializer(policy).data)
