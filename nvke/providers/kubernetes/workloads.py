@@ -22,7 +22,7 @@ from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, Wor
 
 from . import dra, records
 from .client import call, read
-from .scheduler import PodScheduler, annotations, evict, namespaces_managed
+from .scheduler import PodScheduler, annotations, evict, moved, namespaces_managed, refresh
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -166,7 +166,7 @@ class WorkloadSync:
             return state("conflict", message)
         if not claim.node:
             if written and reserved:  # taken back (a drain, a failed GPU): its pods leave first
-                self._evict_holders(rc, reserved)
+                self._evict_holders(rc, claim)
             elif written:
                 rc = self._deallocate(rc)
             self._say(rc, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
@@ -201,7 +201,7 @@ class WorkloadSync:
             return state("allocated", shared)
         if written:
             if reserved:
-                self._evict_holders(rc, reserved)
+                self._evict_holders(rc, claim)
                 names = ", ".join(r["name"] for r in reserved)
                 return state("waiting", f"Moving: pods {names} are evicted from the previous allocation.")
             rc = self._deallocate(rc)
@@ -242,17 +242,20 @@ class WorkloadSync:
     def _deallocate(self, rc: dict) -> dict:
         return self._write_allocation(rc, None)
 
-    def _evict_holders(self, rc: dict, reserved: list[dict]) -> None:
-        """Evict the pods that hold a claim NVKE moved or took back; their controllers make new ones."""
+    def _evict_holders(self, rc: dict, claim: WorkloadClaim) -> None:
+        """Evict the pods that hold a claim NVKE moved or took back (its `reservedFor`), saying where the
+        claim went; their controllers make new ones."""
         namespace = rc["metadata"]["namespace"]
-        for holder in reserved:
+        was = ", ".join(f"{r['device']} on node {r['pool']}" for r in results_of(rc))
+        reason, message = moved(claim, was)
+        for holder in rc["status"]["reservedFor"]:
             if holder.get("resource") == "pods":
                 pod = {
                     "apiVersion": "v1",
                     "kind": "Pod",
                     "metadata": {"name": holder["name"], "namespace": namespace, "uid": holder["uid"]},
                 }
-                evict(self.core, self._say, pod)
+                evict(self.core, self._say, pod, reason, message)
 
     def _write_allocation(self, rc: dict, allocation: dict | None) -> dict:
         """Set (or, None, withdraw) `status.allocation` under the claim's resourceVersion."""
@@ -344,29 +347,32 @@ class WorkloadSync:
 
     def _lift_gates(self, pods: list[dict], states: list[WorkloadState], claims: dict) -> None:
         """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE, annotating
-        them with what they hold (as the scheduler path does); say the reason on pods that still wait."""
+        them with what they hold (as the scheduler path does); say the reason on pods that still wait.
+        Pods already released have their annotations brought up to date when a claim is resized."""
         by_claim = {(s.namespace, s.name): s for s in states}
         for pod in pods:
             gates = pod.get("spec", {}).get("schedulingGates") or []
-            if not any(g["name"] == dra.GATE for g in gates):
-                continue
             namespace = pod["metadata"]["namespace"]
+            names = claim_names(pod)
             blocking = [
                 by_claim.get((namespace, name))
-                for name in claim_names(pod)
+                for name in names
                 if (state := by_claim.get((namespace, name))) is None or state.state != "allocated"
             ]
+            if not any(g["name"] == dra.GATE for g in gates):
+                if names and not blocking:
+                    refresh(self.core, self._say, pod, held(namespace, names, claims))
+                continue
             if blocking:
                 reasons = "; ".join(s.message for s in blocking if s and s.message)
                 self._say(pod, "Warning", "FailedScheduling", reasons or "Waiting for its GPU claims.")
                 continue
             meta = pod["metadata"]
-            held: dict[str, str] = {}
-            for name in claim_names(pod):
-                for key, value in annotations(claims[(namespace, name)]).items():
-                    held[key] = f"{held[key]};{value}" if key in held else value
             patch = {
-                "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": held},
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "annotations": held(namespace, names, claims),
+                },
                 "spec": {"schedulingGates": [g for g in gates if g["name"] != dra.GATE] or None},
             }
             try:
@@ -416,6 +422,15 @@ def claim_names(pod: dict) -> list[str]:
         if name:
             names.append(name)
     return names
+
+
+def held(namespace: str, names: list[str], claims: dict) -> dict[str, str]:
+    """A DRA pod's annotations: what each of its claims holds, claim after claim (separated by ";")."""
+    joined: dict[str, str] = {}
+    for name in names:
+        for key, value in annotations(claims[(namespace, name)]).items():
+            joined[key] = f"{joined[key]};{value}" if key in joined else value
+    return joined
 
 
 def results_of(rc: dict) -> list[dict]:

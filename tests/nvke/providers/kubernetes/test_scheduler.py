@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from nodepools.allocator.service import evict_claims
+from nodepools.allocator.service import evict_claims, resize_claim
 from nodepools.models import Claim, Gpu
 from nodepools.nodes import fail_gpu
 from nodepools.workloads import sync_workloads
@@ -32,9 +32,9 @@ def server():
 
 @pytest.fixture
 def cluster(server, attach, sharing_pool):
-    def make(mode: str = "time-slicing"):
+    def make(mode: str = "time-slicing", **pool):
         attached = attach(server)
-        sharing_pool(attached, mode)
+        sharing_pool(attached, mode, **pool)
         return attached
 
     return make
@@ -132,11 +132,60 @@ def test_a_claim_taken_back_evicts_its_pod(server, cluster):
     assert (
         len(evictions) == 1 and pod(server, "train") is None
     )  # through the Eviction API: no budget holds it
-    assert ("FailedScheduling", Claim.objects.get(name="train").pending_reason) not in reasons(
-        server, "train"
-    )
+    pending = Claim.objects.get(name="train").pending_reason
+    assert ("FailedScheduling", pending) not in reasons(server, "train")
+    uuid = f"GPU-{Gpu.objects.get(node__name='a10-0').uuid}"
+    assert (
+        "TakenBack",
+        f"NVKE took its GPU claim back from {uuid} on a10-0 ({pending}): the pod is evicted.",
+    ) in reasons(server, "train")
     sync_workloads(attached.pk)
     assert not Claim.objects.filter(name="train").exists()
+
+
+def test_a_fatal_xid_evicts_only_the_pod_on_that_gpu_and_says_where_its_claim_moved(server, cluster):
+    server.create(objects.gpu_node("a10x3", product="NVIDIA-A10", count=3, memory_mib=23028))
+    server.settle()
+    attached = cluster(gpus_per_node=3, name="trio", node_selector={"kubernetes.io/hostname": "a10x3"})
+    whole = objects.pod("whole", namespace="ml")
+    whole["spec"]["schedulerName"] = scheduler.SCHEDULER
+    whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    server.create(whole)
+    server.create(gpu_pod("serve", "8Gi", 70))
+    sync_workloads(attached.pk)
+    was = pod(server, "serve")["metadata"]["annotations"][scheduler.ANNOTATIONS["uuids"]]
+    failed = Gpu.objects.get(uuid=was.removeprefix("GPU-"))
+    assert pod(server, "serve")["spec"]["nodeName"] == "a10x3"
+    server.clear_requests()
+
+    evict_claims(attached.pk, fail_gpu(failed))  # a fatal XID on serve's GPU
+    sync_workloads(attached.pk)
+
+    evictions = [r[1] for r in server.requests if r[0] == "POST" and r[1].endswith("/eviction")]
+    assert evictions == ["/api/v1/namespaces/ml/pods/serve/eviction"]
+    assert pod(server, "whole")["spec"]["nodeName"] == "a10x3"
+    now = Claim.objects.get(name="serve").allocation.shares.get().gpu
+    assert now.node.name == "a10x3" and now.pk != failed.pk  # another GPU of the same node
+    assert (
+        "Moved",
+        f"NVKE moved its GPU claim from {was} on a10x3 to GPU-{now.uuid} on node a10x3 (8Gi of GPU "
+        "memory, compute 10% guaranteed up to 70%): the pod is evicted.",
+    ) in reasons(server, "serve")
+
+
+def test_a_resized_claim_reaches_its_running_pod(server, cluster):
+    attached = cluster()
+    server.create(gpu_pod("serve", "8Gi", 70))
+    sync_workloads(attached.pk)
+
+    resize_claim(Claim.objects.get(name="serve").pk, compute_percent=40)
+    sync_workloads(attached.pk)
+    sync_workloads(attached.pk)  # said once
+
+    annotations = pod(server, "serve")["metadata"]["annotations"]
+    assert annotations[scheduler.ANNOTATIONS["ceiling"]] == "40"
+    resized = [m for r, m in reasons(server, "serve") if r == "Resized"]
+    assert resized == ["NVKE resized its GPU claim: 8Gi of GPU memory, compute 10% guaranteed up to 40%."]
 
 
 def test_mps_pods_carry_their_mps_limits_for_the_downward_api(server, cluster):

@@ -348,6 +348,24 @@ def test_what_each_claim_holds_is_readable_with_kubectl(kubeapi, kube_client, a1
     assert records.SNAPSHOT not in (kubeapi.get("v1", "Node", "a10-0")["metadata"].get("annotations") or {})
 
 
+def test_a_resized_claim_reaches_the_pods_already_released(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    train = fraction(context, cluster, "train", "8Gi", 70)
+    kubeapi.create(gated_pod("train-pod", "train"))
+    sync_workloads(cluster.pk)
+    assert "schedulingGates" not in kubeapi.get("v1", "Pod", "train-pod", "ml")["spec"]
+
+    resize_claim(train.pk, compute_percent=50)
+    sync_workloads(cluster.pk)
+    sync_workloads(cluster.pk)  # said once
+
+    held = kubeapi.get("v1", "Pod", "train-pod", "ml")["metadata"]["annotations"]
+    assert held["nvke.io/gpu-utilization"] == "50"
+    assert [m for r, m in events(kubeapi, "train-pod") if r == "Resized"] == [
+        "NVKE resized its GPU claim: 8Gi of GPU memory, compute 10% guaranteed up to 50%."
+    ]
+
+
 def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
     gpu_cluster, kube_client, attach, make_attached_pool, context
 ):
@@ -384,6 +402,8 @@ def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
     evictions = [r[1] for r in gpu_cluster.requests if r[0] == "POST" and r[1].endswith("/eviction")]
     assert evictions == ["/api/v1/namespaces/ml/pods/a-pod/eviction"]
     assert gpu_cluster.get("v1", "Pod", "b-pod", "ml") is not None
+    ((reason, message),) = [(r, m) for r, m in events(gpu_cluster, "a-pod") if r == "Moved"]
+    assert message.startswith(f"NVKE moved its GPU claim from {device} on node {node} to GPU-")
     sync_workloads(cluster.pk)  # a's pod is gone, its reservation dropped: a is allocated where it now is
     (moved,) = resource_claim(gpu_cluster, "a")["status"]["allocation"]["devices"]["results"]
     assert (moved["pool"], moved["device"]) != devices["a"]
