@@ -22,7 +22,7 @@ from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, Wor
 
 from . import dra, records
 from .client import call, read
-from .scheduler import PodScheduler, annotations, evict, moved, namespaces_managed, refresh
+from .scheduler import PodScheduler, annotations, evict, holding, moved, namespaces_managed, refresh
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -347,7 +347,8 @@ class WorkloadSync:
 
     def _lift_gates(self, pods: list[dict], states: list[WorkloadState], claims: dict) -> None:
         """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE, annotating
-        them with what they hold (as the scheduler path does); say the reason on pods that still wait.
+        them with what they hold (as the scheduler path does) and saying it in an Allocated Event; say the
+        reason on pods that still wait.
         Pods already released have their annotations brought up to date when a claim is resized."""
         by_claim = {(s.namespace, s.name): s for s in states}
         for pod in pods:
@@ -380,6 +381,9 @@ class WorkloadSync:
             except ProviderError as error:
                 if error.status not in (404, 409):
                     raise
+                continue
+            holds = "; ".join(f"{name}: {holding(claims[(namespace, name)])}" for name in names)
+            self._say(pod, "Normal", "Allocated", f"NVKE allocated its GPU claims ({holds}).")
 
     # --- events -------------------------------------------------------------------------------------
 

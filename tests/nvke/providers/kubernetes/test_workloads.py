@@ -113,6 +113,9 @@ def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, 
         held = released["metadata"]["annotations"]
         assert held["nvke.io/gpu-memory"] == results[name]["consumedCapacity"]["memory"]
         assert held["nvke.io/gpu-utilization"] == ("70" if name == "train" else "20")
+        ((reason, message),) = events(kubeapi, f"{name}-pod")
+        assert reason == "Allocated" and message.startswith(f"NVKE allocated its GPU claims ({name}: GPU-")
+        assert f"{held['nvke.io/gpu-memory']} of GPU memory" in message and "on node a10-0" in message
     assert {c.workload["state"] for c in Claim.objects.all()} == {"allocated"}
     assert all("consumable shares" in c.workload["message"] for c in Claim.objects.all())
 
