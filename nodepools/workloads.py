@@ -80,10 +80,11 @@ def sync_workloads(cluster_id: int) -> WorkloadReport:
     cluster = Cluster.objects.select_related("tenant").get(pk=cluster_id)
     ops = cluster_operations(cluster)
     with acting_as("cluster workloads"):  # claims it adopts or releases are the cluster's doing
-        report = ops.sync_workloads(workload_claims(cluster_id))
+        tenant = cluster.tenant.slug
+        report = ops.sync_workloads(workload_claims(cluster_id), tenant=tenant)
         refused = adopt(cluster, report.found)
         if report.found:  # adopted claims are placed already: write them out now rather than next pass
-            report = ops.sync_workloads(workload_claims(cluster_id), refused=refused)
+            report = ops.sync_workloads(workload_claims(cluster_id), refused=refused, tenant=tenant)
         record(cluster_id, report)
     return report
 

@@ -23,6 +23,7 @@ CLAIM_LABEL = "nvke.io/claim"  # on the ResourceClaims NVKE made
 ADOPTED = "nvke.io/adopted"  # annotation on a user's ResourceClaim that NVKE allocates
 COMPUTE = "nvke.io/gpu-utilization"  # annotation: a user's claim's compute ceiling ("50%")
 MANAGED = "nvke.io/managed"  # namespace label: NVKE places the GPU requests made in it
+TENANT = "nvke.io/tenant"  # namespace label: the one tenant (slug) whose NVKE places requests made in it
 FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler adds before allocating
 GATE = "nvke.io/placement"  # pods wait on it until NVKE has allocated their claims
 REQUEST = "gpu"

@@ -29,7 +29,12 @@ RULES: tuple[Rule, ...] = (
         "find the pods a drain evicts and the driver pods; lift NVKE's scheduling gate",
     ),
     Rule("", "pods/eviction", ("create",), "drain nodes through the Eviction API"),
-    Rule("", "namespaces", ("get", "list", "create"), "find the namespaces NVKE manages; make a claim's"),
+    Rule(
+        "",
+        "namespaces",
+        ("get", "list", "create", "patch"),
+        "find the namespaces NVKE manages and mark them its tenant's; make a claim's",
+    ),
     Rule("", "events", ("create",), "record what NVKE did on the objects it touched"),
     Rule("policy", "poddisruptionbudgets", ("get", "list"), "say which budget holds a drain back"),
     Rule("nvidia.com", "clusterpolicies", ("get", "list"), "find the GPU Operator's configuration"),

@@ -20,7 +20,6 @@ from kubernetes import client
 from nvke import quantity
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
 
-from . import dra
 from .client import call
 
 SCHEDULER = "nvke"
@@ -240,11 +239,3 @@ def evict(core, say, pod: dict, reason: str, message: str) -> None:
             raise
         return
     say(pod, "Normal" if reason == "Moved" else "Warning", reason, message)
-
-
-def namespaces_managed(namespaces: list[dict]) -> set[str]:
-    return {
-        ns["metadata"]["name"]
-        for ns in namespaces
-        if (ns["metadata"].get("labels") or {}).get(dra.MANAGED) == "true"
-    }

@@ -22,7 +22,7 @@ from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, Wor
 
 from . import dra, records
 from .client import call, read
-from .scheduler import PodScheduler, annotations, evict, holding, moved, namespaces_managed, refresh
+from .scheduler import PodScheduler, annotations, evict, holding, moved, refresh
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -45,15 +45,16 @@ def now() -> datetime.datetime:
 class WorkloadSync:
     """One pass over a cluster's ResourceClaims and pods. `ops` is the cluster's KubernetesOperations."""
 
-    def __init__(self, ops):
-        self.ops, self.core, self.resource = ops, ops.core, ops.resource
+    def __init__(self, ops, tenant: str):
+        self.ops, self.core, self.resource, self.tenant = ops, ops.core, ops.resource, tenant
         self.devices: dict[str, dict[str, dict]] = {}
 
     def run(self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str]) -> WorkloadReport:
         namespaces = read(self.core.list_namespace)["items"]
         self.namespaces = {ns["metadata"]["name"]: ns for ns in namespaces}
+        self.managed = self._own_namespaces()
         pods = listed(read(self.core.list_pod_for_all_namespaces), "Pod")
-        scheduler = PodScheduler(self.ops, self._say, namespaces_managed(namespaces))
+        scheduler = PodScheduler(self.ops, self._say, self.managed)
         states, found = scheduler.run([c for c in claims if c.source == "pod"], pods, refused)
         dra_claims = [c for c in claims if c.source != "pod"]
         try:
@@ -300,32 +301,63 @@ class WorkloadSync:
 
     # --- namespaces, ownership ----------------------------------------------------------------------
 
+    def _own_namespaces(self) -> set[str]:
+        """The namespaces NVKE acts in for this tenant: labelled managed and this tenant's. One labelled
+        managed and no one's yet becomes this tenant's (first come, under its resourceVersion), so a
+        namespace belongs to one tenant even where several tenants attached the same cluster."""
+        own = set()
+        for name, namespace in list(self.namespaces.items()):
+            meta = namespace["metadata"]
+            labels = meta.get("labels") or {}
+            if labels.get(dra.MANAGED) != "true":
+                continue
+            if dra.TENANT not in labels:
+                patch = {
+                    "metadata": {
+                        "resourceVersion": meta["resourceVersion"],
+                        "labels": {dra.TENANT: self.tenant},
+                    }
+                }
+                try:
+                    namespace = read(self.core.patch_namespace, name, patch, _content_type=MERGE)
+                except ProviderError as error:
+                    if error.status not in (404, 409):
+                        raise
+                    continue  # gone, or another tenant's NVKE marked it first: the next pass sees which
+                self.namespaces[name] = namespace
+            if namespace["metadata"]["labels"][dra.TENANT] == self.tenant:
+                own.add(name)
+        return own
+
     def _unmanaged(self, namespace: str) -> str:
         """Why NVKE may not create the claim's ResourceClaim in `namespace` ("" when it may): a
-        namespace missing is created, managed; one that exists must carry NVKE's label."""
+        namespace missing is created, managed and this tenant's; one that exists must be this tenant's."""
         found = self.namespaces.get(namespace)
         if found is None:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-            body["metadata"]["labels"] = {dra.MANAGED: "true"}
+            body["metadata"]["labels"] = {dra.MANAGED: "true", dra.TENANT: self.tenant}
             try:
                 self.namespaces[namespace] = read(self.core.create_namespace, body)
             except ProviderError as error:
                 if error.status != 409:
                     raise
+                return f"Namespace {namespace} was made meanwhile; NVKE looks at it again."
+            self.managed.add(namespace)
             return ""
-        if (found["metadata"].get("labels") or {}).get(dra.MANAGED) != "true":
-            return (
-                f"Namespace {namespace} is not managed by NVKE: label it {dra.MANAGED}=true "
-                "to let NVKE place GPU claims in it."
-            )
-        return ""
+        if namespace in self.managed:
+            return ""
+        if (found["metadata"].get("labels") or {}).get(dra.MANAGED) == "true":
+            return f"Namespace {namespace} belongs to another tenant: NVKE places no claim of yours in it."
+        return (
+            f"Namespace {namespace} is not managed by NVKE: label it {dra.MANAGED}=true "
+            "to let NVKE place GPU claims in it."
+        )
 
     def _adoptable(self, rc: dict) -> bool:
-        """A user's ResourceClaim for NVIDIA GPUs, unallocated, in a namespace NVKE manages."""
+        """A user's ResourceClaim for NVIDIA GPUs, unallocated, in a namespace of this tenant's."""
         meta = rc["metadata"]
-        labels = (self.namespaces.get(meta["namespace"], {}).get("metadata") or {}).get("labels") or {}
         return (
-            labels.get(dra.MANAGED) == "true"
+            meta["namespace"] in self.managed
             and not (rc.get("status") or {}).get("allocation")
             and not meta.get("deletionTimestamp")
             and dra.asks_nvidia_gpus(rc)

@@ -191,7 +191,7 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
     server.create(pod)
     try:
         ops = ops_for(server)
-        (state,) = ops.sync_workloads([claim]).states
+        (state,) = ops.sync_workloads([claim], tenant="test").states
         assert state.state == "allocated", state.message
         allocation = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)["status"][
             "allocation"
@@ -206,7 +206,7 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
             )
         server.delete("v1", "Pod", "train", scratch)
         eventually(server, lambda: server.get("v1", "Pod", "train", scratch) is None)
-        ops.sync_workloads([])  # released: the allocation withdrawn, the ResourceClaim deleted
+        ops.sync_workloads([], tenant="test")  # released: the allocation withdrawn, the ResourceClaim deleted
         assert server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch) is None
     finally:
         server.delete("resource.k8s.io/v1", "ResourceSlice", published["metadata"]["name"])

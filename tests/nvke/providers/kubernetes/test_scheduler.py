@@ -217,6 +217,22 @@ def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(
     assert reason == "FailedScheduling" and "Ask for one of" in message
 
 
+def test_a_managed_namespace_belongs_to_the_first_tenant_that_acts_in_it(server, cluster, context):
+    attached = cluster()
+    server.create(objects.namespace("theirs", {dra.MANAGED: "true", dra.TENANT: "globex"}))
+    server.create(gpu_pod("mine", "2Gi", 20))
+    server.create(gpu_pod("other", "2Gi", 20, namespace="theirs"))
+
+    sync_workloads(attached.pk)
+
+    labels = server.get("v1", "Namespace", "ml")["metadata"]["labels"]
+    assert labels[dra.TENANT] == context.tenant.slug == "acme"  # ml was no one's: now acme's
+    assert [c.name for c in Claim.objects.all()] == ["mine"]
+    assert pod(server, "mine")["spec"]["nodeName"] == "a10-0"
+    assert not pod(server, "other", "theirs")["spec"].get("nodeName")
+    assert reasons(server, "other", "theirs") == []  # another tenant's: left alone, not even told
+
+
 def test_a_budget_holds_back_the_eviction_of_a_pod_whose_claim_was_taken_back(server, cluster):
     attached = cluster()
     training = gpu_pod("train", "8Gi", 70)

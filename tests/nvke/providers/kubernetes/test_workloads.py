@@ -282,10 +282,12 @@ def test_a_released_claim_withdraws_its_allocation_and_deletes_its_resource_clai
     assert resource_claim(kubeapi, "train") is None
 
 
-def test_a_claim_in_a_namespace_nvke_does_not_manage_waits_and_says_so(kubeapi, a10_pool, context):
+def test_a_claim_outside_its_tenants_managed_namespaces_waits_and_says_so(kubeapi, a10_pool, context):
     cluster = a10_pool(consumable=True)
     kubeapi.create(objects.namespace("team-b"))
+    kubeapi.create(objects.namespace("globex", {dra.MANAGED: "true", dra.TENANT: "globex"}))
     fraction(context, cluster, "train", "8Gi", 70, namespace="team-b")
+    fraction(context, cluster, "theirs", "2Gi", 20, namespace="globex")
     fraction(context, cluster, "fresh", "2Gi", 20, namespace="fresh")
 
     sync_workloads(cluster.pk)
@@ -293,8 +295,12 @@ def test_a_claim_in_a_namespace_nvke_does_not_manage_waits_and_says_so(kubeapi, 
     waiting = Claim.objects.get(name="train")
     assert waiting.workload["state"] == "waiting" and f"{dra.MANAGED}=true" in waiting.workload["message"]
     assert resource_claim(kubeapi, "train", "team-b") is None
-    # a namespace that did not exist is created, managed by NVKE
-    assert kubeapi.get("v1", "Namespace", "fresh")["metadata"]["labels"][dra.MANAGED] == "true"
+    theirs = Claim.objects.get(name="theirs")
+    assert theirs.workload["state"] == "waiting" and "another tenant" in theirs.workload["message"]
+    assert resource_claim(kubeapi, "theirs", "globex") is None
+    # a namespace that did not exist is created, managed by NVKE for this tenant
+    labels = kubeapi.get("v1", "Namespace", "fresh")["metadata"]["labels"]
+    assert (labels[dra.MANAGED], labels[dra.TENANT]) == ("true", "acme")
     assert resource_claim(kubeapi, "fresh", "fresh")["status"]["allocation"]
 
 
