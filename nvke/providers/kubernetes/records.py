@@ -191,10 +191,11 @@ def snapshot(claims: list[WorkloadClaim]) -> str:
 
 class RecordSync:
     """Writes the GPUAllocations and node snapshots of one pass. `say(rc_or_none, kind, reason, message)`
-    records an Event on the claim's ResourceClaim."""
+    records an Event on the claim's ResourceClaim. Only this tenant's (in `managed`, its namespaces) are
+    written: another tenant's NVKE may share the cluster."""
 
-    def __init__(self, ops, say):
-        self.ops, self.custom, self.say = ops, ops.custom, say
+    def __init__(self, ops, say, managed: set[str]):
+        self.ops, self.custom, self.say, self.managed = ops, ops.custom, say, managed
 
     def run(self, placed: list[tuple[WorkloadClaim, list[str], list[str]]], claims_by_key: dict) -> None:
         """`placed`: (claim, devices, pods) of every claim whose workload is allocated."""
@@ -214,7 +215,11 @@ class RecordSync:
             if error.status == 404:
                 return  # the CRD is not installed (NVKE's access manifest brings it)
             raise
-        existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in found}
+        existing = {
+            (o["metadata"]["namespace"], o["metadata"]["name"]): o
+            for o in found
+            if o["metadata"]["namespace"] in self.managed
+        }
         for claim, devices, pods in placed:
             key = (claim.namespace, claim.name)
             wanted = record(claim, devices, pods)
@@ -255,5 +260,13 @@ class RecordSync:
         for node in self.ops.nodes(gpus.POOL_LABEL):
             name = node["metadata"]["name"]
             wanted = snapshot(by_node.get(name, [])) or None
-            if (node["metadata"].get("annotations") or {}).get(SNAPSHOT) != wanted:
-                self.ops.patch_node(name, {"metadata": {"annotations": {SNAPSHOT: wanted}}})
+            written = (node["metadata"].get("annotations") or {}).get(SNAPSHOT)
+            if written == wanted or (wanted is None and not self._mine(written)):
+                continue  # as it should be, or another tenant's pool node
+            self.ops.patch_node(name, {"metadata": {"annotations": {SNAPSHOT: wanted}}})
+
+    def _mine(self, written: str | None) -> bool:
+        """Whether a node's snapshot is this tenant's to clear: it names only claims in its namespaces
+        (a node is in one tenant's pool, so one tenant's claims are on it)."""
+        held = json.loads(written) if written else []
+        return all(claim.split("/")[0] in self.managed for gpu in held for claim in gpu["claims"])

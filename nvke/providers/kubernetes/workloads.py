@@ -65,26 +65,29 @@ class WorkloadSync:
             states += [WorkloadState(c.namespace, c.name, "waiting", NO_DRA) for c in dra_claims]
             self._publish_records(claims, states, {})
             return WorkloadReport(states=tuple(states), found=tuple(found))
-        existing = {
+        everywhere = {
             (rc["metadata"]["namespace"], rc["metadata"]["name"]): rc
             for rc in listed(listed_claims, "ResourceClaim")
         }
-        dra_states, dra_found = self._resource_claims(dra_claims, existing, refused)
+        existing = {key: rc for key, rc in everywhere.items() if key[0] in self.managed}
+        dra_states, dra_found = self._resource_claims(dra_claims, existing, everywhere, refused)
         self._lift_gates(pods, dra_states, {(c.namespace, c.name): c for c in dra_claims})
         states += dra_states
         self._publish_records(claims, states, existing)
         return WorkloadReport(states=tuple(states), found=tuple(found + dra_found))
 
     def _resource_claims(
-        self, claims: list[WorkloadClaim], existing: dict, refused: dict
+        self, claims: list[WorkloadClaim], existing: dict, everywhere: dict, refused: dict
     ) -> tuple[list[WorkloadState], list[FoundWorkload]]:
+        """`existing`: the ResourceClaims in this tenant's namespaces, the only ones NVKE writes here;
+        `everywhere`: all of them, whose devices another tenant's NVKE or another scheduler holds."""
         self.devices = {node: dra.published_devices(slices) for node, slices in self.ops.slices().items()}
         wanted = {(c.namespace, c.name): c for c in claims}
-        # Devices held by allocations NVKE did not write: never to be written into another claim.
+        # Devices held by allocations NVKE did not write here: never to be written into another claim.
         self.foreign = {
             (r["pool"], r["device"]): f"{key[0]}/{key[1]}"
-            for key, rc in existing.items()
-            if not self._ours(rc)
+            for key, rc in everywhere.items()
+            if key not in existing or not self._ours(rc)
             for r in results_of(rc)
         }
         # Devices NVKE's claims hold whole (no shareID): one claim each, whatever NVKE's rows share.
@@ -131,7 +134,7 @@ class WorkloadSync:
             if rc:
                 self._say(rc, kind, reason, message)
 
-        records.RecordSync(self.ops, say).run(placed, existing)
+        records.RecordSync(self.ops, say, self.managed).run(placed, existing)
 
     # --- one claim --------------------------------------------------------------------------------
 
@@ -386,6 +389,8 @@ class WorkloadSync:
         for pod in pods:
             gates = pod.get("spec", {}).get("schedulingGates") or []
             namespace = pod["metadata"]["namespace"]
+            if namespace not in self.managed:
+                continue
             names = claim_names(pod)
             blocking = [
                 by_claim.get((namespace, name))

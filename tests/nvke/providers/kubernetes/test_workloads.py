@@ -304,6 +304,44 @@ def test_a_claim_outside_its_tenants_managed_namespaces_waits_and_says_so(kubeap
     assert resource_claim(kubeapi, "fresh", "fresh")["status"]["allocation"]
 
 
+def test_another_tenant_attaching_the_same_cluster_leaves_this_tenants_workloads_alone(
+    kubeapi, a10_pool, context, make_member
+):
+    from clusters.services import attach_cluster
+    from nvke.tenancy.context import TenantContext
+
+    cluster = a10_pool(consumable=True)
+    fraction(context, cluster, "train", "8Gi", 70)
+    kubeapi.create(gated_pod("train-pod", "train"))
+    sync_workloads(cluster.pk)
+    globex = make_member("globex", "owner").memberships.get()
+    kubeapi.create(objects.namespace("research", {dra.MANAGED: "true"}))
+    theirs = attach_cluster(
+        context=TenantContext(globex.tenant, "owner"),
+        name="shared",
+        endpoint=kubeapi.url,
+        token=kubeapi.token,
+        ca_bundle=kubeapi.ca_bundle,
+    )
+    before = {
+        "claim": resource_claim(kubeapi, "train")["status"],
+        "record": kubeapi.get("nvke.io/v1alpha1", "GPUAllocation", "train", "ml")["spec"],
+        "node": kubeapi.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT],
+        "pod": kubeapi.get("v1", "Pod", "train-pod", "ml")["metadata"]["annotations"],
+    }
+
+    sync_workloads(theirs.pk)  # globex's NVKE cluster: it has no claims, and ml is not its namespace
+
+    assert resource_claim(kubeapi, "train")["status"] == before["claim"]
+    assert kubeapi.get("nvke.io/v1alpha1", "GPUAllocation", "train", "ml")["spec"] == before["record"]
+    assert kubeapi.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT] == before["node"]
+    assert kubeapi.get("v1", "Pod", "train-pod", "ml")["metadata"]["annotations"] == before["pod"]
+    assert kubeapi.get("v1", "Namespace", "research")["metadata"]["labels"][dra.TENANT] == "globex"
+    sync_workloads(cluster.pk)  # and acme's pass leaves globex's namespace to it
+    assert kubeapi.get("v1", "Namespace", "research")["metadata"]["labels"][dra.TENANT] == "globex"
+    assert resource_claim(kubeapi, "train")["status"] == before["claim"]
+
+
 def test_a_stale_resource_version_reads_the_claim_again_and_decides_again(kubeapi, a10_pool, context):
     cluster = a10_pool(consumable=True)
     fraction(context, cluster, "train", "8Gi", 70)
