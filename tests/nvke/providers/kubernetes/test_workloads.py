@@ -169,6 +169,21 @@ def test_an_mps_claim_alone_on_its_gpu_carries_the_drivers_gpu_config(kubeapi, a
     }
 
 
+def test_a_time_slicing_claim_alone_on_its_gpu_carries_the_drivers_time_slicing_config(
+    kubeapi, a10_pool, context
+):
+    cluster = a10_pool(consumable=False)
+    fraction(context, cluster, "serve", "6Gi", 40)
+
+    sync_workloads(cluster.pk)
+
+    (config,) = resource_claim(kubeapi, "serve")["status"]["allocation"]["devices"]["config"]
+    assert config["opaque"]["parameters"]["sharing"] == {
+        "strategy": "TimeSlicing",
+        "timeSlicingConfig": {"interval": "Default"},
+    }
+
+
 def test_a_users_resource_claim_is_adopted_placed_and_released_when_deleted(kubeapi, kube_client, a10_pool):
     cluster = a10_pool(consumable=True, nodes=2)
     dra_api = client.ResourceV1Api(kube_client)
