@@ -8,6 +8,7 @@ node as the pool and `gpu-<index>` as the device, selects the node by name, and 
 its memory as the pinned-memory limit; time-slicing). Where the device allows several allocations
 (consumable capacity, KEP-5075) each share carries its own `shareID` and the memory it consumes."""
 
+import dataclasses
 import datetime
 import uuid
 
@@ -85,7 +86,7 @@ def allocation(claim: WorkloadClaim, devices: dict[str, dict], request: str, now
     for share in claim.shares:
         name = device_name(share, devices)
         result = {"request": request, "driver": gpus.DRA_DRIVER, "pool": claim.node, "device": name}
-        if devices.get(name, {}).get("allowMultipleAllocations") and not share.exclusive:
+        if consumed(share, devices):
             shared = True
             result["shareID"] = share_id(claim, share)
             result["consumedCapacity"] = {"memory": quantity.format_mib(share.memory_mib)}
@@ -108,6 +109,23 @@ def allocation(claim: WorkloadClaim, devices: dict[str, dict], request: str, now
             }
         ]
     return body
+
+
+def consumed(share: DeviceShare, devices: dict[str, dict]) -> bool:
+    """Whether the share is one of several allocations of its device (consumable capacity): then
+    memory is accounted and nothing is enforced between the claims on it."""
+    return (
+        bool(devices.get(device_name(share, devices), {}).get("allowMultipleAllocations"))
+        and not share.exclusive
+    )
+
+
+def as_enforced(claim: WorkloadClaim, devices: dict[str, dict]) -> WorkloadClaim:
+    """The claim with the isolation its allocation gets: none where it consumes a shared device,
+    whatever the pool's mode."""
+    if any(consumed(share, devices) for share in claim.shares):
+        return dataclasses.replace(claim, isolation="none")
+    return claim
 
 
 def device_name(share: DeviceShare, devices: dict[str, dict]) -> str:

@@ -13,7 +13,6 @@ Every change is said on the object it concerns as an Event (reason Allocated, Fa
 NotPlaceable), once per change: the reason last said is kept in the object's `nvke.io/reason`
 annotation."""
 
-import dataclasses
 import datetime
 import hashlib
 import logging
@@ -71,7 +70,10 @@ class WorkloadSync:
         }
         existing = {key: rc for key, rc in everywhere.items() if key[0] in self.managed}
         dra_states, dra_found = self._resource_claims(dra_claims, existing, everywhere, refused)
-        self._lift_gates(pods, dra_states, {(c.namespace, c.name): c for c in dra_claims})
+        enforced = {
+            (c.namespace, c.name): dra.as_enforced(c, self.devices.get(c.node, {})) for c in dra_claims
+        }
+        self._lift_gates(pods, dra_states, enforced)
         states += dra_states
         self._publish_records(claims, states, existing)
         return WorkloadReport(states=tuple(states), found=tuple(found + dra_found))
@@ -126,8 +128,8 @@ class WorkloadSync:
                 dra.device_name(share, node_devices) or f"gpu-{share.index}" for share in claim.shares
             ]
             reserved = [r["name"] for r in (rc.get("status") or {}).get("reservedFor") or []]
-            if any("shareID" in r for r in results_of(rc)):
-                claim = dataclasses.replace(claim, isolation="none")  # what consumable shares enforce
+            if claim.source != "pod":  # the scheduler path's pods use no DRA device
+                claim = dra.as_enforced(claim, node_devices)
             placed.append((claim, devices, [claim.name] if claim.source == "pod" else reserved))
 
         def say(rc: dict | None, kind: str, reason: str, message: str) -> None:
@@ -211,7 +213,12 @@ class WorkloadSync:
             rc = self._deallocate(rc)
         rc = self._write_allocation(self._protect(rc, claim), wanted)
         self.held.update({(r["pool"], r["device"]): key for r in results if "shareID" not in r})
-        self._say(rc, "Normal", "Allocated", describe(claim, results))
+        self._say(
+            rc,
+            "Normal",
+            "Allocated",
+            describe(dra.as_enforced(claim, self.devices.get(claim.node, {})), results),
+        )
         return state("allocated", shared)
 
     def _create(self, claim: WorkloadClaim) -> dict:
@@ -485,10 +492,9 @@ def describe(claim: WorkloadClaim, results: list[dict]) -> str:
     text = f"NVKE allocated {devices} on node {claim.node}"
     if claim.kind == "fraction":
         share = claim.shares[0]
-        isolation = "none" if any("shareID" in r for r in results) else claim.isolation
         text += (
             f": {share.memory_mib} MiB of GPU memory, compute {share.guaranteed_percent}% guaranteed "
-            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {isolation})"
+            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {claim.isolation})"
         )
     return text + "."
 

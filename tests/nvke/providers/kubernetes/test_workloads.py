@@ -169,6 +169,26 @@ def test_an_mps_claim_alone_on_its_gpu_carries_the_drivers_gpu_config(kubeapi, a
     }
 
 
+def test_an_mps_claim_on_consumable_shares_says_isolation_none_wherever_kubectl_reads_it(
+    kubeapi, attach, sharing_pool, context
+):
+    a10_cluster(kubeapi, consumable=True)
+    cluster = attach(kubeapi)
+    sharing_pool(cluster, "mps", name="mps")
+    claim = fraction(context, cluster, "serve", "6Gi", 40)
+    kubeapi.create(gated_pod("serve-pod", "serve"))
+
+    sync_workloads(cluster.pk)
+
+    assert claim.allocation.isolation == "memory-capped"  # what the pool's MPS would give it alone
+    assert "config" not in resource_claim(kubeapi, "serve")["status"]["allocation"]["devices"]
+    assert kubeapi.get("nvke.io/v1alpha1", "GPUAllocation", "serve", "ml")["spec"]["isolation"] == "none"
+    assert (
+        kubeapi.get("v1", "Pod", "serve-pod", "ml")["metadata"]["annotations"]["nvke.io/isolation"] == "none"
+    )
+    assert "isolation none" in dict(events(kubeapi, "serve"))["Allocated"]
+
+
 def test_a_time_slicing_claim_alone_on_its_gpu_carries_the_drivers_time_slicing_config(
     kubeapi, a10_pool, context
 ):
