@@ -11,7 +11,6 @@ import json
 from nvke import quantity
 from nvke.providers.base import ProviderError, WorkloadClaim
 
-from . import gpus
 from .client import call, read
 
 GROUP, VERSION, PLURAL, KIND = "nvke.io", "v1alpha1", "gpuallocations", "GPUAllocation"
@@ -197,10 +196,16 @@ class RecordSync:
     def __init__(self, ops, say, managed: set[str]):
         self.ops, self.custom, self.say, self.managed = ops, ops.custom, say, managed
 
-    def run(self, placed: list[tuple[WorkloadClaim, list[str], list[str]]], claims_by_key: dict) -> None:
-        """`placed`: (claim, devices, pods) of every claim whose workload is allocated."""
+    def run(
+        self,
+        placed: list[tuple[WorkloadClaim, list[str], list[str]]],
+        claims_by_key: dict,
+        pool_nodes: list[dict],
+    ) -> None:
+        """`placed`: (claim, devices, pods) of every claim whose workload is allocated; `pool_nodes`: the
+        nodes of NVKE's pools, whose snapshots are written."""
         self._records(placed, claims_by_key)
-        self._snapshots([claim for claim, _, _ in placed])
+        self._snapshots([claim for claim, _, _ in placed], pool_nodes)
 
     def _records(self, placed, claims_by_key) -> None:
         try:
@@ -253,11 +258,11 @@ class RecordSync:
                 if error.status != 404:
                     raise
 
-    def _snapshots(self, placed: list[WorkloadClaim]) -> None:
+    def _snapshots(self, placed: list[WorkloadClaim], pool_nodes: list[dict]) -> None:
         by_node: dict[str, list[WorkloadClaim]] = {}
         for claim in placed:
             by_node.setdefault(claim.node, []).append(claim)
-        for node in self.ops.nodes(gpus.POOL_LABEL):
+        for node in pool_nodes:
             name = node["metadata"]["name"]
             wanted = snapshot(by_node.get(name, [])) or None
             written = (node["metadata"].get("annotations") or {}).get(SNAPSHOT)

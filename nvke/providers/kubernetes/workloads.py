@@ -19,7 +19,7 @@ import logging
 
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadReport, WorkloadState
 
-from . import dra, records
+from . import dra, gpus, records
 from .client import call, read
 from .scheduler import PodScheduler, annotations, evict, holding, moved, refresh
 
@@ -52,6 +52,7 @@ class WorkloadSync:
         namespaces = read(self.core.list_namespace)["items"]
         self.namespaces = {ns["metadata"]["name"]: ns for ns in namespaces}
         self.managed = self._own_namespaces()
+        self.pool_nodes = self.ops.nodes(gpus.POOL_LABEL)
         pods = listed(read(self.core.list_pod_for_all_namespaces), "Pod")
         scheduler = PodScheduler(self.ops, self._say, self.managed)
         states, found = scheduler.run([c for c in claims if c.source == "pod"], pods, refused)
@@ -101,6 +102,7 @@ class WorkloadSync:
             if "shareID" not in r
         }
         states = [self._claim(claim, existing.get(key)) for key, claim in wanted.items()]
+        pools = {node["metadata"]["name"] for node in self.pool_nodes}
         found = []
         for key, rc in existing.items():
             if key in wanted:
@@ -111,6 +113,13 @@ class WorkloadSync:
                 found.append(dra.found_claim(rc))
                 if why := found[-1].refusal or refused.get(key):
                     self._say(rc, "Warning", "NotPlaceable", why)
+            elif held := [r for r in results_of(rc) if r["pool"] in pools and r["driver"] == gpus.DRA_DRIVER]:
+                where = ", ".join(f"{r['device']} on node {r['pool']}" for r in held)
+                message = (
+                    f"Allocated by another scheduler ({where}), GPUs of an NVKE pool: NVKE does not account "
+                    "it and writes no claim of its own onto these devices while it holds them."
+                )
+                self._say(rc, "Warning", "ForeignAllocation", message)
         return states, found
 
     def _publish_records(
@@ -136,7 +145,7 @@ class WorkloadSync:
             if rc:
                 self._say(rc, kind, reason, message)
 
-        records.RecordSync(self.ops, say, self.managed).run(placed, existing)
+        records.RecordSync(self.ops, say, self.managed).run(placed, existing, self.pool_nodes)
 
     # --- one claim --------------------------------------------------------------------------------
 

@@ -303,6 +303,8 @@ def test_an_allocation_another_scheduler_wrote_is_left_alone_and_never_double_bo
     assert "allocation" not in (resource_claim(kubeapi, "mine").get("status") or {})
     mine = Claim.objects.get(name="mine")
     assert mine.workload["state"] == "conflict" and "ml/theirs" in mine.workload["message"]
+    ((reason, message),) = events(kubeapi, "theirs")  # reported where it is, too
+    assert reason == "ForeignAllocation" and "gpu-0 on node a10-0" in message
 
 
 def test_a_released_claim_withdraws_its_allocation_and_deletes_its_resource_claim(kubeapi, a10_pool, context):
