@@ -107,6 +107,7 @@ def adopt(cluster: Cluster, found: tuple[FoundWorkload, ...]) -> dict[tuple[str,
                 gpu_memory_mib=item.gpu_memory_mib,
                 compute_percent=item.compute_percent,
                 mig_profile=item.mig_profile,
+                priority=item.priority,
                 source=item.source,
             )
         except DomainError as error:  # a quota, a request that never fits: said on the object

@@ -201,6 +201,7 @@ class FoundWorkload:
     gpu_memory_mib: int | None = None
     compute_percent: int | None = None
     mig_profile: str = ""
+    priority: int = 0
     refusal: str = ""
 
 

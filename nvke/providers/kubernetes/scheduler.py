@@ -2,7 +2,8 @@
 device-plugin way). A pending pod in a namespace NVKE manages is read as a request from its containers'
 limits — `nvidia.com/gpu: N` (whole GPUs), `nvidia.com/mig-<profile>: 1` (a MIG slice), or
 `nvidia.com/gpu-memory: 4Gi` and/or `nvidia.com/gpu-utilization: 50` (a fraction: memory and the compute
-ceiling in percent; a quantity cannot carry "%") — and adopted as a claim named after the pod. Once the
+ceiling in percent; a quantity cannot carry "%") — and adopted as a claim named after the pod, with the
+priority of its `nvke.io/priority` annotation. Once the
 allocator has placed it, the pod is annotated with what it holds (GPU UUIDs, memory, compute ceiling and
 guarantee, isolation, and on MPS pools the MPS limits) and bound through `pods/binding`; a pod that cannot
 be placed gets a `FailedScheduling` Event with the allocator's reason. A pod whose claim the allocator
@@ -20,6 +21,7 @@ from kubernetes import client
 from nvke import quantity
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
 
+from . import dra
 from .client import call
 
 SCHEDULER = "nvke"
@@ -40,6 +42,10 @@ def found_pod(pod: dict) -> FoundWorkload:
     """A pending pod's GPU request, from the sum of its containers' limits (requests where no limit)."""
     meta = pod["metadata"]
     found = FoundWorkload(namespace=meta["namespace"], name=meta["name"], source="pod")
+    try:
+        found = FoundWorkload(**{**found.__dict__, "priority": dra.priority(meta)})
+    except ValueError as error:
+        return _refused(found, str(error))
     asked: dict[str, str] = {}
     for container in pod.get("spec", {}).get("containers") or []:
         resources = container.get("resources") or {}

@@ -116,6 +116,35 @@ def test_a_pod_that_does_not_fit_says_why_and_is_bound_once_capacity_frees(
     assert pod(server, "late")["spec"]["nodeName"] == "a10-0"
 
 
+def test_a_pods_priority_orders_it_as_any_claims_when_capacity_frees(
+    server, cluster, django_capture_on_commit_callbacks
+):
+    attached = cluster()
+    server.create(gpu_pod("big", "20Gi", 50))
+    server.create(gpu_pod("low", "12Gi", 50))
+    urgent = gpu_pod("urgent", "12Gi", 50)
+    urgent["metadata"]["annotations"] = {dra.PRIORITY: "10"}
+    server.create(urgent)
+    odd = gpu_pod("odd", "1Gi", 10)
+    odd["metadata"]["annotations"] = {dra.PRIORITY: "high"}
+    server.create(odd)
+    sync_workloads(attached.pk)
+    assert Claim.objects.get(name="urgent").priority == 10
+    assert (Claim.objects.get(name="low").status, Claim.objects.get(name="urgent").status) == (
+        "pending",
+        "pending",
+    )
+    ((reason, message),) = reasons(server, "odd")
+    assert reason == "FailedScheduling" and "nvke.io/priority must be a whole number" in message
+
+    server.delete("v1", "Pod", "big", "ml")
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_workloads(attached.pk)
+
+    assert Claim.objects.get(name="urgent").status == "allocated"  # the later, higher one first
+    assert Claim.objects.get(name="low").status == "pending"
+
+
 def test_a_claim_taken_back_evicts_its_pod(server, cluster):
     attached = cluster()
     server.create(gpu_pod("train", "8Gi", 70))

@@ -210,7 +210,7 @@ def test_a_users_resource_claim_is_adopted_placed_and_released_when_deleted(kube
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": "notebook", "annotations": {dra.COMPUTE: "30%"}},
+        "metadata": {"name": "notebook", "annotations": {dra.COMPUTE: "30%", dra.PRIORITY: "5"}},
         "spec": {
             "devices": {
                 "requests": [
@@ -239,7 +239,7 @@ def test_a_users_resource_claim_is_adopted_placed_and_released_when_deleted(kube
         "fraction",
         "allocated",
     )
-    assert (claim.gpu_memory_mib, claim.compute_percent) == (4096, 30)
+    assert (claim.gpu_memory_mib, claim.compute_percent, claim.priority) == (4096, 30, 5)
     rc = resource_claim(kubeapi, "notebook")
     assert rc["metadata"]["annotations"][dra.ADOPTED] == "true"
     assert rc["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] == {"memory": "4Gi"}
