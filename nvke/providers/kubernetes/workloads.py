@@ -340,9 +340,11 @@ class WorkloadSync:
                 try:
                     namespace = read(self.core.patch_namespace, name, patch, _content_type=MERGE)
                 except ProviderError as error:
-                    if error.status not in (404, 409):
+                    if error.status not in (403, 404, 409):
                         raise
-                    continue  # gone, or another tenant's NVKE marked it first: the next pass sees which
+                    # gone, or another tenant's NVKE marked it first (the next pass sees which), or
+                    # NVKE's RBAC predates patching namespaces: left alone until someone labels it
+                    continue
                 self.namespaces[name] = namespace
             if namespace["metadata"]["labels"][dra.TENANT] == self.tenant:
                 own.add(name)
@@ -365,7 +367,13 @@ class WorkloadSync:
             return ""
         if namespace in self.managed:
             return ""
-        if (found["metadata"].get("labels") or {}).get(dra.MANAGED) == "true":
+        labels = found["metadata"].get("labels") or {}
+        if labels.get(dra.MANAGED) == "true" and dra.TENANT not in labels:
+            return (
+                f"Namespace {namespace} names no tenant and NVKE could not label it: label it "
+                f"{dra.TENANT}={self.tenant}, or apply NVKE's access manifest again (it patches namespaces)."
+            )
+        if labels.get(dra.MANAGED) == "true":
             return f"Namespace {namespace} belongs to another tenant: NVKE places no claim of yours in it."
         return (
             f"Namespace {namespace} is not managed by NVKE: label it {dra.MANAGED}=true "

@@ -379,6 +379,23 @@ def test_another_tenant_attaching_the_same_cluster_leaves_this_tenants_workloads
     assert resource_claim(kubeapi, "train")["status"] == before["claim"]
 
 
+def test_without_the_right_to_label_namespaces_nvke_leaves_an_unowned_one_alone_and_says_how_to_fix_it(
+    kubeapi, a10_pool, context
+):
+    cluster = a10_pool(consumable=True)  # ml is labelled managed, with no tenant yet
+    kubeapi.faults.fail("PATCH", r"/api/v1/namespaces/ml$", 403, times=5, reason="Forbidden")
+    fraction(context, cluster, "train", "8Gi", 70)
+
+    sync_workloads(cluster.pk)
+
+    assert resource_claim(kubeapi, "train") is None
+    waiting = Claim.objects.get(name="train").workload
+    assert waiting["state"] == "waiting" and f"label it {dra.TENANT}=acme" in waiting["message"]
+    kubeapi.faults.clear()
+    sync_workloads(cluster.pk)
+    assert resource_claim(kubeapi, "train")["status"]["allocation"]
+
+
 def test_a_stale_resource_version_reads_the_claim_again_and_decides_again(kubeapi, a10_pool, context):
     cluster = a10_pool(consumable=True)
     fraction(context, cluster, "train", "8Gi", 70)
