@@ -16,6 +16,8 @@ from nvke.providers.kubernetes import dra, records, scheduler
 from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
 
+from .access import ungranted
+
 pytestmark = pytest.mark.django_db
 
 
@@ -66,8 +68,11 @@ def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
     server.create(gpu_pod("train", "8Gi", 70))
     for i in range(3):
         server.create(gpu_pod(f"infer-{i}", "2Gi", 20))
+    server.clear_requests()
 
     sync_workloads(attached.pk)
+
+    assert ungranted(server.requests) == set()  # NVKE's access manifest lets it do all this
 
     uuid = f"GPU-{Gpu.objects.get(node__name='a10-0', index=0).uuid}"
     names = ["train", "infer-0", "infer-1", "infer-2"]
@@ -161,6 +166,7 @@ def test_a_claim_taken_back_evicts_its_pod(server, cluster):
     assert (
         len(evictions) == 1 and pod(server, "train") is None
     )  # through the Eviction API: no budget holds it
+    assert ungranted(server.requests) == set()
     pending = Claim.objects.get(name="train").pending_reason
     assert ("FailedScheduling", pending) not in reasons(server, "train")
     uuid = f"GPU-{Gpu.objects.get(node__name='a10-0').uuid}"
