@@ -21,6 +21,7 @@ from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, Wor
 
 from . import dra, gpus, records
 from .client import call, read
+from .namespaces import Namespaces
 from .scheduler import PodScheduler, annotations, evict, holding, moved, refresh
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,8 @@ class WorkloadSync:
         self.devices: dict[str, dict[str, dict]] = {}
 
     def run(self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str]) -> WorkloadReport:
-        namespaces = read(self.core.list_namespace)["items"]
-        self.namespaces = {ns["metadata"]["name"]: ns for ns in namespaces}
-        self.managed = self._own_namespaces()
+        self.tenancy = Namespaces(self.core, self.tenant)
+        self.managed = self.tenancy.own
         self.pool_nodes = self.ops.nodes(gpus.POOL_LABEL)
         pods = listed(read(self.core.list_pod_for_all_namespaces), "Pod")
         scheduler = PodScheduler(self.ops, self._say, self.managed)
@@ -159,7 +159,7 @@ class WorkloadSync:
         if rc is None:
             if claim.source == "resourceclaim":
                 return state("gone", "The ResourceClaim was deleted.")
-            if why := self._unmanaged(claim.namespace):
+            if why := self.tenancy.unusable(claim.namespace):
                 return state("waiting", why)
             rc = self._create(claim)
         for _ in range(CONFLICT_RETRIES):
@@ -318,67 +318,7 @@ class WorkloadSync:
             if error.status not in (404, 409):  # gone, or changed: the next pass sees it as it is now
                 raise
 
-    # --- namespaces, ownership ----------------------------------------------------------------------
-
-    def _own_namespaces(self) -> set[str]:
-        """The namespaces NVKE acts in for this tenant: labelled managed and this tenant's. One labelled
-        managed and no one's yet becomes this tenant's (first come, under its resourceVersion), so a
-        namespace belongs to one tenant even where several tenants attached the same cluster."""
-        own = set()
-        for name, namespace in list(self.namespaces.items()):
-            meta = namespace["metadata"]
-            labels = meta.get("labels") or {}
-            if labels.get(dra.MANAGED) != "true":
-                continue
-            if dra.TENANT not in labels:
-                patch = {
-                    "metadata": {
-                        "resourceVersion": meta["resourceVersion"],
-                        "labels": {dra.TENANT: self.tenant},
-                    }
-                }
-                try:
-                    namespace = read(self.core.patch_namespace, name, patch, _content_type=MERGE)
-                except ProviderError as error:
-                    if error.status not in (403, 404, 409):
-                        raise
-                    # gone, or another tenant's NVKE marked it first (the next pass sees which), or
-                    # NVKE's RBAC predates patching namespaces: left alone until someone labels it
-                    continue
-                self.namespaces[name] = namespace
-            if namespace["metadata"]["labels"][dra.TENANT] == self.tenant:
-                own.add(name)
-        return own
-
-    def _unmanaged(self, namespace: str) -> str:
-        """Why NVKE may not create the claim's ResourceClaim in `namespace` ("" when it may): a
-        namespace missing is created, managed and this tenant's; one that exists must be this tenant's."""
-        found = self.namespaces.get(namespace)
-        if found is None:
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-            body["metadata"]["labels"] = {dra.MANAGED: "true", dra.TENANT: self.tenant}
-            try:
-                self.namespaces[namespace] = read(self.core.create_namespace, body)
-            except ProviderError as error:
-                if error.status != 409:
-                    raise
-                return f"Namespace {namespace} was made meanwhile; NVKE looks at it again."
-            self.managed.add(namespace)
-            return ""
-        if namespace in self.managed:
-            return ""
-        labels = found["metadata"].get("labels") or {}
-        if labels.get(dra.MANAGED) == "true" and dra.TENANT not in labels:
-            return (
-                f"Namespace {namespace} names no tenant and NVKE could not label it: label it "
-                f"{dra.TENANT}={self.tenant}, or apply NVKE's access manifest again (it patches namespaces)."
-            )
-        if labels.get(dra.MANAGED) == "true":
-            return f"Namespace {namespace} belongs to another tenant: NVKE places no claim of yours in it."
-        return (
-            f"Namespace {namespace} is not managed by NVKE: label it {dra.MANAGED}=true "
-            "to let NVKE place GPU claims in it."
-        )
+    # --- ownership ---------------------------------------------------------------------------------
 
     def _adoptable(self, rc: dict) -> bool:
         """A user's ResourceClaim for NVIDIA GPUs, unallocated, in a namespace of this tenant's."""
