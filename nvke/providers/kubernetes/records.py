@@ -3,7 +3,7 @@ its namespace: `kubectl get gpuallocations -o wide` lists node, devices, GPU-MEM
 /ceiling), isolation and the pods that hold it; a tenant's own RBAC decides who reads them (the
 ClusterRole `nvke-gpuallocation-viewer` aggregates to `view`). Every node of an NVKE pool carries the
 annotation `nvke.io/gpu-allocations` (`kubectl describe node`): per GPU the memory and compute held,
-and by which claims. A claim moved to other devices or resized says so in an Event on its
+and by which claims and pods. A claim moved to other devices or resized says so in an Event on its
 ResourceClaim (Moved, Resized)."""
 
 import json
@@ -160,11 +160,12 @@ def change(old: dict, new: dict) -> tuple[str, str] | None:
     return None
 
 
-def snapshot(claims: list[WorkloadClaim]) -> str:
+def snapshot(claims: list[tuple[WorkloadClaim, list[str]]]) -> str:
     """One node's GPUs as NVKE holds them: per GPU index the memory, guaranteed compute and ceilings
-    held, and by which claims. Empty when nothing is placed on the node."""
+    held, and by which claims and pods (`claims`: each claim with the names of the pods that hold it).
+    Empty when nothing is placed on the node."""
     per_gpu: dict[int, dict] = {}
-    for claim in claims:
+    for claim, pods in claims:
         for share in claim.shares:
             entry = per_gpu.setdefault(
                 share.index,
@@ -175,12 +176,14 @@ def snapshot(claims: list[WorkloadClaim]) -> str:
                     "guaranteed": 0,
                     "ceilings": 0,
                     "claims": [],
+                    "pods": [],
                 },
             )
             entry["memoryMiB"] += share.memory_mib
             entry["guaranteed"] += share.guaranteed_percent
             entry["ceilings"] += share.ceiling_percent
             entry["claims"].append(f"{claim.namespace}/{claim.name}")
+            entry["pods"] += [f"{claim.namespace}/{pod}" for pod in pods]
     held = [
         {**e, "guaranteed": f"{e['guaranteed']}%", "ceilings": f"{e['ceilings']}%"}
         for _, e in sorted(per_gpu.items())
@@ -205,7 +208,7 @@ class RecordSync:
         """`placed`: (claim, devices, pods) of every claim whose workload is allocated; `pool_nodes`: the
         nodes of NVKE's pools, whose snapshots are written."""
         self._records(placed, claims_by_key)
-        self._snapshots([claim for claim, _, _ in placed], pool_nodes)
+        self._snapshots([(claim, pods) for claim, _, pods in placed], pool_nodes)
 
     def _records(self, placed, claims_by_key) -> None:
         try:
@@ -258,10 +261,10 @@ class RecordSync:
                 if error.status != 404:
                     raise
 
-    def _snapshots(self, placed: list[WorkloadClaim], pool_nodes: list[dict]) -> None:
-        by_node: dict[str, list[WorkloadClaim]] = {}
-        for claim in placed:
-            by_node.setdefault(claim.node, []).append(claim)
+    def _snapshots(self, placed: list[tuple[WorkloadClaim, list[str]]], pool_nodes: list[dict]) -> None:
+        by_node: dict[str, list[tuple[WorkloadClaim, list[str]]]] = {}
+        for claim, pods in placed:
+            by_node.setdefault(claim.node, []).append((claim, pods))
         for node in pool_nodes:
             name = node["metadata"]["name"]
             wanted = snapshot(by_node.get(name, [])) or None

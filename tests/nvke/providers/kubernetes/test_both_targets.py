@@ -268,6 +268,6 @@ def test_four_pods_share_one_gpu_through_nvkes_scheduler(target, scratch):
         snapshot = server.get("v1", "Node", node)["metadata"]["annotations"][records.SNAPSHOT]
         (held,) = [g for g in json.loads(snapshot) if g["uuid"] == gpu]
         assert (held["memoryMiB"], held["ceilings"]) == (14336, "130%")
-        assert sorted(held["claims"]) == sorted(f"{scratch}/{name}" for name in asked)
+        assert sorted(held["claims"]) == sorted(held["pods"]) == sorted(f"{scratch}/{name}" for name in asked)
     finally:
         server.patch_merge("v1", "Node", node, {"metadata": was})

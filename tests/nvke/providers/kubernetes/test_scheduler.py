@@ -89,7 +89,7 @@ def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
         assert (claim.source, claim.workload["state"]) == ("pod", "allocated")
     (gpu,) = json.loads(server.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT])
     assert gpu["uuid"] == uuid and gpu["memoryMiB"] == 14336 and gpu["ceilings"] == "130%"
-    assert sorted(gpu["claims"]) == sorted(f"ml/{n}" for n in names)
+    assert sorted(gpu["claims"]) == sorted(gpu["pods"]) == sorted(f"ml/{n}" for n in names)
     held = server.list("nvke.io/v1alpha1", "GPUAllocation", "ml")
     assert {o["metadata"]["name"]: o["spec"]["pods"] for o in held} == {n: n for n in names}
 

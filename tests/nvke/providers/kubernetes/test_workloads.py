@@ -498,6 +498,11 @@ def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
             name, "ml", reserved, _content_type="application/merge-patch+json"
         )
     gpu_cluster.settle()
+    sync_workloads(cluster.pk)  # the node snapshots say which pods hold each GPU
+    for name, (node, device) in devices.items():
+        held = json.loads(gpu_cluster.get("v1", "Node", node)["metadata"]["annotations"][records.SNAPSHOT])
+        (gpu,) = [g for g in held if f"gpu-{g['gpu']}" == device]
+        assert (gpu["claims"], gpu["pods"]) == ([f"ml/{name}"], [f"ml/{name}-pod"])
     node, device = devices["a"]
     failed = Gpu.objects.get(node__name=node, index=int(device.split("-")[1]))
     gpu_cluster.clear_requests()
