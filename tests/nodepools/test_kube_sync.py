@@ -20,6 +20,7 @@ from nvke.tenancy.context import TenantContext
 from tests.kubeapi import objects
 from tests.kubeapi.fixtures import client_configuration, wait_until
 from tests.kubeapi.server import FakeKubeApi
+from tests.nvke.providers.kubernetes.access import ungranted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FAST = {"debounce_s": 0.05, "watch_timeout_s": 2}
@@ -278,3 +279,4 @@ def test_a_namespace_labelled_managed_has_its_waiting_pods_placed(attach, gpu_cl
 
     wait_until(lambda: gpu_cluster.get("v1", "Pod", "train", "late")["spec"].get("nodeName"), timeout=15)
     assert Claim.objects.get(name="train").status == "allocated"
+    assert ungranted(gpu_cluster.requests) == set()  # every list, watch and write is in NVKE's manifest

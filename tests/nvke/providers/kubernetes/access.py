@@ -11,11 +11,16 @@ def ungranted(requests: list[tuple]) -> set[tuple[str, str, str]]:
     asked = set()
     for method, path, query, _ in requests:
         parts = path.strip("/").split("/")
-        group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+        if parts[0] == "api":
+            group, rest = "", parts[2:]
+        elif parts[0] == "apis" and len(parts) > 3:
+            group, rest = parts[1], parts[3:]
+        else:
+            continue  # discovery and /version
+        if not rest or group == "authorization.k8s.io":
+            continue  # discovery, and the access reviews anyone may ask
         if rest[:1] == ["namespaces"] and len(rest) > 2:
             rest = rest[2:]  # a namespaced resource
-        if not rest:
-            continue  # discovery
         resource = "/".join(rest[0:3:2])  # "pods", or "pods/binding" past the name
         verb = verbs[method]
         if method == "GET" and len(rest) == 1:
