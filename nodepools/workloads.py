@@ -80,10 +80,11 @@ def sync_workloads(cluster_id: int) -> WorkloadReport:
     cluster = Cluster.objects.select_related("tenant").get(pk=cluster_id)
     ops = cluster_operations(cluster)
     with acting_as("cluster workloads"):  # claims it adopts or releases are the cluster's doing
-        report = ops.sync_workloads(workload_claims(cluster_id))
+        tenant = cluster.tenant.slug
+        report = ops.sync_workloads(workload_claims(cluster_id), tenant=tenant)
         refused = adopt(cluster, report.found)
         if report.found:  # adopted claims are placed already: write them out now rather than next pass
-            report = ops.sync_workloads(workload_claims(cluster_id), refused=refused)
+            report = ops.sync_workloads(workload_claims(cluster_id), refused=refused, tenant=tenant)
         record(cluster_id, report)
     return report
 
@@ -106,6 +107,7 @@ def adopt(cluster: Cluster, found: tuple[FoundWorkload, ...]) -> dict[tuple[str,
                 gpu_memory_mib=item.gpu_memory_mib,
                 compute_percent=item.compute_percent,
                 mig_profile=item.mig_profile,
+                priority=item.priority,
                 source=item.source,
             )
         except DomainError as error:  # a quota, a request that never fits: said on the object

@@ -201,6 +201,7 @@ class FoundWorkload:
     gpu_memory_mib: int | None = None
     compute_percent: int | None = None
     mig_profile: str = ""
+    priority: int = 0
     refusal: str = ""
 
 
@@ -318,12 +319,17 @@ class ClusterOperations(ABC):
         return None
 
     def sync_workloads(
-        self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str] | None = None
+        self,
+        claims: list[WorkloadClaim],
+        refused: dict[tuple[str, str], str] | None = None,
+        *,
+        tenant: str,
     ) -> WorkloadReport:
         """Make the cluster's workloads agree with the claims of the cluster (all of them, each call:
         level-triggered) and report what it found; `refused` says, by (namespace, name), why requests
-        found earlier were not adopted, for the provider to say on them. A provider without workloads
-        (the simulator, whose claims are rows only) has nothing to do."""
+        found earlier were not adopted, for the provider to say on them. `tenant` (the cluster's
+        owner's slug) is the one tenant the namespaces NVKE acts in there belong to. A provider without
+        workloads (the simulator, whose claims are rows only) has nothing to do."""
         return WorkloadReport()
 
     def record_health(self, node: str, *, ready: bool | None = None, failed_gpu: int | None = None) -> None:

@@ -2,6 +2,7 @@
 database connections, keep the pools of attached clusters current."""
 
 import threading
+import time
 
 import kubernetes
 import pytest
@@ -19,6 +20,7 @@ from nvke.tenancy.context import TenantContext
 from tests.kubeapi import objects
 from tests.kubeapi.fixtures import client_configuration, wait_until
 from tests.kubeapi.server import FakeKubeApi
+from tests.nvke.providers.kubernetes.access import ungranted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FAST = {"debounce_s": 0.05, "watch_timeout_s": 2}
@@ -258,3 +260,23 @@ def test_claims_reach_their_resource_claims_while_kube_sync_runs(attach, gpu_clu
     )
     results = wait_until(lambda: allocated("from-api"), timeout=15)["devices"]["results"]
     assert len(results) == 1 and results[0]["pool"] in ("gpu-a", "gpu-b", "gpu-c")
+
+
+def test_a_namespace_labelled_managed_has_its_waiting_pods_placed(attach, gpu_cluster, syncing, make_pool):
+    gpu_cluster.create(objects.namespace("late"))
+    pod = objects.pod("train", namespace="late")
+    pod["spec"]["schedulerName"] = "nvke"
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    gpu_cluster.create(pod)
+    cluster = attach(gpu_cluster)
+    make_pool(cluster, 3)
+    syncing(cluster)
+    wait_until(lambda: Node.objects.filter(pool__cluster=cluster).count() == 3, timeout=15)
+    assert not Claim.objects.filter(name="train").exists()  # not NVKE's namespace: left alone
+    time.sleep(2)  # the passes the pool's adoption set off are done: only the label is left to wake one
+
+    gpu_cluster.patch_merge("v1", "Namespace", "late", {"metadata": {"labels": {dra.MANAGED: "true"}}})
+
+    wait_until(lambda: gpu_cluster.get("v1", "Pod", "train", "late")["spec"].get("nodeName"), timeout=15)
+    assert Claim.objects.get(name="train").status == "allocated"
+    assert ungranted(gpu_cluster.requests) == set()  # every list, watch and write is in NVKE's manifest

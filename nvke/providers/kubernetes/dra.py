@@ -8,6 +8,7 @@ node as the pool and `gpu-<index>` as the device, selects the node by name, and 
 its memory as the pinned-memory limit; time-slicing). Where the device allows several allocations
 (consumable capacity, KEP-5075) each share carries its own `shareID` and the memory it consumes."""
 
+import dataclasses
 import datetime
 import uuid
 
@@ -23,8 +24,11 @@ CLAIM_LABEL = "nvke.io/claim"  # on the ResourceClaims NVKE made
 ADOPTED = "nvke.io/adopted"  # annotation on a user's ResourceClaim that NVKE allocates
 COMPUTE = "nvke.io/gpu-utilization"  # annotation: a user's claim's compute ceiling ("50%")
 MANAGED = "nvke.io/managed"  # namespace label: NVKE places the GPU requests made in it
+TENANT = "nvke.io/tenant"  # namespace label: the one tenant (slug) whose NVKE places requests made in it
 FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler adds before allocating
 GATE = "nvke.io/placement"  # pods wait on it until NVKE has allocated their claims
+PRIORITY = "nvke.io/priority"  # annotation on a pod or ResourceClaim: its claim's priority
+PRIORITIES = range(-32768, 32768)  # what a claim's priority takes, as through NVKE's API
 REQUEST = "gpu"
 GPU_CONFIG = "resource.nvidia.com/v1beta1"
 
@@ -84,7 +88,7 @@ def allocation(claim: WorkloadClaim, devices: dict[str, dict], request: str, now
     for share in claim.shares:
         name = device_name(share, devices)
         result = {"request": request, "driver": gpus.DRA_DRIVER, "pool": claim.node, "device": name}
-        if devices.get(name, {}).get("allowMultipleAllocations") and not share.exclusive:
+        if consumed(share, devices):
             shared = True
             result["shareID"] = share_id(claim, share)
             result["consumedCapacity"] = {"memory": quantity.format_mib(share.memory_mib)}
@@ -107,6 +111,23 @@ def allocation(claim: WorkloadClaim, devices: dict[str, dict], request: str, now
             }
         ]
     return body
+
+
+def consumed(share: DeviceShare, devices: dict[str, dict]) -> bool:
+    """Whether the share is one of several allocations of its device (consumable capacity): then
+    memory is accounted and nothing is enforced between the claims on it."""
+    return (
+        bool(devices.get(device_name(share, devices), {}).get("allowMultipleAllocations"))
+        and not share.exclusive
+    )
+
+
+def as_enforced(claim: WorkloadClaim, devices: dict[str, dict]) -> WorkloadClaim:
+    """The claim with the isolation its allocation gets: none where it consumes a shared device,
+    whatever the pool's mode."""
+    if any(consumed(share, devices) for share in claim.shares):
+        return dataclasses.replace(claim, isolation="none")
+    return claim
 
 
 def device_name(share: DeviceShare, devices: dict[str, dict]) -> str:
@@ -154,7 +175,8 @@ def published_devices(slices: list[dict]) -> dict[str, dict]:
 def found_claim(resource_claim: dict) -> FoundWorkload:
     """A user's ResourceClaim read as a request NVKE can place: one request of NVIDIA's GPU class for a
     count of whole GPUs, or for one GPU with `capacity.requests.memory` (a fraction, whose compute
-    ceiling the `nvke.io/gpu-utilization` annotation may give). Anything else is refused, and says why."""
+    ceiling the `nvke.io/gpu-utilization` annotation may give), with the priority of its
+    `nvke.io/priority` annotation. Anything else is refused, and says why."""
     meta = resource_claim["metadata"]
     found = FoundWorkload(namespace=meta["namespace"], name=meta["name"], source="resourceclaim")
     requests = resource_claim.get("spec", {}).get("devices", {}).get("requests") or []
@@ -163,6 +185,10 @@ def found_claim(resource_claim: dict) -> FoundWorkload:
     exactly = requests[0]["exactly"]
     if exactly.get("allocationMode", "ExactCount") != "ExactCount":
         return _refused(found, "NVKE places ExactCount requests only (allocationMode All is not).")
+    try:
+        found = FoundWorkload(**{**found.__dict__, "priority": priority(meta)})
+    except ValueError as error:
+        return _refused(found, str(error))
     count = int(exactly.get("count", 1))
     memory = (exactly.get("capacity") or {}).get("requests", {}).get("memory")
     compute = (meta.get("annotations") or {}).get(COMPUTE)
@@ -178,6 +204,19 @@ def found_claim(resource_claim: dict) -> FoundWorkload:
     return FoundWorkload(
         **{**found.__dict__, "kind": "fraction", "gpu_memory_mib": memory_mib, "compute_percent": percent}
     )
+
+
+def priority(meta: dict) -> int:
+    """The claim priority a pod or ResourceClaim asks for in its annotation (0 without one): higher is
+    placed first when capacity frees, as for any claim. ValueError, saying why, for one out of range."""
+    value = (meta.get("annotations") or {}).get(PRIORITY, "0")
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number not in PRIORITIES:
+        raise ValueError(f"{PRIORITY} must be a whole number from -32768 to 32767, not {value!r}.")
+    return number
 
 
 def _refused(found: FoundWorkload, why: str) -> FoundWorkload:

@@ -220,9 +220,13 @@ class KubernetesOperations(ClusterOperations):
     # --- workloads -------------------------------------------------------------------------------
 
     def sync_workloads(
-        self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str] | None = None
+        self,
+        claims: list[WorkloadClaim],
+        refused: dict[tuple[str, str], str] | None = None,
+        *,
+        tenant: str,
     ) -> WorkloadReport:
-        return WorkloadSync(self).run(claims, refused or {})
+        return WorkloadSync(self, tenant).run(claims, refused or {})
 
     # --- drivers --------------------------------------------------------------------------------
 

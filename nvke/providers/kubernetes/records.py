@@ -3,7 +3,7 @@ its namespace: `kubectl get gpuallocations -o wide` lists node, devices, GPU-MEM
 /ceiling), isolation and the pods that hold it; a tenant's own RBAC decides who reads them (the
 ClusterRole `nvke-gpuallocation-viewer` aggregates to `view`). Every node of an NVKE pool carries the
 annotation `nvke.io/gpu-allocations` (`kubectl describe node`): per GPU the memory and compute held,
-and by which claims. A claim moved to other devices or resized says so in an Event on its
+and by which claims and pods. A claim moved to other devices or resized says so in an Event on its
 ResourceClaim (Moved, Resized)."""
 
 import json
@@ -11,7 +11,6 @@ import json
 from nvke import quantity
 from nvke.providers.base import ProviderError, WorkloadClaim
 
-from . import gpus
 from .client import call, read
 
 GROUP, VERSION, PLURAL, KIND = "nvke.io", "v1alpha1", "gpuallocations", "GPUAllocation"
@@ -161,11 +160,12 @@ def change(old: dict, new: dict) -> tuple[str, str] | None:
     return None
 
 
-def snapshot(claims: list[WorkloadClaim]) -> str:
+def snapshot(claims: list[tuple[WorkloadClaim, list[str]]]) -> str:
     """One node's GPUs as NVKE holds them: per GPU index the memory, guaranteed compute and ceilings
-    held, and by which claims. Empty when nothing is placed on the node."""
+    held, and by which claims and pods (`claims`: each claim with the names of the pods that hold it).
+    Empty when nothing is placed on the node."""
     per_gpu: dict[int, dict] = {}
-    for claim in claims:
+    for claim, pods in claims:
         for share in claim.shares:
             entry = per_gpu.setdefault(
                 share.index,
@@ -176,12 +176,14 @@ def snapshot(claims: list[WorkloadClaim]) -> str:
                     "guaranteed": 0,
                     "ceilings": 0,
                     "claims": [],
+                    "pods": [],
                 },
             )
             entry["memoryMiB"] += share.memory_mib
             entry["guaranteed"] += share.guaranteed_percent
             entry["ceilings"] += share.ceiling_percent
             entry["claims"].append(f"{claim.namespace}/{claim.name}")
+            entry["pods"] += [f"{claim.namespace}/{pod}" for pod in pods]
     held = [
         {**e, "guaranteed": f"{e['guaranteed']}%", "ceilings": f"{e['ceilings']}%"}
         for _, e in sorted(per_gpu.items())
@@ -191,15 +193,22 @@ def snapshot(claims: list[WorkloadClaim]) -> str:
 
 class RecordSync:
     """Writes the GPUAllocations and node snapshots of one pass. `say(rc_or_none, kind, reason, message)`
-    records an Event on the claim's ResourceClaim."""
+    records an Event on the claim's ResourceClaim. Only this tenant's (in `managed`, its namespaces) are
+    written: another tenant's NVKE may share the cluster."""
 
-    def __init__(self, ops, say):
-        self.ops, self.custom, self.say = ops, ops.custom, say
+    def __init__(self, ops, say, managed: set[str]):
+        self.ops, self.custom, self.say, self.managed = ops, ops.custom, say, managed
 
-    def run(self, placed: list[tuple[WorkloadClaim, list[str], list[str]]], claims_by_key: dict) -> None:
-        """`placed`: (claim, devices, pods) of every claim whose workload is allocated."""
+    def run(
+        self,
+        placed: list[tuple[WorkloadClaim, list[str], list[str]]],
+        claims_by_key: dict,
+        pool_nodes: list[dict],
+    ) -> None:
+        """`placed`: (claim, devices, pods) of every claim whose workload is allocated; `pool_nodes`: the
+        nodes of NVKE's pools, whose snapshots are written."""
         self._records(placed, claims_by_key)
-        self._snapshots([claim for claim, _, _ in placed])
+        self._snapshots([(claim, pods) for claim, _, pods in placed], pool_nodes)
 
     def _records(self, placed, claims_by_key) -> None:
         try:
@@ -214,7 +223,11 @@ class RecordSync:
             if error.status == 404:
                 return  # the CRD is not installed (NVKE's access manifest brings it)
             raise
-        existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in found}
+        existing = {
+            (o["metadata"]["namespace"], o["metadata"]["name"]): o
+            for o in found
+            if o["metadata"]["namespace"] in self.managed
+        }
         for claim, devices, pods in placed:
             key = (claim.namespace, claim.name)
             wanted = record(claim, devices, pods)
@@ -248,12 +261,20 @@ class RecordSync:
                 if error.status != 404:
                     raise
 
-    def _snapshots(self, placed: list[WorkloadClaim]) -> None:
-        by_node: dict[str, list[WorkloadClaim]] = {}
-        for claim in placed:
-            by_node.setdefault(claim.node, []).append(claim)
-        for node in self.ops.nodes(gpus.POOL_LABEL):
+    def _snapshots(self, placed: list[tuple[WorkloadClaim, list[str]]], pool_nodes: list[dict]) -> None:
+        by_node: dict[str, list[tuple[WorkloadClaim, list[str]]]] = {}
+        for claim, pods in placed:
+            by_node.setdefault(claim.node, []).append((claim, pods))
+        for node in pool_nodes:
             name = node["metadata"]["name"]
             wanted = snapshot(by_node.get(name, [])) or None
-            if (node["metadata"].get("annotations") or {}).get(SNAPSHOT) != wanted:
-                self.ops.patch_node(name, {"metadata": {"annotations": {SNAPSHOT: wanted}}})
+            written = (node["metadata"].get("annotations") or {}).get(SNAPSHOT)
+            if written == wanted or (wanted is None and not self._mine(written)):
+                continue  # as it should be, or another tenant's pool node
+            self.ops.patch_node(name, {"metadata": {"annotations": {SNAPSHOT: wanted}}})
+
+    def _mine(self, written: str | None) -> bool:
+        """Whether a node's snapshot is this tenant's to clear: it names only claims in its namespaces
+        (a node is in one tenant's pool, so one tenant's claims are on it)."""
+        held = json.loads(written) if written else []
+        return all(claim.split("/")[0] in self.managed for gpu in held for claim in gpu["claims"])

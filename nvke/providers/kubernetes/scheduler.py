@@ -2,7 +2,8 @@
 device-plugin way). A pending pod in a namespace NVKE manages is read as a request from its containers'
 limits — `nvidia.com/gpu: N` (whole GPUs), `nvidia.com/mig-<profile>: 1` (a MIG slice), or
 `nvidia.com/gpu-memory: 4Gi` and/or `nvidia.com/gpu-utilization: 50` (a fraction: memory and the compute
-ceiling in percent; a quantity cannot carry "%") — and adopted as a claim named after the pod. Once the
+ceiling in percent; a quantity cannot carry "%") — and adopted as a claim named after the pod, with the
+priority of its `nvke.io/priority` annotation. Once the
 allocator has placed it, the pod is annotated with what it holds (GPU UUIDs, memory, compute ceiling and
 guarantee, isolation, and on MPS pools the MPS limits) and bound through `pods/binding`; a pod that cannot
 be placed gets a `FailedScheduling` Event with the allocator's reason. A pod whose claim the allocator
@@ -41,6 +42,10 @@ def found_pod(pod: dict) -> FoundWorkload:
     """A pending pod's GPU request, from the sum of its containers' limits (requests where no limit)."""
     meta = pod["metadata"]
     found = FoundWorkload(namespace=meta["namespace"], name=meta["name"], source="pod")
+    try:
+        found = FoundWorkload(**{**found.__dict__, "priority": dra.priority(meta)})
+    except ValueError as error:
+        return _refused(found, str(error))
     asked: dict[str, str] = {}
     for container in pod.get("spec", {}).get("containers") or []:
         resources = container.get("resources") or {}
@@ -80,7 +85,7 @@ def annotations(claim: WorkloadClaim) -> dict[str, str]:
     """What a bound pod carries: its GPUs and what it may use of them."""
     shares = claim.shares
     held = {
-        ANNOTATIONS["uuids"]: ",".join(share.uuid for share in shares),
+        ANNOTATIONS["uuids"]: uuids(claim),
         ANNOTATIONS["memory"]: ",".join(quantity.format_mib(share.memory_mib) for share in shares),
         ANNOTATIONS["ceiling"]: ",".join(str(share.ceiling_percent) for share in shares),
         ANNOTATIONS["guaranteed"]: ",".join(str(share.guaranteed_percent) for share in shares),
@@ -134,10 +139,13 @@ class PodScheduler:
         ):
             return state("gone", "The pod finished or was deleted.")
         bound = pod.get("spec", {}).get("nodeName")
-        if bound and bound != claim.node:  # moved or taken back: its controller makes it again
-            self._evict(pod)
+        held = pod["metadata"].get("annotations") or {}
+        if bound and (bound != claim.node or held.get(ANNOTATIONS["uuids"]) != uuids(claim)):
+            # moved (another node or GPU) or taken back: its controller makes it again, NVKE places that
+            evict(self.core, self.say, pod, *moved(claim, f"{held.get(ANNOTATIONS['uuids'])} on {bound}"))
             return state("waiting", f"Evicted from node {bound}: its GPU claim was moved or taken back.")
         if bound:
+            refresh(self.core, self.say, pod, annotations(claim))
             return state("allocated")
         if not claim.node:
             self.say(pod, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
@@ -170,14 +178,57 @@ class PodScheduler:
         )
         return state("allocated")
 
-    def _evict(self, pod: dict) -> None:
-        evict(self.core, self.say, pod)
+
+def uuids(claim: WorkloadClaim) -> str:
+    return ",".join(share.uuid for share in claim.shares)
 
 
-def evict(core, say, pod: dict) -> None:
-    """Evict a pod whose GPUs were moved or taken back, through the Eviction API so its budget holds
-    (a 429 is said as EvictionBlocked; the next pass asks again). Only that pod: the UID precondition
-    spares a new pod of the same name."""
+def holding(claim: WorkloadClaim) -> str:
+    """What a placed claim holds, in words: its GPUs and node, and for a fraction memory and compute."""
+    text = f"{uuids(claim)} on node {claim.node}"
+    if claim.kind == "fraction":
+        share = claim.shares[0]
+        text += (
+            f" ({quantity.format_mib(share.memory_mib)} of GPU memory, compute "
+            f"{share.guaranteed_percent}% guaranteed up to {share.ceiling_percent}%)"
+        )
+    return text
+
+
+def moved(claim: WorkloadClaim, was: str) -> tuple[str, str]:
+    """The event (reason, message) for a pod evicted because its claim left `was` (GPUs on a node)."""
+    if claim.node:
+        return "Moved", f"NVKE moved its GPU claim from {was} to {holding(claim)}: the pod is evicted."
+    why = claim.pending_reason or "waiting for GPUs"
+    return "TakenBack", f"NVKE took its GPU claim back from {was} ({why}): the pod is evicted."
+
+
+def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
+    """A running pod whose claim was resized on the same GPUs: its annotations say the new memory and
+    compute, and a Resized event says so (a node component honouring them applies it)."""
+    meta = pod["metadata"]
+    held = meta.get("annotations") or {}
+    if held.get(ANNOTATIONS["uuids"]) != wanted[ANNOTATIONS["uuids"]]:
+        return  # not yet annotated, or moved: eviction is the way there
+    if all(held.get(key) == value for key, value in wanted.items()):
+        return
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": wanted}}
+    try:
+        call(core.patch_namespaced_pod, meta["name"], meta["namespace"], patch, _content_type=MERGE)
+    except ProviderError as error:
+        if error.status in (404, 409):  # gone or changed: the next pass sees it as it is
+            return
+        raise
+    memory, ceiling = wanted[ANNOTATIONS["memory"]], wanted[ANNOTATIONS["ceiling"]]
+    guaranteed = wanted[ANNOTATIONS["guaranteed"]]
+    message = f"NVKE resized its GPU claim: {memory} of GPU memory, compute {guaranteed}% guaranteed"
+    say(pod, "Normal", "Resized", f"{message} up to {ceiling}%.")
+
+
+def evict(core, say, pod: dict, reason: str, message: str) -> None:
+    """Evict a pod whose GPUs were moved or taken back, through the Eviction API so its budget holds,
+    and say `reason`/`message` on it (a 429 is said as EvictionBlocked; the next pass asks again). Only
+    that pod: the UID precondition spares a new pod of the same name."""
     meta = pod["metadata"]
     eviction = client.V1Eviction(
         api_version="policy/v1",
@@ -189,14 +240,8 @@ def evict(core, say, pod: dict) -> None:
         call(core.create_namespaced_pod_eviction, meta["name"], meta["namespace"], eviction)
     except ProviderError as error:
         if error.status == 429:
-            say(pod, "Warning", "EvictionBlocked", error.message)
+            say(pod, "Warning", "EvictionBlocked", f"{message} Held back: {error.message}")
         elif error.status not in (404, 409):  # gone, or another pod of that name now
             raise
-
-
-def namespaces_managed(namespaces: list[dict]) -> set[str]:
-    return {
-        ns["metadata"]["name"]
-        for ns in namespaces
-        if (ns["metadata"].get("labels") or {}).get(dra.MANAGED) == "true"
-    }
+        return
+    say(pod, "Normal" if reason == "Moved" else "Warning", reason, message)

@@ -21,6 +21,7 @@ from nvke.providers.base import ProviderError
 
 from . import gpus
 from .client import api_error, read
+from .dra import MANAGED
 from .operations import DRIVER_COMPONENT, DRIVER_GROUP, DRIVER_VERSION, DRIVERS, VALIDATOR_APP
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ class ClusterWatch:
     """The watches kube_sync keeps on one attached cluster: its GPU Nodes (GFD's product label) and, where
     DRA is served, NVIDIA's ResourceSlices, which call `changed()` after every list and event; the GPU
     Operator's driver and validator pods and NVIDIADrivers, which call `drivers_changed()` after every
-    event (an upgrade step may be done); pods and ResourceClaims, which call `workloads_changed()`.
+    event (an upgrade step may be done); pods, ResourceClaims and managed namespaces, which call
+    `workloads_changed()`.
     It keeps the GPU nodes it has seen (`nodes`) and calls
     `failed(error)` after every failed call, from its own threads; `close()` stops them."""
 
@@ -171,6 +173,10 @@ class ClusterWatch:
         if dra:
             workload_lists.append(ops.resource.list_resource_claim_for_all_namespaces)
         self.watches += [ListWatch(list_fn, **workload_events) for list_fn in workload_lists]
+        # A namespace labelled managed (or relabelled): the requests already waiting in it are NVKE's now.
+        self.watches.append(
+            ListWatch(ops.core.list_namespace, label_selector=f"{MANAGED}=true", **workload_events)
+        )
         drivers = functools.partial(
             ops.custom.list_cluster_custom_object, DRIVER_GROUP, DRIVER_VERSION, DRIVERS
         )

@@ -13,16 +13,16 @@ Every change is said on the object it concerns as an Event (reason Allocated, Fa
 NotPlaceable), once per change: the reason last said is kept in the object's `nvke.io/reason`
 annotation."""
 
-import dataclasses
 import datetime
 import hashlib
 import logging
 
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadReport, WorkloadState
 
-from . import dra, records
+from . import dra, gpus, records
 from .client import call, read
-from .scheduler import PodScheduler, annotations, evict, namespaces_managed
+from .namespaces import Namespaces
+from .scheduler import PodScheduler, annotations, evict, holding, moved, refresh
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -45,15 +45,16 @@ def now() -> datetime.datetime:
 class WorkloadSync:
     """One pass over a cluster's ResourceClaims and pods. `ops` is the cluster's KubernetesOperations."""
 
-    def __init__(self, ops):
-        self.ops, self.core, self.resource = ops, ops.core, ops.resource
+    def __init__(self, ops, tenant: str):
+        self.ops, self.core, self.resource, self.tenant = ops, ops.core, ops.resource, tenant
         self.devices: dict[str, dict[str, dict]] = {}
 
     def run(self, claims: list[WorkloadClaim], refused: dict[tuple[str, str], str]) -> WorkloadReport:
-        namespaces = read(self.core.list_namespace)["items"]
-        self.namespaces = {ns["metadata"]["name"]: ns for ns in namespaces}
+        self.tenancy = Namespaces(self.core, self.tenant)
+        self.managed = self.tenancy.own
+        self.pool_nodes = self.ops.nodes(gpus.POOL_LABEL)
         pods = listed(read(self.core.list_pod_for_all_namespaces), "Pod")
-        scheduler = PodScheduler(self.ops, self._say, namespaces_managed(namespaces))
+        scheduler = PodScheduler(self.ops, self._say, self.managed)
         states, found = scheduler.run([c for c in claims if c.source == "pod"], pods, refused)
         dra_claims = [c for c in claims if c.source != "pod"]
         try:
@@ -64,26 +65,32 @@ class WorkloadSync:
             states += [WorkloadState(c.namespace, c.name, "waiting", NO_DRA) for c in dra_claims]
             self._publish_records(claims, states, {})
             return WorkloadReport(states=tuple(states), found=tuple(found))
-        existing = {
+        everywhere = {
             (rc["metadata"]["namespace"], rc["metadata"]["name"]): rc
             for rc in listed(listed_claims, "ResourceClaim")
         }
-        dra_states, dra_found = self._resource_claims(dra_claims, existing, refused)
-        self._lift_gates(pods, dra_states, {(c.namespace, c.name): c for c in dra_claims})
+        existing = {key: rc for key, rc in everywhere.items() if key[0] in self.managed}
+        dra_states, dra_found = self._resource_claims(dra_claims, existing, everywhere, refused)
+        enforced = {
+            (c.namespace, c.name): dra.as_enforced(c, self.devices.get(c.node, {})) for c in dra_claims
+        }
+        self._lift_gates(pods, dra_states, enforced)
         states += dra_states
         self._publish_records(claims, states, existing)
         return WorkloadReport(states=tuple(states), found=tuple(found + dra_found))
 
     def _resource_claims(
-        self, claims: list[WorkloadClaim], existing: dict, refused: dict
+        self, claims: list[WorkloadClaim], existing: dict, everywhere: dict, refused: dict
     ) -> tuple[list[WorkloadState], list[FoundWorkload]]:
+        """`existing`: the ResourceClaims in this tenant's namespaces, the only ones NVKE writes here;
+        `everywhere`: all of them, whose devices another tenant's NVKE or another scheduler holds."""
         self.devices = {node: dra.published_devices(slices) for node, slices in self.ops.slices().items()}
         wanted = {(c.namespace, c.name): c for c in claims}
-        # Devices held by allocations NVKE did not write: never to be written into another claim.
+        # Devices held by allocations NVKE did not write here: never to be written into another claim.
         self.foreign = {
             (r["pool"], r["device"]): f"{key[0]}/{key[1]}"
-            for key, rc in existing.items()
-            if not self._ours(rc)
+            for key, rc in everywhere.items()
+            if key not in existing or not self._ours(rc)
             for r in results_of(rc)
         }
         # Devices NVKE's claims hold whole (no shareID): one claim each, whatever NVKE's rows share.
@@ -95,6 +102,7 @@ class WorkloadSync:
             if "shareID" not in r
         }
         states = [self._claim(claim, existing.get(key)) for key, claim in wanted.items()]
+        pools = {node["metadata"]["name"] for node in self.pool_nodes}
         found = []
         for key, rc in existing.items():
             if key in wanted:
@@ -105,6 +113,13 @@ class WorkloadSync:
                 found.append(dra.found_claim(rc))
                 if why := found[-1].refusal or refused.get(key):
                     self._say(rc, "Warning", "NotPlaceable", why)
+            elif held := [r for r in results_of(rc) if r["pool"] in pools and r["driver"] == gpus.DRA_DRIVER]:
+                where = ", ".join(f"{r['device']} on node {r['pool']}" for r in held)
+                message = (
+                    f"Allocated by another scheduler ({where}), GPUs of an NVKE pool: NVKE does not account "
+                    "it and writes no claim of its own onto these devices while it holds them."
+                )
+                self._say(rc, "Warning", "ForeignAllocation", message)
         return states, found
 
     def _publish_records(
@@ -122,15 +137,15 @@ class WorkloadSync:
                 dra.device_name(share, node_devices) or f"gpu-{share.index}" for share in claim.shares
             ]
             reserved = [r["name"] for r in (rc.get("status") or {}).get("reservedFor") or []]
-            if any("shareID" in r for r in results_of(rc)):
-                claim = dataclasses.replace(claim, isolation="none")  # what consumable shares enforce
+            if claim.source != "pod":  # the scheduler path's pods use no DRA device
+                claim = dra.as_enforced(claim, node_devices)
             placed.append((claim, devices, [claim.name] if claim.source == "pod" else reserved))
 
         def say(rc: dict | None, kind: str, reason: str, message: str) -> None:
             if rc:
                 self._say(rc, kind, reason, message)
 
-        records.RecordSync(self.ops, say).run(placed, existing)
+        records.RecordSync(self.ops, say, self.managed).run(placed, existing, self.pool_nodes)
 
     # --- one claim --------------------------------------------------------------------------------
 
@@ -144,7 +159,7 @@ class WorkloadSync:
         if rc is None:
             if claim.source == "resourceclaim":
                 return state("gone", "The ResourceClaim was deleted.")
-            if why := self._unmanaged(claim.namespace):
+            if why := self.tenancy.unusable(claim.namespace):
                 return state("waiting", why)
             rc = self._create(claim)
         for _ in range(CONFLICT_RETRIES):
@@ -166,7 +181,7 @@ class WorkloadSync:
             return state("conflict", message)
         if not claim.node:
             if written and reserved:  # taken back (a drain, a failed GPU): its pods leave first
-                self._evict_holders(rc, reserved)
+                self._evict_holders(rc, claim)
             elif written:
                 rc = self._deallocate(rc)
             self._say(rc, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
@@ -201,13 +216,18 @@ class WorkloadSync:
             return state("allocated", shared)
         if written:
             if reserved:
-                self._evict_holders(rc, reserved)
+                self._evict_holders(rc, claim)
                 names = ", ".join(r["name"] for r in reserved)
                 return state("waiting", f"Moving: pods {names} are evicted from the previous allocation.")
             rc = self._deallocate(rc)
         rc = self._write_allocation(self._protect(rc, claim), wanted)
         self.held.update({(r["pool"], r["device"]): key for r in results if "shareID" not in r})
-        self._say(rc, "Normal", "Allocated", describe(claim, results))
+        self._say(
+            rc,
+            "Normal",
+            "Allocated",
+            describe(dra.as_enforced(claim, self.devices.get(claim.node, {})), results),
+        )
         return state("allocated", shared)
 
     def _create(self, claim: WorkloadClaim) -> dict:
@@ -242,17 +262,20 @@ class WorkloadSync:
     def _deallocate(self, rc: dict) -> dict:
         return self._write_allocation(rc, None)
 
-    def _evict_holders(self, rc: dict, reserved: list[dict]) -> None:
-        """Evict the pods that hold a claim NVKE moved or took back; their controllers make new ones."""
+    def _evict_holders(self, rc: dict, claim: WorkloadClaim) -> None:
+        """Evict the pods that hold a claim NVKE moved or took back (its `reservedFor`), saying where the
+        claim went; their controllers make new ones."""
         namespace = rc["metadata"]["namespace"]
-        for holder in reserved:
+        was = ", ".join(f"{r['device']} on node {r['pool']}" for r in results_of(rc))
+        reason, message = moved(claim, was)
+        for holder in rc["status"]["reservedFor"]:
             if holder.get("resource") == "pods":
                 pod = {
                     "apiVersion": "v1",
                     "kind": "Pod",
                     "metadata": {"name": holder["name"], "namespace": namespace, "uid": holder["uid"]},
                 }
-                evict(self.core, self._say, pod)
+                evict(self.core, self._say, pod, reason, message)
 
     def _write_allocation(self, rc: dict, allocation: dict | None) -> dict:
         """Set (or, None, withdraw) `status.allocation` under the claim's resourceVersion."""
@@ -295,34 +318,13 @@ class WorkloadSync:
             if error.status not in (404, 409):  # gone, or changed: the next pass sees it as it is now
                 raise
 
-    # --- namespaces, ownership ----------------------------------------------------------------------
-
-    def _unmanaged(self, namespace: str) -> str:
-        """Why NVKE may not create the claim's ResourceClaim in `namespace` ("" when it may): a
-        namespace missing is created, managed; one that exists must carry NVKE's label."""
-        found = self.namespaces.get(namespace)
-        if found is None:
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-            body["metadata"]["labels"] = {dra.MANAGED: "true"}
-            try:
-                self.namespaces[namespace] = read(self.core.create_namespace, body)
-            except ProviderError as error:
-                if error.status != 409:
-                    raise
-            return ""
-        if (found["metadata"].get("labels") or {}).get(dra.MANAGED) != "true":
-            return (
-                f"Namespace {namespace} is not managed by NVKE: label it {dra.MANAGED}=true "
-                "to let NVKE place GPU claims in it."
-            )
-        return ""
+    # --- ownership ---------------------------------------------------------------------------------
 
     def _adoptable(self, rc: dict) -> bool:
-        """A user's ResourceClaim for NVIDIA GPUs, unallocated, in a namespace NVKE manages."""
+        """A user's ResourceClaim for NVIDIA GPUs, unallocated, in a namespace of this tenant's."""
         meta = rc["metadata"]
-        labels = (self.namespaces.get(meta["namespace"], {}).get("metadata") or {}).get("labels") or {}
         return (
-            labels.get(dra.MANAGED) == "true"
+            meta["namespace"] in self.managed
             and not (rc.get("status") or {}).get("allocation")
             and not meta.get("deletionTimestamp")
             and dra.asks_nvidia_gpus(rc)
@@ -344,29 +346,35 @@ class WorkloadSync:
 
     def _lift_gates(self, pods: list[dict], states: list[WorkloadState], claims: dict) -> None:
         """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE, annotating
-        them with what they hold (as the scheduler path does); say the reason on pods that still wait."""
+        them with what they hold (as the scheduler path does) and saying it in an Allocated Event; say the
+        reason on pods that still wait.
+        Pods already released have their annotations brought up to date when a claim is resized."""
         by_claim = {(s.namespace, s.name): s for s in states}
         for pod in pods:
             gates = pod.get("spec", {}).get("schedulingGates") or []
-            if not any(g["name"] == dra.GATE for g in gates):
-                continue
             namespace = pod["metadata"]["namespace"]
+            if namespace not in self.managed:
+                continue
+            names = claim_names(pod)
             blocking = [
                 by_claim.get((namespace, name))
-                for name in claim_names(pod)
+                for name in names
                 if (state := by_claim.get((namespace, name))) is None or state.state != "allocated"
             ]
+            if not any(g["name"] == dra.GATE for g in gates):
+                if names and not blocking:
+                    refresh(self.core, self._say, pod, held(namespace, names, claims))
+                continue
             if blocking:
                 reasons = "; ".join(s.message for s in blocking if s and s.message)
                 self._say(pod, "Warning", "FailedScheduling", reasons or "Waiting for its GPU claims.")
                 continue
             meta = pod["metadata"]
-            held: dict[str, str] = {}
-            for name in claim_names(pod):
-                for key, value in annotations(claims[(namespace, name)]).items():
-                    held[key] = f"{held[key]};{value}" if key in held else value
             patch = {
-                "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": held},
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "annotations": held(namespace, names, claims),
+                },
                 "spec": {"schedulingGates": [g for g in gates if g["name"] != dra.GATE] or None},
             }
             try:
@@ -374,6 +382,9 @@ class WorkloadSync:
             except ProviderError as error:
                 if error.status not in (404, 409):
                     raise
+                continue
+            holds = "; ".join(f"{name}: {holding(claims[(namespace, name)])}" for name in names)
+            self._say(pod, "Normal", "Allocated", f"NVKE allocated its GPU claims ({holds}).")
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -418,6 +429,15 @@ def claim_names(pod: dict) -> list[str]:
     return names
 
 
+def held(namespace: str, names: list[str], claims: dict) -> dict[str, str]:
+    """A DRA pod's annotations: what each of its claims holds, claim after claim (separated by ";")."""
+    joined: dict[str, str] = {}
+    for name in names:
+        for key, value in annotations(claims[(namespace, name)]).items():
+            joined[key] = f"{joined[key]};{value}" if key in joined else value
+    return joined
+
+
 def results_of(rc: dict) -> list[dict]:
     """The devices a ResourceClaim's allocation holds (none when unallocated)."""
     allocation = (rc.get("status") or {}).get("allocation") or {}
@@ -429,10 +449,9 @@ def describe(claim: WorkloadClaim, results: list[dict]) -> str:
     text = f"NVKE allocated {devices} on node {claim.node}"
     if claim.kind == "fraction":
         share = claim.shares[0]
-        isolation = "none" if any("shareID" in r for r in results) else claim.isolation
         text += (
             f": {share.memory_mib} MiB of GPU memory, compute {share.guaranteed_percent}% guaranteed "
-            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {isolation})"
+            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {claim.isolation})"
         )
     return text + "."
 

@@ -4,6 +4,7 @@ The real cluster needs the GPU Operator, GPU feature discovery and a GPU node th
 drain (NVKE_K8S_TEST_NODE); they leave it uncordoned and delete what they create."""
 
 import base64
+import json
 import os
 import time
 import uuid
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from nvke.providers.base import ClusterRef, DeviceShare, ProviderError, WorkloadClaim
-from nvke.providers.kubernetes import attach, dra
+from nvke.providers.kubernetes import attach, dra, gpus, records, scheduler
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from tests.kubeapi import objects
 from tests.kubeapi.real import NODE_ENV, RealKubeApi
@@ -90,6 +91,12 @@ def scratch(target):
     server.delete("v1", "Namespace", name)
 
 
+def manage(server, namespace: str) -> None:
+    """The test's namespace, managed by NVKE for a tenant of the test's own (named as the namespace)."""
+    labels = {dra.MANAGED: "true", dra.TENANT: namespace}
+    server.patch_merge("v1", "Namespace", namespace, {"metadata": {"labels": labels}})
+
+
 def test_the_cluster_passes_attach(target):
     server, node = target
     facts = attach.inspect(
@@ -159,7 +166,7 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
     """NVKE allocates a claim itself and lifts its pod's gate; on a real cluster kube-scheduler then binds
     the pod to the allocated node (it never starts without NVIDIA's kubelet plugin: binding is the check)."""
     server, node = target
-    server.patch_merge("v1", "Namespace", scratch, {"metadata": {"labels": {dra.MANAGED: "true"}}})
+    manage(server, scratch)
     published = objects.resource_slice(node, 1)
     published["metadata"]["name"] = f"{scratch}-{node}"
     published["spec"]["pool"]["name"] = node
@@ -191,7 +198,7 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
     server.create(pod)
     try:
         ops = ops_for(server)
-        (state,) = ops.sync_workloads([claim]).states
+        (state,) = ops.sync_workloads([claim], tenant=scratch).states
         assert state.state == "allocated", state.message
         allocation = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)["status"][
             "allocation"
@@ -206,7 +213,61 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
             )
         server.delete("v1", "Pod", "train", scratch)
         eventually(server, lambda: server.get("v1", "Pod", "train", scratch) is None)
-        ops.sync_workloads([])  # released: the allocation withdrawn, the ResourceClaim deleted
+        ops.sync_workloads(
+            [], tenant=scratch
+        )  # released: the allocation withdrawn, the ResourceClaim deleted
         assert server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch) is None
     finally:
         server.delete("resource.k8s.io/v1", "ResourceSlice", published["metadata"]["name"])
+
+
+def test_four_pods_share_one_gpu_through_nvkes_scheduler(target, scratch):
+    """The sharing scenario on the scheduler path: a training pod (8Gi, 70 %) and three inference pods
+    (2Gi, 20 %) asking NVKE's scheduler are bound to the one GPU's node through pods/binding, annotated
+    with it, and the node's snapshot says so. On a real cluster binding is the check: without a node
+    component advertising nvidia.com/gpu-memory the kubelet refuses to start them."""
+    server, node = target
+    manage(server, scratch)
+    meta = server.get("v1", "Node", node)["metadata"]
+    was = {
+        "labels": {gpus.POOL_LABEL: (meta.get("labels") or {}).get(gpus.POOL_LABEL)},
+        "annotations": {records.SNAPSHOT: (meta.get("annotations") or {}).get(records.SNAPSHOT)},
+    }
+    server.patch_merge("v1", "Node", node, {"metadata": {"labels": {gpus.POOL_LABEL: "nvke-test"}}})
+    gpu = objects.gpu_uuid(node, 0)
+    asked = {"train": ("8Gi", 8192, 70), **{f"infer-{i}": ("2Gi", 2048, 20) for i in range(3)}}
+    claims = []
+    for name, (memory, mib, percent) in asked.items():
+        pod = objects.pod(name, namespace=scratch, image=PAUSE_IMAGE)
+        pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+        pod["spec"]["tolerations"] = [{"operator": "Exists"}]
+        limits = {"nvidia.com/gpu-memory": memory, "nvidia.com/gpu-utilization": str(percent)}
+        pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+        server.create(pod)
+        share = DeviceShare(index=0, uuid=gpu, memory_mib=mib, ceiling_percent=percent, guaranteed_percent=10)
+        claims.append(
+            WorkloadClaim(
+                namespace=scratch,
+                name=name,
+                source="pod",
+                kind="fraction",
+                gpus=1,
+                node=node,
+                shares=(share,),
+                sharing_mode="time-slicing",
+                isolation="none",
+            )
+        )
+    try:
+        states = ops_for(server).sync_workloads(claims, tenant=scratch).states
+        assert {s.state for s in states} == {"allocated"}, states
+        for name in asked:
+            bound = server.get("v1", "Pod", name, scratch)
+            assert bound["spec"]["nodeName"] == node
+            assert bound["metadata"]["annotations"][scheduler.ANNOTATIONS["uuids"]] == gpu
+        snapshot = server.get("v1", "Node", node)["metadata"]["annotations"][records.SNAPSHOT]
+        (held,) = [g for g in json.loads(snapshot) if g["uuid"] == gpu]
+        assert (held["memoryMiB"], held["ceilings"]) == (14336, "130%")
+        assert sorted(held["claims"]) == sorted(held["pods"]) == sorted(f"{scratch}/{name}" for name in asked)
+    finally:
+        server.patch_merge("v1", "Node", node, {"metadata": was})

@@ -169,6 +169,15 @@ def test_the_rbac_manifest_is_valid_kubernetes_and_grants_exactly_the_checked_ru
     assert granted == checked
     assert ("", "nodes", "delete") not in granted, "NVKE never deletes a tenant's nodes"
     assert {r for _, r, _ in granted} >= {"nodes", "pods/eviction", "nvidiadrivers"}
+    # who reads GPU allocations is the tenant's RBAC: a role to bind, which namespace viewers get too
+    crd = next(d for d in documents if d["kind"] == "CustomResourceDefinition")
+    assert (crd["spec"]["group"], crd["spec"]["names"]["plural"]) == ("nvke.io", "gpuallocations")
+    viewer = next(d for d in documents if d["metadata"]["name"] == "nvke-gpuallocation-viewer")
+    assert viewer["kind"] == "ClusterRole"
+    assert viewer["metadata"]["labels"] == {"rbac.authorization.k8s.io/aggregate-to-view": "true"}
+    assert viewer["rules"] == [
+        {"apiGroups": ["nvke.io"], "resources": ["gpuallocations"], "verbs": ["get", "list", "watch"]}
+    ]
 
 
 def kubeconfig(user: dict, cluster: dict | None = None) -> str:

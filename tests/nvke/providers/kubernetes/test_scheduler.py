@@ -8,13 +8,15 @@ import json
 
 import pytest
 
-from nodepools.allocator.service import evict_claims
+from nodepools.allocator.service import evict_claims, resize_claim
 from nodepools.models import Claim, Gpu
 from nodepools.nodes import fail_gpu
 from nodepools.workloads import sync_workloads
 from nvke.providers.kubernetes import dra, records, scheduler
 from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
+
+from .access import ungranted
 
 pytestmark = pytest.mark.django_db
 
@@ -32,9 +34,9 @@ def server():
 
 @pytest.fixture
 def cluster(server, attach, sharing_pool):
-    def make(mode: str = "time-slicing"):
+    def make(mode: str = "time-slicing", **pool):
         attached = attach(server)
-        sharing_pool(attached, mode)
+        sharing_pool(attached, mode, **pool)
         return attached
 
     return make
@@ -66,8 +68,11 @@ def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
     server.create(gpu_pod("train", "8Gi", 70))
     for i in range(3):
         server.create(gpu_pod(f"infer-{i}", "2Gi", 20))
+    server.clear_requests()
 
     sync_workloads(attached.pk)
+
+    assert ungranted(server.requests) == set()  # NVKE's access manifest lets it do all this
 
     uuid = f"GPU-{Gpu.objects.get(node__name='a10-0', index=0).uuid}"
     names = ["train", "infer-0", "infer-1", "infer-2"]
@@ -84,7 +89,7 @@ def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
         assert (claim.source, claim.workload["state"]) == ("pod", "allocated")
     (gpu,) = json.loads(server.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT])
     assert gpu["uuid"] == uuid and gpu["memoryMiB"] == 14336 and gpu["ceilings"] == "130%"
-    assert sorted(gpu["claims"]) == sorted(f"ml/{n}" for n in names)
+    assert sorted(gpu["claims"]) == sorted(gpu["pods"]) == sorted(f"ml/{n}" for n in names)
     held = server.list("nvke.io/v1alpha1", "GPUAllocation", "ml")
     assert {o["metadata"]["name"]: o["spec"]["pods"] for o in held} == {n: n for n in names}
 
@@ -116,6 +121,35 @@ def test_a_pod_that_does_not_fit_says_why_and_is_bound_once_capacity_frees(
     assert pod(server, "late")["spec"]["nodeName"] == "a10-0"
 
 
+def test_a_pods_priority_orders_it_as_any_claims_when_capacity_frees(
+    server, cluster, django_capture_on_commit_callbacks
+):
+    attached = cluster()
+    server.create(gpu_pod("big", "20Gi", 50))
+    server.create(gpu_pod("low", "12Gi", 50))
+    urgent = gpu_pod("urgent", "12Gi", 50)
+    urgent["metadata"]["annotations"] = {dra.PRIORITY: "10"}
+    server.create(urgent)
+    odd = gpu_pod("odd", "1Gi", 10)
+    odd["metadata"]["annotations"] = {dra.PRIORITY: "high"}
+    server.create(odd)
+    sync_workloads(attached.pk)
+    assert Claim.objects.get(name="urgent").priority == 10
+    assert (Claim.objects.get(name="low").status, Claim.objects.get(name="urgent").status) == (
+        "pending",
+        "pending",
+    )
+    ((reason, message),) = reasons(server, "odd")
+    assert reason == "FailedScheduling" and "nvke.io/priority must be a whole number" in message
+
+    server.delete("v1", "Pod", "big", "ml")
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_workloads(attached.pk)
+
+    assert Claim.objects.get(name="urgent").status == "allocated"  # the later, higher one first
+    assert Claim.objects.get(name="low").status == "pending"
+
+
 def test_a_claim_taken_back_evicts_its_pod(server, cluster):
     attached = cluster()
     server.create(gpu_pod("train", "8Gi", 70))
@@ -132,11 +166,61 @@ def test_a_claim_taken_back_evicts_its_pod(server, cluster):
     assert (
         len(evictions) == 1 and pod(server, "train") is None
     )  # through the Eviction API: no budget holds it
-    assert ("FailedScheduling", Claim.objects.get(name="train").pending_reason) not in reasons(
-        server, "train"
-    )
+    assert ungranted(server.requests) == set()
+    pending = Claim.objects.get(name="train").pending_reason
+    assert ("FailedScheduling", pending) not in reasons(server, "train")
+    uuid = f"GPU-{Gpu.objects.get(node__name='a10-0').uuid}"
+    assert (
+        "TakenBack",
+        f"NVKE took its GPU claim back from {uuid} on a10-0 ({pending}): the pod is evicted.",
+    ) in reasons(server, "train")
     sync_workloads(attached.pk)
     assert not Claim.objects.filter(name="train").exists()
+
+
+def test_a_fatal_xid_evicts_only_the_pod_on_that_gpu_and_says_where_its_claim_moved(server, cluster):
+    server.create(objects.gpu_node("a10x3", product="NVIDIA-A10", count=3, memory_mib=23028))
+    server.settle()
+    attached = cluster(gpus_per_node=3, name="trio", node_selector={"kubernetes.io/hostname": "a10x3"})
+    whole = objects.pod("whole", namespace="ml")
+    whole["spec"]["schedulerName"] = scheduler.SCHEDULER
+    whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    server.create(whole)
+    server.create(gpu_pod("serve", "8Gi", 70))
+    sync_workloads(attached.pk)
+    was = pod(server, "serve")["metadata"]["annotations"][scheduler.ANNOTATIONS["uuids"]]
+    failed = Gpu.objects.get(uuid=was.removeprefix("GPU-"))
+    assert pod(server, "serve")["spec"]["nodeName"] == "a10x3"
+    server.clear_requests()
+
+    evict_claims(attached.pk, fail_gpu(failed))  # a fatal XID on serve's GPU
+    sync_workloads(attached.pk)
+
+    evictions = [r[1] for r in server.requests if r[0] == "POST" and r[1].endswith("/eviction")]
+    assert evictions == ["/api/v1/namespaces/ml/pods/serve/eviction"]
+    assert pod(server, "whole")["spec"]["nodeName"] == "a10x3"
+    now = Claim.objects.get(name="serve").allocation.shares.get().gpu
+    assert now.node.name == "a10x3" and now.pk != failed.pk  # another GPU of the same node
+    assert (
+        "Moved",
+        f"NVKE moved its GPU claim from {was} on a10x3 to GPU-{now.uuid} on node a10x3 (8Gi of GPU "
+        "memory, compute 10% guaranteed up to 70%): the pod is evicted.",
+    ) in reasons(server, "serve")
+
+
+def test_a_resized_claim_reaches_its_running_pod(server, cluster):
+    attached = cluster()
+    server.create(gpu_pod("serve", "8Gi", 70))
+    sync_workloads(attached.pk)
+
+    resize_claim(Claim.objects.get(name="serve").pk, compute_percent=40)
+    sync_workloads(attached.pk)
+    sync_workloads(attached.pk)  # said once
+
+    annotations = pod(server, "serve")["metadata"]["annotations"]
+    assert annotations[scheduler.ANNOTATIONS["ceiling"]] == "40"
+    resized = [m for r, m in reasons(server, "serve") if r == "Resized"]
+    assert resized == ["NVKE resized its GPU claim: 8Gi of GPU memory, compute 10% guaranteed up to 40%."]
 
 
 def test_mps_pods_carry_their_mps_limits_for_the_downward_api(server, cluster):
@@ -166,6 +250,22 @@ def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(
     assert reasons(server, "elsewhere", "other") == []
     ((reason, message),) = reasons(server, "both")
     assert reason == "FailedScheduling" and "Ask for one of" in message
+
+
+def test_a_managed_namespace_belongs_to_the_first_tenant_that_acts_in_it(server, cluster, context):
+    attached = cluster()
+    server.create(objects.namespace("theirs", {dra.MANAGED: "true", dra.TENANT: "globex"}))
+    server.create(gpu_pod("mine", "2Gi", 20))
+    server.create(gpu_pod("other", "2Gi", 20, namespace="theirs"))
+
+    sync_workloads(attached.pk)
+
+    labels = server.get("v1", "Namespace", "ml")["metadata"]["labels"]
+    assert labels[dra.TENANT] == context.tenant.slug == "acme"  # ml was no one's: now acme's
+    assert [c.name for c in Claim.objects.all()] == ["mine"]
+    assert pod(server, "mine")["spec"]["nodeName"] == "a10-0"
+    assert not pod(server, "other", "theirs")["spec"].get("nodeName")
+    assert reasons(server, "other", "theirs") == []  # another tenant's: left alone, not even told
 
 
 def test_a_budget_holds_back_the_eviction_of_a_pod_whose_claim_was_taken_back(server, cluster):

@@ -17,6 +17,8 @@ from nvke.quantity import parse_mib
 from nvke.tenancy.models import Quota
 from tests.kubeapi import objects
 
+from .access import ungranted
+
 pytestmark = pytest.mark.django_db
 
 
@@ -83,8 +85,11 @@ def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, 
         fraction(context, cluster, f"infer-{i}", "2Gi", 20)
     for name in ("train", "infer-0", "infer-1", "infer-2"):
         kubeapi.create(gated_pod(f"{name}-pod", name))
+    kubeapi.clear_requests()
 
     sync_workloads(cluster.pk)
+
+    assert ungranted(kubeapi.requests) == set()  # NVKE's access manifest lets it do all this
 
     results = {}
     for name in ("train", "infer-0", "infer-1", "infer-2"):
@@ -113,6 +118,9 @@ def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, 
         held = released["metadata"]["annotations"]
         assert held["nvke.io/gpu-memory"] == results[name]["consumedCapacity"]["memory"]
         assert held["nvke.io/gpu-utilization"] == ("70" if name == "train" else "20")
+        ((reason, message),) = events(kubeapi, f"{name}-pod")
+        assert reason == "Allocated" and message.startswith(f"NVKE allocated its GPU claims ({name}: GPU-")
+        assert f"{held['nvke.io/gpu-memory']} of GPU memory" in message and "on node a10-0" in message
     assert {c.workload["state"] for c in Claim.objects.all()} == {"allocated"}
     assert all("consumable shares" in c.workload["message"] for c in Claim.objects.all())
 
@@ -166,13 +174,48 @@ def test_an_mps_claim_alone_on_its_gpu_carries_the_drivers_gpu_config(kubeapi, a
     }
 
 
+def test_an_mps_claim_on_consumable_shares_says_isolation_none_wherever_kubectl_reads_it(
+    kubeapi, attach, sharing_pool, context
+):
+    a10_cluster(kubeapi, consumable=True)
+    cluster = attach(kubeapi)
+    sharing_pool(cluster, "mps", name="mps")
+    claim = fraction(context, cluster, "serve", "6Gi", 40)
+    kubeapi.create(gated_pod("serve-pod", "serve"))
+
+    sync_workloads(cluster.pk)
+
+    assert claim.allocation.isolation == "memory-capped"  # what the pool's MPS would give it alone
+    assert "config" not in resource_claim(kubeapi, "serve")["status"]["allocation"]["devices"]
+    assert kubeapi.get("nvke.io/v1alpha1", "GPUAllocation", "serve", "ml")["spec"]["isolation"] == "none"
+    assert (
+        kubeapi.get("v1", "Pod", "serve-pod", "ml")["metadata"]["annotations"]["nvke.io/isolation"] == "none"
+    )
+    assert "isolation none" in dict(events(kubeapi, "serve"))["Allocated"]
+
+
+def test_a_time_slicing_claim_alone_on_its_gpu_carries_the_drivers_time_slicing_config(
+    kubeapi, a10_pool, context
+):
+    cluster = a10_pool(consumable=False)
+    fraction(context, cluster, "serve", "6Gi", 40)
+
+    sync_workloads(cluster.pk)
+
+    (config,) = resource_claim(kubeapi, "serve")["status"]["allocation"]["devices"]["config"]
+    assert config["opaque"]["parameters"]["sharing"] == {
+        "strategy": "TimeSlicing",
+        "timeSlicingConfig": {"interval": "Default"},
+    }
+
+
 def test_a_users_resource_claim_is_adopted_placed_and_released_when_deleted(kubeapi, kube_client, a10_pool):
     cluster = a10_pool(consumable=True, nodes=2)
     dra_api = client.ResourceV1Api(kube_client)
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": "notebook", "annotations": {dra.COMPUTE: "30%"}},
+        "metadata": {"name": "notebook", "annotations": {dra.COMPUTE: "30%", dra.PRIORITY: "5"}},
         "spec": {
             "devices": {
                 "requests": [
@@ -201,7 +244,7 @@ def test_a_users_resource_claim_is_adopted_placed_and_released_when_deleted(kube
         "fraction",
         "allocated",
     )
-    assert (claim.gpu_memory_mib, claim.compute_percent) == (4096, 30)
+    assert (claim.gpu_memory_mib, claim.compute_percent, claim.priority) == (4096, 30, 5)
     rc = resource_claim(kubeapi, "notebook")
     assert rc["metadata"]["annotations"][dra.ADOPTED] == "true"
     assert rc["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] == {"memory": "4Gi"}
@@ -265,6 +308,8 @@ def test_an_allocation_another_scheduler_wrote_is_left_alone_and_never_double_bo
     assert "allocation" not in (resource_claim(kubeapi, "mine").get("status") or {})
     mine = Claim.objects.get(name="mine")
     assert mine.workload["state"] == "conflict" and "ml/theirs" in mine.workload["message"]
+    ((reason, message),) = events(kubeapi, "theirs")  # reported where it is, too
+    assert reason == "ForeignAllocation" and "gpu-0 on node a10-0" in message
 
 
 def test_a_released_claim_withdraws_its_allocation_and_deletes_its_resource_claim(kubeapi, a10_pool, context):
@@ -279,10 +324,12 @@ def test_a_released_claim_withdraws_its_allocation_and_deletes_its_resource_clai
     assert resource_claim(kubeapi, "train") is None
 
 
-def test_a_claim_in_a_namespace_nvke_does_not_manage_waits_and_says_so(kubeapi, a10_pool, context):
+def test_a_claim_outside_its_tenants_managed_namespaces_waits_and_says_so(kubeapi, a10_pool, context):
     cluster = a10_pool(consumable=True)
     kubeapi.create(objects.namespace("team-b"))
+    kubeapi.create(objects.namespace("globex", {dra.MANAGED: "true", dra.TENANT: "globex"}))
     fraction(context, cluster, "train", "8Gi", 70, namespace="team-b")
+    fraction(context, cluster, "theirs", "2Gi", 20, namespace="globex")
     fraction(context, cluster, "fresh", "2Gi", 20, namespace="fresh")
 
     sync_workloads(cluster.pk)
@@ -290,9 +337,68 @@ def test_a_claim_in_a_namespace_nvke_does_not_manage_waits_and_says_so(kubeapi, 
     waiting = Claim.objects.get(name="train")
     assert waiting.workload["state"] == "waiting" and f"{dra.MANAGED}=true" in waiting.workload["message"]
     assert resource_claim(kubeapi, "train", "team-b") is None
-    # a namespace that did not exist is created, managed by NVKE
-    assert kubeapi.get("v1", "Namespace", "fresh")["metadata"]["labels"][dra.MANAGED] == "true"
+    theirs = Claim.objects.get(name="theirs")
+    assert theirs.workload["state"] == "waiting" and "another tenant" in theirs.workload["message"]
+    assert resource_claim(kubeapi, "theirs", "globex") is None
+    # a namespace that did not exist is created, managed by NVKE for this tenant
+    labels = kubeapi.get("v1", "Namespace", "fresh")["metadata"]["labels"]
+    assert (labels[dra.MANAGED], labels[dra.TENANT]) == ("true", "acme")
     assert resource_claim(kubeapi, "fresh", "fresh")["status"]["allocation"]
+
+
+def test_another_tenant_attaching_the_same_cluster_leaves_this_tenants_workloads_alone(
+    kubeapi, a10_pool, context, make_member
+):
+    from clusters.services import attach_cluster
+    from nvke.tenancy.context import TenantContext
+
+    cluster = a10_pool(consumable=True)
+    fraction(context, cluster, "train", "8Gi", 70)
+    kubeapi.create(gated_pod("train-pod", "train"))
+    sync_workloads(cluster.pk)
+    globex = make_member("globex", "owner").memberships.get()
+    kubeapi.create(objects.namespace("research", {dra.MANAGED: "true"}))
+    theirs = attach_cluster(
+        context=TenantContext(globex.tenant, "owner"),
+        name="shared",
+        endpoint=kubeapi.url,
+        token=kubeapi.token,
+        ca_bundle=kubeapi.ca_bundle,
+    )
+    before = {
+        "claim": resource_claim(kubeapi, "train")["status"],
+        "record": kubeapi.get("nvke.io/v1alpha1", "GPUAllocation", "train", "ml")["spec"],
+        "node": kubeapi.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT],
+        "pod": kubeapi.get("v1", "Pod", "train-pod", "ml")["metadata"]["annotations"],
+    }
+
+    sync_workloads(theirs.pk)  # globex's NVKE cluster: it has no claims, and ml is not its namespace
+
+    assert resource_claim(kubeapi, "train")["status"] == before["claim"]
+    assert kubeapi.get("nvke.io/v1alpha1", "GPUAllocation", "train", "ml")["spec"] == before["record"]
+    assert kubeapi.get("v1", "Node", "a10-0")["metadata"]["annotations"][records.SNAPSHOT] == before["node"]
+    assert kubeapi.get("v1", "Pod", "train-pod", "ml")["metadata"]["annotations"] == before["pod"]
+    assert kubeapi.get("v1", "Namespace", "research")["metadata"]["labels"][dra.TENANT] == "globex"
+    sync_workloads(cluster.pk)  # and acme's pass leaves globex's namespace to it
+    assert kubeapi.get("v1", "Namespace", "research")["metadata"]["labels"][dra.TENANT] == "globex"
+    assert resource_claim(kubeapi, "train")["status"] == before["claim"]
+
+
+def test_without_the_right_to_label_namespaces_nvke_leaves_an_unowned_one_alone_and_says_how_to_fix_it(
+    kubeapi, a10_pool, context
+):
+    cluster = a10_pool(consumable=True)  # ml is labelled managed, with no tenant yet
+    kubeapi.faults.fail("PATCH", r"/api/v1/namespaces/ml$", 403, times=5, reason="Forbidden")
+    fraction(context, cluster, "train", "8Gi", 70)
+
+    sync_workloads(cluster.pk)
+
+    assert resource_claim(kubeapi, "train") is None
+    waiting = Claim.objects.get(name="train").workload
+    assert waiting["state"] == "waiting" and f"label it {dra.TENANT}=acme" in waiting["message"]
+    kubeapi.faults.clear()
+    sync_workloads(cluster.pk)
+    assert resource_claim(kubeapi, "train")["status"]["allocation"]
 
 
 def test_a_stale_resource_version_reads_the_claim_again_and_decides_again(kubeapi, a10_pool, context):
@@ -348,6 +454,24 @@ def test_what_each_claim_holds_is_readable_with_kubectl(kubeapi, kube_client, a1
     assert records.SNAPSHOT not in (kubeapi.get("v1", "Node", "a10-0")["metadata"].get("annotations") or {})
 
 
+def test_a_resized_claim_reaches_the_pods_already_released(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    train = fraction(context, cluster, "train", "8Gi", 70)
+    kubeapi.create(gated_pod("train-pod", "train"))
+    sync_workloads(cluster.pk)
+    assert "schedulingGates" not in kubeapi.get("v1", "Pod", "train-pod", "ml")["spec"]
+
+    resize_claim(train.pk, compute_percent=50)
+    sync_workloads(cluster.pk)
+    sync_workloads(cluster.pk)  # said once
+
+    held = kubeapi.get("v1", "Pod", "train-pod", "ml")["metadata"]["annotations"]
+    assert held["nvke.io/gpu-utilization"] == "50"
+    assert [m for r, m in events(kubeapi, "train-pod") if r == "Resized"] == [
+        "NVKE resized its GPU claim: 8Gi of GPU memory, compute 10% guaranteed up to 50%."
+    ]
+
+
 def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
     gpu_cluster, kube_client, attach, make_attached_pool, context
 ):
@@ -374,6 +498,11 @@ def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
             name, "ml", reserved, _content_type="application/merge-patch+json"
         )
     gpu_cluster.settle()
+    sync_workloads(cluster.pk)  # the node snapshots say which pods hold each GPU
+    for name, (node, device) in devices.items():
+        held = json.loads(gpu_cluster.get("v1", "Node", node)["metadata"]["annotations"][records.SNAPSHOT])
+        (gpu,) = [g for g in held if f"gpu-{g['gpu']}" == device]
+        assert (gpu["claims"], gpu["pods"]) == ([f"ml/{name}"], [f"ml/{name}-pod"])
     node, device = devices["a"]
     failed = Gpu.objects.get(node__name=node, index=int(device.split("-")[1]))
     gpu_cluster.clear_requests()
@@ -383,7 +512,10 @@ def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
 
     evictions = [r[1] for r in gpu_cluster.requests if r[0] == "POST" and r[1].endswith("/eviction")]
     assert evictions == ["/api/v1/namespaces/ml/pods/a-pod/eviction"]
+    assert ungranted(gpu_cluster.requests) == set()
     assert gpu_cluster.get("v1", "Pod", "b-pod", "ml") is not None
+    ((reason, message),) = [(r, m) for r, m in events(gpu_cluster, "a-pod") if r == "Moved"]
+    assert message.startswith(f"NVKE moved its GPU claim from {device} on node {node} to GPU-")
     sync_workloads(cluster.pk)  # a's pod is gone, its reservation dropped: a is allocated where it now is
     (moved,) = resource_claim(gpu_cluster, "a")["status"]["allocation"]["devices"]["results"]
     assert (moved["pool"], moved["device"]) != devices["a"]

@@ -1,0 +1,29 @@
+"""What NVKE asked of the fake API server, checked against NVKE's access manifest."""
+
+from nvke.providers.kubernetes import rbac
+
+
+def ungranted(requests: list[tuple]) -> set[tuple[str, str, str]]:
+    """The (group, resource, verb) of the fake API server's `requests` that NVKE's access manifest does
+    not grant: on a real cluster each would be a 403 (the fake does not check RBAC)."""
+    granted = {(rule.group, rule.resource, verb) for rule in rbac.RULES for verb in rule.verbs}
+    verbs = {"GET": "get", "POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+    asked = set()
+    for method, path, query, _ in requests:
+        parts = path.strip("/").split("/")
+        if parts[0] == "api":
+            group, rest = "", parts[2:]
+        elif parts[0] == "apis" and len(parts) > 3:
+            group, rest = parts[1], parts[3:]
+        else:
+            continue  # discovery and /version
+        if not rest or group == "authorization.k8s.io":
+            continue  # discovery, and the access reviews anyone may ask
+        if rest[:1] == ["namespaces"] and len(rest) > 2:
+            rest = rest[2:]  # a namespaced resource
+        resource = "/".join(rest[0:3:2])  # "pods", or "pods/binding" past the name
+        verb = verbs[method]
+        if method == "GET" and len(rest) == 1:
+            verb = "watch" if query.get("watch") in ("true", "1") else "list"
+        asked.add((group, resource, verb))
+    return asked - granted
