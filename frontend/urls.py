@@ -1,7 +1,16 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views, views_account, views_guide, views_rollouts, views_telemetry, views_upgrades, views_usage
+from . import (
+    views,
+    views_account,
+    views_guide,
+    views_maintenance,
+    views_rollouts,
+    views_telemetry,
+    views_upgrades,
+    views_usage,
+)
 from .sign_in import SignInView
 
 urlpatterns = [
@@ -17,6 +26,7 @@ urlpatterns = [
     path("clusters/<int:pk>/kubeconfig/", views.cluster_kubeconfig, name="cluster-kubeconfig"),
     path("clusters/<int:pk>/agent-manifest/", views.cluster_agent_manifest, name="cluster-agent-manifest"),
     path("clusters/<int:pk>/delete/", views.cluster_delete, name="cluster-delete"),
+    path("clusters/<int:pk>/maintenance/", views_maintenance.cluster_maintenance, name="cluster-maintenance"),
     path("clusters/<int:pk>/pools/new/", views.pool_create, name="pool-create"),
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
     path("pools/<int:pk>/scale/", views.pool_scale, name="pool-scale"),

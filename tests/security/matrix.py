@@ -71,6 +71,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/clusters/<pk>/defrag/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/agent-manifest/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/defrag-plan/": Api(TENANT, "cluster"),
+    "api/v1/clusters/<pk>/maintenance/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/kubeconfig/": Api(TENANT, "cluster"),
     "api/v1/node-pools/": Api(TENANT),
     "api/v1/node-pools/<pk>/": Api(TENANT, "pool"),
@@ -116,6 +117,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/upgrades/<pk>/nodes/<node>/uncordon/": Api(TENANT, "upgrade_run", params=(("node", "n"),)),
     "api/v1/node-pools/<pk>/driver-options/": Api(TENANT, "pool"),
     "api/v1/node-pools/<pk>/autoscaling/": Api(TENANT, "pool"),
+    "api/v1/node-pools/<pk>/upgrade-deferral/": Api(TENANT, "pool"),
     # Fleet rollouts span every tenant: operators only.
     "api/v1/fleet-rollouts/": Api(STAFF),
     "api/v1/fleet-rollouts/<pk>/": Api(STAFF, "fleet_rollout"),
@@ -156,6 +158,7 @@ PAGES: dict[str, Page] = {
     "clusters/attach/rbac.yaml": Page(),
     "clusters/<pk>/": Page("cluster"),
     "clusters/<pk>/delete/": Page("cluster", post=True),
+    "clusters/<pk>/maintenance/": Page("cluster", post=True),
     "clusters/<pk>/pools/new/": Page("cluster", post=True),
     "pools/<pk>/": Page("pool"),
     "pools/<pk>/scale/": Page("pool", post=True, get=False),
