@@ -8,9 +8,9 @@ class TenancyConfig(AppConfig):
 
     def ready(self) -> None:
         from nvke import encryption  # noqa: F401  (registers its `check --deploy` check)
-        from nvke.api.fields import refuse_numbers_as_strings
+        from nvke.api.fields import strict_json_types
 
-        refuse_numbers_as_strings()  # the API's string fields take strings only, as the schema says
+        strict_json_types()  # the API's string and boolean fields take only those, as the schema says
 
         from . import (
             login_throttle,  # noqa: F401  (counts failed sign-ins)

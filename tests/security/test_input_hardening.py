@@ -156,6 +156,15 @@ def test_string_fields_take_strings_only(api):
     assert response.status_code == 400 and "username" in response.data["details"]["fields"]
 
 
+@pytest.mark.parametrize("value", [0, 1, "yes", "true", None])
+def test_boolean_fields_take_true_or_false_only(api, owner, make_cluster, value):
+    cluster = make_cluster(owner.memberships.get().tenant)
+    body = {"cluster": cluster.pk, "name": "c", "kind": "whole", "training": value}
+    response = api.post("/api/v1/claims/", body, format="json")
+    assert response.status_code == 400 and "training" in response.data["details"]["fields"]
+    assert api.post("/api/v1/claims/", {**body, "training": True}, format="json").status_code == 201
+
+
 def test_options_answers_every_route(api, owner, make_cluster):
     cluster = make_cluster(owner.memberships.get().tenant)
     for url in (f"/api/v1/clusters/{cluster.pk}/agent-manifest/", f"/api/v1/clusters/{cluster.pk}/defrag/"):
