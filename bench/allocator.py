@@ -152,7 +152,7 @@ def bench(
     capacity = sum(len(n.gpus) for n in read_nodes(nodes_csv))
     workload = None
     if policy == "fgd":
-        workload = Workload((p.request for p in pods), window=len(pods), stranding=not paper_fgd)
+        workload = Workload((p.request for p in pods), window=len(pods), extensions=not paper_fgd)
     # One cache for all seeds, as one long-running allocator process would have (same nodes, same
     # workload); "placements_per_s_first_seed" is the rate with cold caches.
     cache = PlacementCache()
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paper-fgd",
         action="store_true",
-        help="fgd with the paper's fragmentation measure alone (no stranding term)",
+        help="fgd with the paper's fragmentation measure alone (no NVKE additions)",
     )
     args = parser.parse_args(argv)
     policies = POLICIES if args.policy == "all" else (args.policy,)

@@ -6,8 +6,9 @@ calls it). `Fleet` keeps an index of the nodes by interned state (keys.py) so a 
 shape instead of every node: nodes in the same state get the same answer.
 
 Policies (all prefer an NVLink-connected set for multi-GPU claims, even when not required):
-- "fgd" (default): least growth of expected fragmentation against the workload (fgd.py); ties (equal
-  states, or claims that strand nothing either way) go to the best-fit node, then the tightest GPU;
+- "fgd" (default): least growth of expected fragmentation against the workload (fgd.py), plus what
+  taking GPU from a model costs the claims that may run only there; ties (equal states, or claims that
+  strand nothing either way) go to the best-fit node, then the tightest GPU;
 - "binpack": most-allocated node first, then the fullest GPU that fits;
 - "spread": least-allocated node first, then the emptiest GPU;
 - "best-fit": the node left with the least free CPU + GPU after placement (the paper's baseline:
@@ -250,10 +251,10 @@ class PlacementCache:
     def __init__(self) -> None:
         self.interner = Interner()
         self._request_ids: dict[tuple, int] = {}
-        self._models: dict[int, fgd.FragModel] = {}
+        self._models: dict[tuple[int, bool], fgd.FragModel] = {}
         self._solo: dict[Request, fgd.Distribution] = {}
 
-    def request_id(self, policy: str, request: Request, version: int) -> int:
+    def request_id(self, policy: str, request: Request, version: Hashable) -> int:
         key = (policy, request, version)
         rid = self._request_ids.get(key)
         if rid is None:
@@ -269,12 +270,13 @@ class PlacementCache:
             found = self._solo[request] = fgd.solo(request)
         return found
 
-    def frag_model(self, distribution: fgd.Distribution) -> fgd.FragModel:
-        model = self._models.get(distribution.version)
+    def frag_model(self, distribution: fgd.Distribution, cpu_bound: bool = False) -> fgd.FragModel:
+        key = (distribution.version, cpu_bound)
+        model = self._models.get(key)
         if model is None:
             if len(self._models) >= self.MODELS:
                 del self._models[next(iter(self._models))]  # the oldest
-            model = self._models[distribution.version] = fgd.FragModel(distribution)
+            model = self._models[key] = fgd.FragModel(distribution, cpu_bound)
         return model
 
 
@@ -292,10 +294,10 @@ class _Group:
 class _View:
     """One claim shape's heap over the node states it fits; `seen` = births already evaluated."""
 
-    __slots__ = ("heap", "seen", "counts", "moved")
+    __slots__ = ("heaps", "seen", "counts", "moved")
 
     def __init__(self) -> None:
-        self.heap: list[tuple] = []
+        self.heaps: dict[str, list[tuple]] = {}  # by GPU model: FGD weighs models against each other
         self.seen = 0
         self.counts: Counter[int] | None = None  # nodes per reason at the last failure
         self.moved = 0  # state changes already counted in `counts`
@@ -316,6 +318,11 @@ class Fleet:
         self._births: list[int] = []  # state ids, each time a state gains its first node
         self._views: dict[int, _View] = {}
         self._moves: list[tuple[InternedNode, InternedNode]] = []  # (old state, new state) of each change
+        self._free_by_model: Counter[str] = Counter()  # free milli-GPUs
+        self._free_total = 0
+        # milli-CPU per milli-GPU of the whole fleet (fgd.FragModel's `cpu_bound`)
+        gpus = sum(len(node.gpus) for node in self.nodes) * MILLI
+        self._cpu_per_gpu = sum(node.cpu_milli_total for node in self.nodes) / gpus if gpus else 0.0
         for i, node in enumerate(self.nodes):
             self._state.append(self.cache.interner.signature(node))
             self._join(i)
@@ -339,21 +346,23 @@ class Fleet:
         if policy not in POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}")
         frag = None
-        version = 0
+        version: tuple[int, bool] | None = None  # which fragmentation model the cached answers are for
         if policy == FGD:
             distribution = self.cache.distribution(request, workload)
-            frag = self.cache.frag_model(distribution)
-            version = distribution.version
+            cpu_bound = distribution.cpu_per_gpu > self._cpu_per_gpu
+            frag = self.cache.frag_model(distribution, cpu_bound)
+            version = (distribution.version, cpu_bound)
         rid = self.cache.request_id(policy, request, version)
         interner = self.cache.interner
         groups = self._groups
-        # Each claim shape keeps a heap of (score, birth, state) over the states it fits. Only states
-        # born since the shape was last placed need evaluating; states that died are dropped lazily
-        # (a state's answer never changes, so a reborn state's old entry is still right).
+        # Each claim shape keeps a heap of (score, birth, state) per GPU model over the states it fits.
+        # Only states born since the shape was last placed need evaluating; states that died are
+        # dropped lazily (a state's answer never changes, so a reborn state's old entry is still right).
+        # The heads of the models' heaps are compared with the model reserve added (fgd.py).
         view = self._views.get(rid)
         if view is None:
             view = self._views[rid] = _View()
-        heap = view.heap
+        heaps = view.heaps
         births = self._births
         cpu, memory, kind, gpus, compute = (
             request.cpu_milli,
@@ -380,22 +389,43 @@ class Fleet:
             if outcome is None:
                 outcome = group.outcomes[rid] = self._evaluate(interner, group.info, request, policy, frag)
             if outcome.__class__ is not int:
-                heapq.heappush(heap, (outcome[0], birth, group.info.id, outcome[1]))  # type: ignore[index]
+                heap = heaps.get(info.static.gpu_model)
+                if heap is None:
+                    heap = heaps[info.static.gpu_model] = []
+                heapq.heappush(heap, (outcome[0], birth, info.id, outcome[1]))  # type: ignore[index]
         view.seen = len(births)
-        while heap and heap[0][2] not in groups:
-            heapq.heappop(heap)
-        if len(heap) > 2 * len(groups) + 64:  # too many dead (or repeated, after a rebirth) entries
-            live: dict[int, tuple] = {}
-            for entry in heap:
-                if entry[2] in groups and entry[2] not in live:
-                    live[entry[2]] = entry
-            heap[:] = live.values()
-            heapq.heapify(heap)
-        if not heap:
+        best = None
+        for model, heap in heaps.items():
+            while heap and heap[0][2] not in groups:
+                heapq.heappop(heap)
+            if len(heap) > 2 * len(groups) + 64:  # too many dead (or repeated, after a rebirth) entries
+                live: dict[int, tuple] = {}
+                for entry in heap:
+                    if entry[2] in groups and entry[2] not in live:
+                        live[entry[2]] = entry
+                heap[:] = live.values()
+                heapq.heapify(heap)
+            if heap:
+                score, birth = heap[0][0], heap[0][1]
+                if frag is not None and frag.reserved:
+                    score = (score[0], score[1] + self._reserve_cost(frag, model, request), *score[2:])
+                if best is None or (score, birth) < best[0]:
+                    best = ((score, birth), heap[0])
+        if best is None:
             return self._unplaceable(view, rid, request, policy, frag)
-        _, _, state, candidate = heap[0]
+        _, _, state, candidate = best[1]
         position = next(iter(groups[state].members))
         return self._placement(position, request, candidate)
+
+    def _reserve_cost(self, frag: fgd.FragModel, model: str, request: Request) -> float:
+        """What taking `request`'s GPU from `model` costs the claims that may only run there: the share
+        of it they will need, when the rest of the free capacity arrives as the workload."""
+        reserved = frag.reserved.get(model)
+        if not reserved:
+            return 0.0
+        free = self._free_by_model[model]
+        need = reserved * self._free_total / free if free > 0 else 1.0
+        return round(request.gpu_demand * MILLI * min(1.0, need), 6)
 
     def _unplaceable(
         self, view: _View, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
@@ -491,6 +521,8 @@ class Fleet:
         del group.members[position]
         if not group.members:
             del self._groups[old]
+        self._free_by_model[group.info.static.gpu_model] -= group.info.total_free
+        self._free_total -= group.info.total_free
         self._state[position] = self.cache.interner.signature(self.nodes[position])
         self._moves.append((group.info, self._state[position][0]))
         self._join(position)
@@ -502,6 +534,8 @@ class Fleet:
             group = self._groups[info.id] = _Group(info)
             self._births.append(info.id)
         group.members[position] = None
+        self._free_by_model[info.static.gpu_model] += info.total_free
+        self._free_total += info.total_free
 
 
 def _first(item: tuple) -> tuple:
