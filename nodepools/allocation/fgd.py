@@ -42,7 +42,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .keys import PCIE, InternedGpu, InternedNode, StaticInfo
+from .keys import PCIE, InternedGpu, InternedNode, StaticInfo, gpu_id
 from .state import CPU_ONLY, FRACTION, MIG_SLICE, MODES_FOR_KIND, WHOLE, Request, mig_start_fits
 
 _versions = itertools.count(1)
@@ -174,58 +174,68 @@ class FragModel:
     def frag(self, node: InternedNode) -> float:
         value = self._frag.get(node.id)
         if value is None:
-            key = (
-                node.static.id,
-                bisect.bisect_right(self._cpu_levels, node.cpu_free),
-                bisect.bisect_right(self._memory_levels, node.memory_free),
-                node.gpu_ids,
+            value = self._frag[node.id] = self.frag_of(
+                node.static, node.cpu_free, node.memory_free, node.gpus, node.total_free
             )
-            shape_frag = self._shape_frag.get(key)
-            if shape_frag is None:
-                shape_frag = self._shape_frag[key] = self._compute(node)
-            value = self._frag[node.id] = shape_frag + self._stranded(node)
         return value
 
-    def _compute(self, node: InternedNode) -> float:
-        total = node.total_free
+    def frag_of(
+        self, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[InternedGpu, ...], total: int
+    ) -> float:
+        """F + S of a node state given by its parts (`gpus` in canonical order, `total` their free share):
+        scoring a candidate placement needs the state it leads to, and interning each one cost more."""
+        key = (
+            static.id,
+            bisect.bisect_right(self._cpu_levels, cpu_free),
+            bisect.bisect_right(self._memory_levels, memory_free),
+            tuple(map(gpu_id, gpus)),
+        )
+        shape_frag = self._shape_frag.get(key)
+        if shape_frag is None:
+            shape_frag = self._shape_frag[key] = self._compute(static, cpu_free, memory_free, gpus, total)
+        return shape_frag + self._stranded(total, cpu_free, memory_free)
+
+    def _compute(
+        self, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[InternedGpu, ...], total: int
+    ) -> float:
         if not total or not self._shapes:
             return 0.0
-        # Per shape: how many GPUs can take it, and how much free GPU sits on those that cannot.
-        vectors = [self._vectors(g, n) for g, n, _ in node.distinct]
+        # Per shape: how many GPUs can take it, and how much free GPU sits on those that cannot. Equal
+        # GPU states are next to each other in canonical order.
+        vectors = [self._vectors(g, len(list(same))) for g, same in itertools.groupby(gpus)]
         if len(vectors) == 1:
             ok_counts, stranded = vectors[0]
         else:
             ok_counts = tuple(map(sum, zip(*(v[0] for v in vectors), strict=True)))
             stranded = tuple(map(sum, zip(*(v[1] for v in vectors), strict=True)))
-        cpu_free, memory_free = node.cpu_free, node.memory_free
         frag = 0.0
-        for j, ((p, cpu, memory, gpus, nvlink), static_ok, ok, lost) in enumerate(
-            zip(self._params, self._static(node.static), ok_counts, stranded, strict=True)
+        for j, ((p, cpu, memory, count, nvlink), static_ok, ok, lost) in enumerate(
+            zip(self._params, self._static(static), ok_counts, stranded, strict=True)
         ):
             if (
                 static_ok
                 and cpu <= cpu_free
                 and memory <= memory_free
-                and ok >= gpus
-                and (not nvlink or self._nvlink_ok(node, j, gpus))
+                and ok >= count
+                and (not nvlink or self._nvlink_ok(gpus, j, count))
             ):
                 frag += p * lost
             else:
                 frag += p * total
         return frag
 
-    def _stranded(self, node: InternedNode) -> float:
+    def _stranded(self, total: int, cpu_free: int, memory_free: int) -> float:
         """S_n; 0 when the distribution asks for the paper's measure alone (no per-GPU ratios)."""
-        fed = float(node.total_free)
+        fed = float(total)
         if self._cpu_per_gpu:
-            fed = min(fed, node.cpu_free / self._cpu_per_gpu)
+            fed = min(fed, cpu_free / self._cpu_per_gpu)
         if self._memory_per_gpu:
-            fed = min(fed, node.memory_free / self._memory_per_gpu)
-        return node.total_free - fed
+            fed = min(fed, memory_free / self._memory_per_gpu)
+        return total - fed
 
-    def _nvlink_ok(self, node: InternedNode, j: int, gpus: int) -> bool:
-        per_domain = Counter(g.link for g in node.gpus if g.link != PCIE and self._vectors(g, 1)[0][j])
-        return any(n >= gpus for n in per_domain.values())
+    def _nvlink_ok(self, gpus: tuple[InternedGpu, ...], j: int, count: int) -> bool:
+        per_domain = Counter(g.link for g in gpus if g.link != PCIE and self._vectors(g, 1)[0][j])
+        return any(n >= count for n in per_domain.values())
 
     def _static(self, static: StaticInfo) -> tuple[bool, ...]:
         vector = self._static_ok.get(static.id)

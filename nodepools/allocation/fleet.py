@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 
 from . import fgd
-from .keys import PCIE, InternedNode, Interner
+from .keys import PCIE, InternedNode, Interner, gpu_id
 from .mig import gpu_geometry
 from .state import (
     CPU_ONLY,
@@ -86,10 +86,9 @@ BEST_FIT_GPU_MILLI = 8 * MILLI
 
 class Candidate:
     """One way to put a claim on a node state: canonical GPU positions (+ MIG start), whether they are
-    NVLink-connected, a GPU-level tie-breaker (`fit`, smaller is tighter), and the state it leads to
-    (`after`, interned on first use: binpack and spread never need it)."""
+    NVLink-connected, and a GPU-level tie-breaker (`fit`, smaller is tighter)."""
 
-    __slots__ = ("node", "positions", "part", "mig_start", "linked", "fit", "_interner", "_request", "_after")
+    __slots__ = ("node", "positions", "part", "mig_start", "linked", "fit", "_interner", "_request")
 
     def __init__(
         self,
@@ -104,7 +103,6 @@ class Candidate:
     ) -> None:
         self._interner = interner
         self._request = request
-        self._after: InternedNode | None = None
         self.node = node
         self.positions = positions
         self.part = part
@@ -112,14 +110,20 @@ class Candidate:
         self.linked = linked
         self.fit = fit
 
-    @property
-    def after(self) -> InternedNode:
-        if self._after is None:
-            r = self._request
-            self._after = self._interner.node_after(
-                self.node, self.positions, self.part, r.cpu_milli, r.host_memory_mib
-            )
-        return self._after
+    def frag_after(self, frag: fgd.FragModel) -> float:
+        """Fragmentation of the state the placement leads to."""
+        node, after = self.node, self._interner.after
+        gpus = list(node.gpus)
+        total = node.total_free
+        for pos in self.positions:
+            new = after(gpus[pos], self.part)
+            total += new.free - gpus[pos].free
+            gpus[pos] = new
+        gpus.sort(key=gpu_id)
+        r = self._request
+        return frag.frag_of(
+            node.static, node.cpu_free - r.cpu_milli, node.memory_free - r.host_memory_mib, tuple(gpus), total
+        )
 
     def leftover(self) -> float:
         """best-fit's measure of what the node has left after the placement."""
@@ -195,11 +199,11 @@ def candidates(interner: Interner, node: InternedNode, request: Request) -> int 
 
 def _whole(interner: Interner, node: InternedNode, request: Request) -> int | list[Candidate]:
     gpus, k = node.gpus, request.gpus
-    if sum(g.healthy for g in gpus) < k:
-        return _REASON[GPU_UNHEALTHY] if len(gpus) >= k else _REASON[NOT_ENOUGH_GPUS]
-    idle = [pos for pos, g in enumerate(gpus) if g.idle]
-    if len(idle) < k:
+    if node.idle_count < k:  # (idle GPUs are healthy ones)
+        if sum(g.healthy for g in gpus) < k:
+            return _REASON[GPU_UNHEALTHY] if len(gpus) >= k else _REASON[NOT_ENOUGH_GPUS]
         return _REASON[NOT_ENOUGH_GPUS]
+    idle = [pos for pos, g in enumerate(gpus) if g.idle]
     domains: dict[int, list[int]] = {}
     for pos in idle:
         domains.setdefault(gpus[pos].link, []).append(pos)
@@ -230,7 +234,7 @@ def _score(policy: str, node: InternedNode, c: Candidate, frag: fgd.FragModel | 
     unlinked = not c.linked
     if policy == FGD:
         assert frag is not None
-        grow = round(frag.frag(c.after) - base, 6)
+        grow = round(c.frag_after(frag) - base, 6)
         # Ties (common: equal states, or claims that strand nothing): pack, tightest GPU first.
         return (unlinked, grow, c.leftover(), c.fit)
     if policy == BINPACK:
@@ -371,8 +375,8 @@ class Fleet:
             request.gpus,
             request.compute_milli,
         )
-        for birth in range(view.seen, len(births)):
-            group = groups.get(births[birth])
+        for birth, state in enumerate(births[view.seen :], view.seen):
+            group = groups.get(state)
             if group is None:
                 continue
             info = group.info
@@ -412,7 +416,7 @@ class Fleet:
                 if best is None or (score, birth) < best[0]:
                     best = ((score, birth), heap[0])
         if best is None:
-            return self._unplaceable(view, rid, request, policy, frag)
+            return self._unplaceable(view, rid, request)
         _, _, state, candidate = best[1]
         position = next(iter(groups[state].members))
         return self._placement(position, request, candidate)
@@ -427,32 +431,33 @@ class Fleet:
         need = reserved * self._free_total / free if free > 0 else 1.0
         return round(request.gpu_demand * MILLI * min(1.0, need), 6)
 
-    def _unplaceable(
-        self, view: _View, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
-    ) -> Unplaceable:
+    def _unplaceable(self, view: _View, rid: int, request: Request) -> Unplaceable:
         """Per-reason node counts. Kept per claim shape and brought up to date from the log of state
         changes, so that a fleet where many claims fail does not rescan every state each time."""
         if view.counts is None:
             view.counts = Counter()
             for group in self._groups.values():
-                view.counts[self._reason(group.info, rid, request, policy, frag)] += len(group.members)
+                view.counts[self._reason(group.info, rid, request)] += len(group.members)
         else:
             for old, new in self._moves[view.moved :]:
-                view.counts[self._reason(old, rid, request, policy, frag)] -= 1
-                view.counts[self._reason(new, rid, request, policy, frag)] += 1
+                view.counts[self._reason(old, rid, request)] -= 1
+                view.counts[self._reason(new, rid, request)] += 1
         view.moved = len(self._moves)
         return unplaceable({REASONS[r]: n for r, n in view.counts.items() if n}, len(self.nodes))
 
-    def _reason(
-        self, info: InternedNode, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
-    ) -> int:
+    def _reason(self, info: InternedNode, rid: int, request: Request) -> int:
+        """The index of why `request` does not fit `info`, or -1. Only a state that is gone can fit here
+        (the claim just failed), so a fit is not scored."""
         group = self._groups.get(info.id)
         outcome = group.outcomes.get(rid) if group is not None else None
         if outcome is None:
-            outcome = self._evaluate(self.cache.interner, info, request, policy, frag)
+            found = candidates(self.cache.interner, info, request)
+            if found.__class__ is not int:
+                return -1
+            outcome = found
             if group is not None:
                 group.outcomes[rid] = outcome
-        return outcome if isinstance(outcome, int) else -1  # -1: fits (never counted when placing fails)
+        return outcome if outcome.__class__ is int else -1  # type: ignore[return-value]
 
     @staticmethod
     def _evaluate(

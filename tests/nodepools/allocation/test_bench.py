@@ -82,6 +82,18 @@ def test_json_output(bench, trace, policy, capsys):
     assert result["placements_per_s"] > 0
 
 
+def test_scale_repeats_the_fleet(bench, trace, capsys):
+    nodes, pods = trace
+    fleet = bench.read_nodes(nodes, scale=3)
+    assert len(fleet) == 9 and len({n.id for n in fleet}) == 9
+    args = ["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--scale", "2", "--json"]
+    assert bench.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["capacity_gpus"], result["scale"]) == (16, 2)
+    assert result["cpu_us_per_placement"] > 0
+    assert result["max_rss_mib"] > 0
+
+
 def test_sliver_lower_bound(bench):
     def pod(milli):
         return bench.Pod(bench.Request("fraction", compute_milli=milli), milli / 1000)
