@@ -128,3 +128,22 @@ def test_a_malformed_pod_list_names_its_line_and_column(bench, trace, tmp_path, 
     assert bench.main(["--nodes", str(nodes), "--pods", str(bad), "--seeds", "1", "--json"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_defrag_bench_compares_bounded_moves_with_a_full_repack(trace, capsys):
+    spec = importlib.util.spec_from_file_location("bench_defrag", BENCH.parent / "defrag.py")
+    defrag = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = defrag
+    spec.loader.exec_module(defrag)
+    nodes, pods = trace
+    args = ["--nodes", str(nodes), "--pods", str(pods), "--moves", "0,5", "--depart", "0.5", "--json"]
+    assert defrag.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    none, some = result["bounded"]
+    assert (none["max_moves"], none["moves"], none["gpus_freed"]) == (0, 0, 0)
+    assert some["moves"] <= 5 and some["gpus_freed"] >= 0
+    assert result["repack_claims"] == result["claims"]
+    assert (
+        some["gpus_freed"] <= result["bound_gpus_freed"]
+        and result["repack_gpus_freed"] <= result["bound_gpus_freed"]
+    )
