@@ -296,7 +296,8 @@ class _Group:
 
 
 class _View:
-    """One claim shape's heap over the node states it fits; `seen` = births already evaluated."""
+    """One claim shape's heaps (one per GPU model) over the node states it fits; `seen` = births already
+    evaluated."""
 
     __slots__ = ("heaps", "seen", "counts", "moved")
 

@@ -131,7 +131,6 @@ class InternedNode:
         "cpu_free",
         "memory_free",
         "gpus",
-        "gpu_ids",
         "distinct",
         "total_free",
         "gpu_used",
@@ -148,7 +147,6 @@ class InternedNode:
         self.cpu_free = cpu_free
         self.memory_free = memory_free
         self.gpus = gpus
-        self.gpu_ids = tuple(g.id for g in gpus)
         # (GPU state, how many, first position): canonical order puts equal GPUs next to each other.
         distinct: list[tuple[InternedGpu, int, int]] = []
         for pos, g in enumerate(gpus):
