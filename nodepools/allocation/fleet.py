@@ -302,7 +302,7 @@ class _View:
     __slots__ = ("heaps", "seen", "counts", "moved")
 
     def __init__(self) -> None:
-        self.heaps: dict[str, list[tuple]] = {}  # by GPU model: FGD weighs models against each other
+        self.heaps: dict[str, list[tuple]] = {}  # by GPU model where FGD weighs models, else one ("")
         self.seen = 0
         self.counts: Counter[int] | None = None  # nodes per reason at the last failure
         self.moved = 0  # state changes already counted in `counts`
@@ -363,11 +363,13 @@ class Fleet:
         # Each claim shape keeps a heap of (score, birth, state) per GPU model over the states it fits.
         # Only states born since the shape was last placed need evaluating; states that died are
         # dropped lazily (a state's answer never changes, so a reborn state's old entry is still right).
-        # The heads of the models' heaps are compared with the model reserve added (fgd.py).
+        # Where the workload reserves GPU models (fgd.py), the heads of the models' heaps are compared
+        # with the reserve added.
         view = self._views.get(rid)
         if view is None:
             view = self._views[rid] = _View()
         heaps = view.heaps
+        by_model = frag is not None and bool(frag.reserved)  # else one heap does
         births = self._births
         cpu, memory, kind, gpus, compute = (
             request.cpu_milli,
@@ -394,9 +396,10 @@ class Fleet:
             if outcome is None:
                 outcome = group.outcomes[rid] = self._evaluate(interner, group.info, request, policy, frag)
             if outcome.__class__ is not int:
-                heap = heaps.get(info.static.gpu_model)
+                model = info.static.gpu_model if by_model else ""
+                heap = heaps.get(model)
                 if heap is None:
-                    heap = heaps[info.static.gpu_model] = []
+                    heap = heaps[model] = []
                 heapq.heappush(heap, (outcome[0], birth, info.id, outcome[1]))  # type: ignore[index]
         view.seen = len(births)
         best = None
@@ -412,7 +415,7 @@ class Fleet:
                 heapq.heapify(heap)
             if heap:
                 score, birth = heap[0][0], heap[0][1]
-                if frag is not None and frag.reserved:
+                if by_model:
                     score = (score[0], score[1] + self._reserve_cost(frag, model, request), *score[2:])
                 if best is None or (score, birth) < best[0]:
                     best = ((score, birth), heap[0])
