@@ -7,8 +7,9 @@ Method of the FGD paper's simulator (see bench/README.md): per seed, sample pods
 the requested GPUs reach 130% of the cluster's GPUs, shuffle, place one at a time, nothing departs.
 Report the allocated GPU share, and the unallocated GPUs, when arrived demand first reaches 100% of
 capacity, as the mean over seeds; and placement decisions per second (place + apply, failures included,
-over the whole replay). Also a lower bound on the unallocated GPUs that no policy can beat
-(`sliver_lower_bound`).
+over the whole replay) with the CPU time each took. Also a lower bound on the unallocated GPUs that no
+policy can beat (`sliver_lower_bound`). `--scale N` repeats the node list N times (a fleet N x larger,
+with N x as many pods arriving), for how the cost per placement grows with the fleet.
 
 Mapping of the trace onto the allocator:
 - every node is a "fractional"-mode node; GPU memory is unknown (0) and the shared resource is the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import statistics
 import sys
 import time
@@ -48,16 +50,18 @@ class Pod:
     gpus: float  # requested GPUs: num_gpu for whole pods, gpu_milli / 1000 for GPU-share pods, 0 for CPU
 
 
-def read_nodes(path: Path) -> list[NodeState]:
+def read_nodes(path: Path, scale: int = 1) -> list[NodeState]:
+    """The node list; `scale` > 1 repeats it that many times (copy k's names end in "#k")."""
     return [
         NodeState(
-            id=row.name,
+            id=row.name if scale == 1 else f"{row.name}#{k}",
             gpu_model=row.model,
             sharing_mode=FRACTIONAL,
             gpus=[GpuState(i, memory_mib=0) for i in range(row.gpus)],
             cpu_milli_total=row.cpu_milli,
             memory_mib_total=row.memory_mib,
         )
+        for k in range(scale)
         for row in traces.read_nodes(path)
     ]
 
@@ -111,20 +115,20 @@ class Run:
     alloc_at_end: float
     decisions: int
     seconds: float
+    cpu_seconds: float  # this process's CPU time: the cost, whatever else the machine runs
     bound_at_100: float  # sliver_lower_bound of the pods arrived by then
 
 
 def replay(
-    nodes_csv: Path, sample: list[Pod], policy: str, workload: Workload | None, cache: PlacementCache
+    nodes: list[NodeState], sample: list[Pod], policy: str, workload: Workload | None, cache: PlacementCache
 ) -> Run:
-    """Place the pods one at a time on a fresh cluster; nothing departs."""
-    nodes = read_nodes(nodes_csv)
+    """Place the pods one at a time on `nodes` (fresh); nothing departs."""
     capacity = sum(len(n.gpus) for n in nodes)
     fleet = Fleet(nodes, cache)
     arrived = allocated = 0.0
     at_100 = None
     count_at_100 = len(sample)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i, pod in enumerate(sample):
         arrived += pod.gpus
         placement = fleet.place(pod.request, policy, workload)
@@ -133,10 +137,10 @@ def replay(
             allocated += pod.gpus
         if at_100 is None and arrived >= capacity:
             at_100, count_at_100 = allocated / capacity, i + 1
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     at_end = allocated / capacity
     bound = sliver_lower_bound(sample[:count_at_100])
-    return Run(at_100 if at_100 is not None else at_end, at_end, len(sample), seconds, bound)
+    return Run(at_100 if at_100 is not None else at_end, at_end, len(sample), seconds, cpu_seconds, bound)
 
 
 def bench(
@@ -147,30 +151,36 @@ def bench(
     first_seed: int = 42,
     ratio: float = 1.3,
     paper_fgd: bool = False,
+    scale: int = 1,
 ) -> dict:
     pods = read_pods(pods_csv)
-    capacity = sum(len(n.gpus) for n in read_nodes(nodes_csv))
+    capacity = sum(len(n.gpus) for n in read_nodes(nodes_csv, scale))
     workload = None
     if policy == "fgd":
-        workload = Workload((p.request for p in pods), window=len(pods), stranding=not paper_fgd)
+        workload = Workload((p.request for p in pods), window=len(pods), extensions=not paper_fgd)
     # One cache for all seeds, as one long-running allocator process would have (same nodes, same
     # workload); "placements_per_s_first_seed" is the rate with cold caches.
     cache = PlacementCache()
     runs = [
-        replay(nodes_csv, arrivals(pods, capacity, ratio, seed), policy, workload, cache)
+        replay(read_nodes(nodes_csv, scale), arrivals(pods, capacity, ratio, seed), policy, workload, cache)
         for seed in range(first_seed, first_seed + seeds)
     ]
     alloc = statistics.mean(r.alloc_at_100 for r in runs)
+    decisions = sum(r.decisions for r in runs)
     return {
         "policy": policy + (" (paper's measure)" if paper_fgd and policy == "fgd" else ""),
         "seeds": seeds,
         "gpu_alloc_pct_at_100": round(100 * alloc, 2),
         "unallocated_gpus_at_100": round((1 - alloc) * capacity, 1),
-        "placements_per_s": round(sum(r.decisions for r in runs) / sum(r.seconds for r in runs), 1),
+        "placements_per_s": round(decisions / sum(r.seconds for r in runs), 1),
+        "cpu_us_per_placement": round(1e6 * sum(r.cpu_seconds for r in runs) / decisions, 1),
         "placements_per_s_first_seed": round(runs[0].decisions / runs[0].seconds, 1),
         "gpu_alloc_pct_at_end": round(100 * statistics.mean(r.alloc_at_end for r in runs), 2),
         "capacity_gpus": capacity,
-        "decisions": sum(r.decisions for r in runs),
+        "scale": scale,
+        # Peak resident memory of the process so far (Linux reports KiB): nodes, caches and all seeds.
+        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "decisions": decisions,
         "unallocated_lower_bound_at_100": round(statistics.mean(r.bound_at_100 for r in runs), 1),
         "per_seed_unallocated_at_100": [round((1 - r.alloc_at_100) * capacity, 1) for r in runs],
     }
@@ -192,13 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paper-fgd",
         action="store_true",
-        help="fgd with the paper's fragmentation measure alone (no stranding term)",
+        help="fgd with the paper's fragmentation measure alone (no NVKE additions)",
+    )
+    parser.add_argument(
+        "--scale", type=int, default=1, help="repeat the node list this many times (a fleet N x larger)"
     )
     args = parser.parse_args(argv)
     policies = POLICIES if args.policy == "all" else (args.policy,)
     try:
         results = [
-            bench(args.nodes, args.pods, p, args.seeds, args.first_seed, args.ratio, args.paper_fgd)
+            bench(
+                args.nodes, args.pods, p, args.seeds, args.first_seed, args.ratio, args.paper_fgd, args.scale
+            )
             for p in policies
         ]
     except traces.TraceError as error:

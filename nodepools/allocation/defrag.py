@@ -6,7 +6,7 @@ import copy
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
-from .fleet import BINPACK, Fleet, PlacementCache
+from .fleet import BINPACK, Fleet
 from .state import FRACTION, MIG_SLICE, NodeState, Placement
 
 
@@ -27,10 +27,14 @@ def plan_defrag(
     already in use (moving onto an idle GPU would just move the hole) and is re-placed with the normal
     rules (binpack), so every move is a valid placement of the claim's own request. Only fractions and
     MIG slices move: moving a whole-GPU claim frees one GPU and takes another. Apply the moves in order
-    (release source, apply target). Cost: one copy of the fleet per GPU tried."""
+    (release source, apply target). Everything is tried on one copy of the fleet whose idle GPUs are
+    closed, each trial undone; a GPU a plan empties is closed there in turn."""
     work = copy.deepcopy(list(nodes))
-    cache = PlacementCache()
-    fleet = Fleet(work, cache)
+    for node in work:
+        for g in node.gpus:
+            if g.idle():
+                g.healthy = False
+    scratch = Fleet(work)
     current = dict(placements)
     moves: list[Move] = []
     hopeless: set[tuple[Hashable, int]] = set()
@@ -38,16 +42,17 @@ def plan_defrag(
         plan = None
         for gpu, claims in _sources(current, max_moves - len(moves)):
             if gpu not in hopeless:
-                plan = _empty(fleet, cache, gpu, [(c, current[c]) for c in claims])
+                plan = _empty(scratch, gpu, [(c, current[c]) for c in claims])
                 if plan is not None:
                     break
                 hopeless.add(gpu)
         if plan is None:
             break
         for move in plan:
-            fleet.release(move.source)
-            fleet.apply(move.target)
+            scratch.release(move.source)
+            scratch.apply(move.target)
             current[move.claim_id] = move.target
+        _set_health(scratch, gpu, False)
         moves.extend(plan)
         hopeless.clear()  # the fleet changed: earlier failures may now succeed
     return moves
@@ -69,22 +74,31 @@ def _sources(current: Mapping[Hashable, Placement], budget: int) -> list[tuple[t
     return sorted(options, key=lambda item: (len(item[1]), used[item[0]], repr(item[0])))
 
 
+def _set_health(fleet: Fleet, gpu: tuple[Hashable, int], healthy: bool) -> None:
+    fleet.node(gpu[0]).gpus[gpu[1]].healthy = healthy
+    fleet.refresh(gpu[0])
+
+
 def _empty(
-    fleet: Fleet, cache: PlacementCache, gpu: tuple[Hashable, int], claims: list[tuple[Hashable, Placement]]
+    scratch: Fleet, gpu: tuple[Hashable, int], claims: list[tuple[Hashable, Placement]]
 ) -> list[Move] | None:
-    """Moves that take every claim off `gpu`, trying them on a copy where idle GPUs and `gpu` are closed."""
-    trial = copy.deepcopy(fleet.nodes)
-    for node in trial:
-        for g in node.gpus:
-            if g.idle() or (node.id, g.index) == gpu:
-                g.healthy = False
-    scratch = Fleet(trial, cache)
-    plan = []
+    """Moves that take every claim off `gpu` (closed meanwhile), found on `scratch` and undone there."""
+    plan: list[Move] = []
+    released: list[Placement] = []
+    healthy = scratch.node(gpu[0]).gpus[gpu[1]].healthy
+    _set_health(scratch, gpu, False)
     for claim_id, source in claims:
         scratch.release(source)
+        released.append(source)
         target = scratch.place(source.request, BINPACK)
         if not isinstance(target, Placement):
-            return None
+            break
         scratch.apply(target)
         plan.append(Move(claim_id, source, target))
-    return plan
+    for move in reversed(plan):
+        scratch.release(move.target)
+    _set_health(scratch, gpu, True)  # apply() puts claims only on healthy GPUs
+    for source in released:
+        scratch.apply(source)
+    _set_health(scratch, gpu, healthy)
+    return plan if len(plan) == len(claims) else None

@@ -16,22 +16,33 @@ to whole-GPU, MIG and memory-sized fractions through the same per-GPU "can it ta
 without GPUs are left out of the workload: each one counts all free GPU as fragment on every node, the
 same for every candidate placement of a given claim, so it cannot change a decision.
 
-One addition to the paper's measure (NVKE's; it cut unallocated GPUs on the Alibaba trace by about a
-fifth, bench/README.md): F_n looks one claim ahead, so a node with 3 free GPUs and CPU for only one more
-typical claim looks healthy. We add the GPU that the node's free CPU and host memory cannot feed at the
-workload's average CPU (memory) per GPU:
+NVKE's additions (bench/README.md has what each saved on the trace and its workload families):
 
-    S_n = max(0, free GPU - min(free CPU / CPU per GPU, free memory / memory per GPU))"""
+1. F_n looks one claim ahead, so a node with 3 free GPUs and CPU for only one more typical claim looks
+   healthy. We add the GPU that the node's free CPU and host memory cannot feed at the workload's
+   average CPU (memory) per GPU. Where the workload asks more CPU per GPU than the fleet has, CPU binds
+   fleet-wide and the CPU of the workload's CPU-only claims counts in that average too (wherever those
+   claims land, the CPU they take is gone for the GPUs):
+
+       S_n = max(0, free GPU - min(free CPU / CPU per GPU, free memory / memory per GPU))
+
+2. Claims that may run only on some GPU models (`allowed_models`) reserve a share of those models.
+   `reserved[model]` is that share of the workload's GPU demand; Fleet.place charges a claim taking GPU
+   from a model the part of it those claims would need if the fleet's free capacity filled with the
+   workload (fleet.py, `_reserve_cost`). It depends on the fleet's free capacity per model, so it is
+   added when nodes of different models are compared, not memoised per node state."""
 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
+import math
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .keys import PCIE, InternedGpu, InternedNode, StaticInfo
+from .keys import PCIE, InternedGpu, InternedNode, StaticInfo, gpu_id
 from .state import CPU_ONLY, FRACTION, MIG_SLICE, MODES_FOR_KIND, WHOLE, Request, mig_start_fits
 
 _versions = itertools.count(1)
@@ -44,7 +55,15 @@ class Distribution:
     shapes: tuple[Request, ...]
     weights: tuple[float, ...]
     version: int
-    stranding: bool = True  # add S_n to the paper's measure
+    extensions: bool = True  # NVKE's additions to the paper's measure (S_n, the model reserve)
+    cpu_only_cpu: float = 0.0  # CPU the workload's CPU-only claims take, per GPU claim
+
+    @functools.cached_property
+    def cpu_per_gpu(self) -> float:
+        """Milli-CPU the claims ask per milli-GPU, CPU-only claims included (inf without GPU claims)."""
+        gpu = sum(p * s.gpu_demand * 1000 for s, p in zip(self.shapes, self.weights, strict=True))
+        cpu = sum(p * s.cpu_milli for s, p in zip(self.shapes, self.weights, strict=True)) + self.cpu_only_cpu
+        return cpu / gpu if gpu else math.inf
 
 
 class Workload:
@@ -53,7 +72,7 @@ class Workload:
     Keeps the last `window` claims. The distribution is the most frequent shapes covering `coverage`
     of them (the simulator's "typical pods", 95%), renormalised. It is rebuilt at most every
     `refresh_every` recorded claims, because the allocator caches fragmentation per distribution.
-    `stranding=False` gives the paper's measure alone (for comparison)."""
+    `extensions=False` gives the paper's measure alone (for comparison)."""
 
     def __init__(
         self,
@@ -62,9 +81,9 @@ class Workload:
         window: int = 10_000,
         coverage: float = 0.95,
         refresh_every: int = 500,
-        stranding: bool = True,
+        extensions: bool = True,
     ) -> None:
-        self._stranding = stranding
+        self._extensions = extensions
         self._recent: deque[Request] = deque(maxlen=window)
         self._counts: Counter[Request] = Counter()
         self._coverage = coverage
@@ -86,12 +105,14 @@ class Workload:
 
     def distribution(self) -> Distribution:
         if self._distribution is None or self._since_refresh >= self._refresh_every:
-            self._distribution = distribution_of(self._counts, self._coverage, self._stranding)
+            self._distribution = distribution_of(self._counts, self._coverage, self._extensions)
             self._since_refresh = 0
         return self._distribution
 
 
-def distribution_of(counts: Counter[Request], coverage: float = 0.95, stranding: bool = True) -> Distribution:
+def distribution_of(
+    counts: Counter[Request], coverage: float = 0.95, extensions: bool = True
+) -> Distribution:
     """The most frequent shapes that cover `coverage` of all claims, GPU shapes only, normalised."""
     total = sum(counts.values())
     typical: list[tuple[Request, int]] = []
@@ -108,7 +129,8 @@ def distribution_of(counts: Counter[Request], coverage: float = 0.95, stranding:
         tuple(shape for shape, _ in gpu_shapes),
         tuple(n / weight for _, n in gpu_shapes),
         next(_versions),
-        stranding,
+        extensions,
+        sum(n * shape.cpu_milli for shape, n in typical if shape.kind == CPU_ONLY) / weight,
     )
 
 
@@ -119,9 +141,10 @@ def solo(request: Request) -> Distribution:
 
 
 class FragModel:
-    """Fragmentation of interned node states against one distribution, memoised per state."""
+    """Fragmentation of interned node states against one distribution, memoised per state.
+    `cpu_bound`: the fleet has less CPU per GPU than the workload asks (Distribution.cpu_per_gpu)."""
 
-    def __init__(self, distribution: Distribution) -> None:
+    def __init__(self, distribution: Distribution, cpu_bound: bool = False) -> None:
         self.distribution = distribution
         self._shapes = distribution.shapes
         pairs = list(zip(distribution.shapes, distribution.weights, strict=True))
@@ -129,12 +152,14 @@ class FragModel:
             (p, s.cpu_milli, s.host_memory_mib, s.gpus, s.kind == WHOLE and s.nvlink_required)
             for s, p in pairs
         ]
-        # Workload's host resources per milli-GPU, for the stranding term S_n.
+        # Workload's host resources per milli-GPU, for the stranding term S_n. CPU-only claims' CPU counts
+        # only where the fleet is `cpu_bound`: otherwise there is CPU to spare for them, and counting it
+        # anyway strands GPUs that would have been fed (bench/README.md: +17% on multigpu20).
         gpu = sum(p * s.gpu_demand * 1000 for s, p in pairs)
-        cpu = sum(p * s.cpu_milli for s, p in pairs)
+        cpu = sum(p * s.cpu_milli for s, p in pairs) + (distribution.cpu_only_cpu if cpu_bound else 0.0)
         memory = sum(p * s.host_memory_mib for s, p in pairs)
-        self._cpu_per_gpu = cpu / gpu if gpu and distribution.stranding else 0.0
-        self._memory_per_gpu = memory / gpu if gpu and distribution.stranding else 0.0
+        self._cpu_per_gpu = cpu / gpu if gpu and distribution.extensions else 0.0
+        self._memory_per_gpu = memory / gpu if gpu and distribution.extensions else 0.0
         # The paper's part of F depends on free CPU and memory only through which shapes they admit:
         # memoise it per (static, CPU level, memory level, GPU states) to share it between states.
         self._cpu_levels = sorted({s.cpu_milli for s in distribution.shapes})
@@ -143,62 +168,74 @@ class FragModel:
         self._frag: dict[int, float] = {}
         self._gpu_vectors: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._static_ok: dict[int, tuple[bool, ...]] = {}
+        # Per GPU model, the share of the workload's GPU demand that may run only there (Fleet.place).
+        self.reserved = reserved_shares(pairs) if distribution.extensions else {}
 
     def frag(self, node: InternedNode) -> float:
         value = self._frag.get(node.id)
         if value is None:
-            key = (
-                node.static.id,
-                bisect.bisect_right(self._cpu_levels, node.cpu_free),
-                bisect.bisect_right(self._memory_levels, node.memory_free),
-                node.gpu_ids,
+            value = self._frag[node.id] = self.frag_of(
+                node.static, node.cpu_free, node.memory_free, node.gpus, node.total_free
             )
-            shape_frag = self._shape_frag.get(key)
-            if shape_frag is None:
-                shape_frag = self._shape_frag[key] = self._compute(node)
-            value = self._frag[node.id] = shape_frag + self._stranded(node)
         return value
 
-    def _compute(self, node: InternedNode) -> float:
-        total = node.total_free
+    def frag_of(
+        self, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[InternedGpu, ...], total: int
+    ) -> float:
+        """F + S of a node state given by its parts (`gpus` in canonical order, `total` their free share):
+        scoring a candidate placement needs the state it leads to, and interning each one cost more."""
+        key = (
+            static.id,
+            bisect.bisect_right(self._cpu_levels, cpu_free),
+            bisect.bisect_right(self._memory_levels, memory_free),
+            tuple(map(gpu_id, gpus)),
+        )
+        shape_frag = self._shape_frag.get(key)
+        if shape_frag is None:
+            shape_frag = self._shape_frag[key] = self._compute(static, cpu_free, memory_free, gpus, total)
+        return shape_frag + self._stranded(total, cpu_free, memory_free)
+
+    def _compute(
+        self, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[InternedGpu, ...], total: int
+    ) -> float:
         if not total or not self._shapes:
             return 0.0
-        # Per shape: how many GPUs can take it, and how much free GPU sits on those that cannot.
-        vectors = [self._vectors(g, n) for g, n, _ in node.distinct]
+        # Per shape: how many GPUs can take it, and how much free GPU sits on those that cannot. Equal
+        # GPU states are next to each other in canonical order.
+        vectors = [self._vectors(g, len(list(same))) for g, same in itertools.groupby(gpus)]
         if len(vectors) == 1:
             ok_counts, stranded = vectors[0]
         else:
             ok_counts = tuple(map(sum, zip(*(v[0] for v in vectors), strict=True)))
             stranded = tuple(map(sum, zip(*(v[1] for v in vectors), strict=True)))
-        cpu_free, memory_free = node.cpu_free, node.memory_free
         frag = 0.0
-        for j, ((p, cpu, memory, gpus, nvlink), static_ok, ok, lost) in enumerate(
-            zip(self._params, self._static(node.static), ok_counts, stranded, strict=True)
+        for j, ((p, cpu, memory, count, nvlink), static_ok, ok, lost) in enumerate(
+            zip(self._params, self._static(static), ok_counts, stranded, strict=True)
         ):
             if (
                 static_ok
                 and cpu <= cpu_free
                 and memory <= memory_free
-                and ok >= gpus
-                and (not nvlink or self._nvlink_ok(node, j, gpus))
+                and ok >= count
+                and (not nvlink or self._nvlink_ok(gpus, j, count))
             ):
                 frag += p * lost
             else:
                 frag += p * total
         return frag
 
-    def _stranded(self, node: InternedNode) -> float:
+    def _stranded(self, total: int, cpu_free: int, memory_free: int) -> float:
         """S_n; 0 when the distribution asks for the paper's measure alone (no per-GPU ratios)."""
-        fed = float(node.total_free)
+        fed = float(total)
         if self._cpu_per_gpu:
-            fed = min(fed, node.cpu_free / self._cpu_per_gpu)
+            fed = min(fed, cpu_free / self._cpu_per_gpu)
         if self._memory_per_gpu:
-            fed = min(fed, node.memory_free / self._memory_per_gpu)
-        return node.total_free - fed
+            fed = min(fed, memory_free / self._memory_per_gpu)
+        return total - fed
 
-    def _nvlink_ok(self, node: InternedNode, j: int, gpus: int) -> bool:
-        per_domain = Counter(g.link for g in node.gpus if g.link != PCIE and self._vectors(g, 1)[0][j])
-        return any(n >= gpus for n in per_domain.values())
+    def _nvlink_ok(self, gpus: tuple[InternedGpu, ...], j: int, count: int) -> bool:
+        per_domain = Counter(g.link for g in gpus if g.link != PCIE and self._vectors(g, 1)[0][j])
+        return any(n >= count for n in per_domain.values())
 
     def _static(self, static: StaticInfo) -> tuple[bool, ...]:
         vector = self._static_ok.get(static.id)
@@ -222,6 +259,17 @@ class FragModel:
             ok = tuple(count * gpu_takes(gpu, s) for s in self._shapes)
             vectors = self._gpu_vectors[gpu.id, count] = (ok, tuple(0 if k else count * gpu.free for k in ok))
         return vectors
+
+
+def reserved_shares(pairs: list[tuple[Request, float]]) -> dict[str, float]:
+    """Per GPU model: the share of the workload's GPU demand that may run only on it (a claim allowed
+    k models counts 1/k on each)."""
+    total = sum(p * s.gpu_demand for s, p in pairs)
+    reserved: Counter[str] = Counter()
+    for s, p in pairs if total else ():
+        for model in s.allowed_models:
+            reserved[model] += p * s.gpu_demand / len(s.allowed_models) / total
+    return dict(reserved)
 
 
 def gpu_takes(gpu: InternedGpu, shape: Request) -> bool:

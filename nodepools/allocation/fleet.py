@@ -6,8 +6,9 @@ calls it). `Fleet` keeps an index of the nodes by interned state (keys.py) so a 
 shape instead of every node: nodes in the same state get the same answer.
 
 Policies (all prefer an NVLink-connected set for multi-GPU claims, even when not required):
-- "fgd" (default): least growth of expected fragmentation against the workload (fgd.py); ties (equal
-  states, or claims that strand nothing either way) go to the best-fit node, then the tightest GPU;
+- "fgd" (default): least growth of expected fragmentation against the workload (fgd.py), plus what
+  taking GPU from a model costs the claims that may run only there; ties (equal states, or claims that
+  strand nothing either way) go to the best-fit node, then the tightest GPU;
 - "binpack": most-allocated node first, then the fullest GPU that fits;
 - "spread": least-allocated node first, then the emptiest GPU;
 - "best-fit": the node left with the least free CPU + GPU after placement (the paper's baseline:
@@ -21,7 +22,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 
 from . import fgd
-from .keys import PCIE, InternedNode, Interner
+from .keys import PCIE, InternedNode, Interner, gpu_id
 from .mig import gpu_geometry
 from .state import (
     CPU_ONLY,
@@ -85,10 +86,9 @@ BEST_FIT_GPU_MILLI = 8 * MILLI
 
 class Candidate:
     """One way to put a claim on a node state: canonical GPU positions (+ MIG start), whether they are
-    NVLink-connected, a GPU-level tie-breaker (`fit`, smaller is tighter), and the state it leads to
-    (`after`, interned on first use: binpack and spread never need it)."""
+    NVLink-connected, and a GPU-level tie-breaker (`fit`, smaller is tighter)."""
 
-    __slots__ = ("node", "positions", "part", "mig_start", "linked", "fit", "_interner", "_request", "_after")
+    __slots__ = ("node", "positions", "part", "mig_start", "linked", "fit", "_interner", "_request")
 
     def __init__(
         self,
@@ -103,7 +103,6 @@ class Candidate:
     ) -> None:
         self._interner = interner
         self._request = request
-        self._after: InternedNode | None = None
         self.node = node
         self.positions = positions
         self.part = part
@@ -111,14 +110,20 @@ class Candidate:
         self.linked = linked
         self.fit = fit
 
-    @property
-    def after(self) -> InternedNode:
-        if self._after is None:
-            r = self._request
-            self._after = self._interner.node_after(
-                self.node, self.positions, self.part, r.cpu_milli, r.host_memory_mib
-            )
-        return self._after
+    def frag_after(self, frag: fgd.FragModel) -> float:
+        """Fragmentation of the state the placement leads to."""
+        node, after = self.node, self._interner.after
+        gpus = list(node.gpus)
+        total = node.total_free
+        for pos in self.positions:
+            new = after(gpus[pos], self.part)
+            total += new.free - gpus[pos].free
+            gpus[pos] = new
+        gpus.sort(key=gpu_id)
+        r = self._request
+        return frag.frag_of(
+            node.static, node.cpu_free - r.cpu_milli, node.memory_free - r.host_memory_mib, tuple(gpus), total
+        )
 
     def leftover(self) -> float:
         """best-fit's measure of what the node has left after the placement."""
@@ -194,11 +199,11 @@ def candidates(interner: Interner, node: InternedNode, request: Request) -> int 
 
 def _whole(interner: Interner, node: InternedNode, request: Request) -> int | list[Candidate]:
     gpus, k = node.gpus, request.gpus
-    if sum(g.healthy for g in gpus) < k:
-        return _REASON[GPU_UNHEALTHY] if len(gpus) >= k else _REASON[NOT_ENOUGH_GPUS]
-    idle = [pos for pos, g in enumerate(gpus) if g.idle]
-    if len(idle) < k:
+    if node.idle_count < k:  # (idle GPUs are healthy ones)
+        if sum(g.healthy for g in gpus) < k:
+            return _REASON[GPU_UNHEALTHY] if len(gpus) >= k else _REASON[NOT_ENOUGH_GPUS]
         return _REASON[NOT_ENOUGH_GPUS]
+    idle = [pos for pos, g in enumerate(gpus) if g.idle]
     domains: dict[int, list[int]] = {}
     for pos in idle:
         domains.setdefault(gpus[pos].link, []).append(pos)
@@ -229,7 +234,7 @@ def _score(policy: str, node: InternedNode, c: Candidate, frag: fgd.FragModel | 
     unlinked = not c.linked
     if policy == FGD:
         assert frag is not None
-        grow = round(frag.frag(c.after) - base, 6)
+        grow = round(c.frag_after(frag) - base, 6)
         # Ties (common: equal states, or claims that strand nothing): pack, tightest GPU first.
         return (unlinked, grow, c.leftover(), c.fit)
     if policy == BINPACK:
@@ -250,10 +255,10 @@ class PlacementCache:
     def __init__(self) -> None:
         self.interner = Interner()
         self._request_ids: dict[tuple, int] = {}
-        self._models: dict[int, fgd.FragModel] = {}
+        self._models: dict[tuple[int, bool], fgd.FragModel] = {}
         self._solo: dict[Request, fgd.Distribution] = {}
 
-    def request_id(self, policy: str, request: Request, version: int) -> int:
+    def request_id(self, policy: str, request: Request, version: Hashable) -> int:
         key = (policy, request, version)
         rid = self._request_ids.get(key)
         if rid is None:
@@ -269,12 +274,13 @@ class PlacementCache:
             found = self._solo[request] = fgd.solo(request)
         return found
 
-    def frag_model(self, distribution: fgd.Distribution) -> fgd.FragModel:
-        model = self._models.get(distribution.version)
+    def frag_model(self, distribution: fgd.Distribution, cpu_bound: bool = False) -> fgd.FragModel:
+        key = (distribution.version, cpu_bound)
+        model = self._models.get(key)
         if model is None:
             if len(self._models) >= self.MODELS:
                 del self._models[next(iter(self._models))]  # the oldest
-            model = self._models[distribution.version] = fgd.FragModel(distribution)
+            model = self._models[key] = fgd.FragModel(distribution, cpu_bound)
         return model
 
 
@@ -290,12 +296,13 @@ class _Group:
 
 
 class _View:
-    """One claim shape's heap over the node states it fits; `seen` = births already evaluated."""
+    """One claim shape's heaps (one per GPU model) over the node states it fits; `seen` = births already
+    evaluated."""
 
-    __slots__ = ("heap", "seen", "counts", "moved")
+    __slots__ = ("heaps", "seen", "counts", "moved")
 
     def __init__(self) -> None:
-        self.heap: list[tuple] = []
+        self.heaps: dict[str, list[tuple]] = {}  # by GPU model where FGD weighs models, else one ("")
         self.seen = 0
         self.counts: Counter[int] | None = None  # nodes per reason at the last failure
         self.moved = 0  # state changes already counted in `counts`
@@ -316,6 +323,11 @@ class Fleet:
         self._births: list[int] = []  # state ids, each time a state gains its first node
         self._views: dict[int, _View] = {}
         self._moves: list[tuple[InternedNode, InternedNode]] = []  # (old state, new state) of each change
+        self._free_by_model: Counter[str] = Counter()  # free milli-GPUs
+        self._free_total = 0
+        # milli-CPU per milli-GPU of the whole fleet (fgd.FragModel's `cpu_bound`)
+        gpus = sum(len(node.gpus) for node in self.nodes) * MILLI
+        self._cpu_per_gpu = sum(node.cpu_milli_total for node in self.nodes) / gpus if gpus else 0.0
         for i, node in enumerate(self.nodes):
             self._state.append(self.cache.interner.signature(node))
             self._join(i)
@@ -339,21 +351,25 @@ class Fleet:
         if policy not in POLICIES:
             raise ValueError(f"unknown placement policy {policy!r}")
         frag = None
-        version = 0
+        version: tuple[int, bool] | None = None  # which fragmentation model the cached answers are for
         if policy == FGD:
             distribution = self.cache.distribution(request, workload)
-            frag = self.cache.frag_model(distribution)
-            version = distribution.version
+            cpu_bound = distribution.cpu_per_gpu > self._cpu_per_gpu
+            frag = self.cache.frag_model(distribution, cpu_bound)
+            version = (distribution.version, cpu_bound)
         rid = self.cache.request_id(policy, request, version)
         interner = self.cache.interner
         groups = self._groups
-        # Each claim shape keeps a heap of (score, birth, state) over the states it fits. Only states
-        # born since the shape was last placed need evaluating; states that died are dropped lazily
-        # (a state's answer never changes, so a reborn state's old entry is still right).
+        # Each claim shape keeps a heap of (score, birth, state) per GPU model over the states it fits.
+        # Only states born since the shape was last placed need evaluating; states that died are
+        # dropped lazily (a state's answer never changes, so a reborn state's old entry is still right).
+        # Where the workload reserves GPU models (fgd.py), the heads of the models' heaps are compared
+        # with the reserve added.
         view = self._views.get(rid)
         if view is None:
             view = self._views[rid] = _View()
-        heap = view.heap
+        heaps = view.heaps
+        by_model = frag is not None and bool(frag.reserved)  # else one heap does
         births = self._births
         cpu, memory, kind, gpus, compute = (
             request.cpu_milli,
@@ -362,8 +378,8 @@ class Fleet:
             request.gpus,
             request.compute_milli,
         )
-        for birth in range(view.seen, len(births)):
-            group = groups.get(births[birth])
+        for birth, state in enumerate(births[view.seen :], view.seen):
+            group = groups.get(state)
             if group is None:
                 continue
             info = group.info
@@ -380,49 +396,72 @@ class Fleet:
             if outcome is None:
                 outcome = group.outcomes[rid] = self._evaluate(interner, group.info, request, policy, frag)
             if outcome.__class__ is not int:
-                heapq.heappush(heap, (outcome[0], birth, group.info.id, outcome[1]))  # type: ignore[index]
+                model = info.static.gpu_model if by_model else ""
+                heap = heaps.get(model)
+                if heap is None:
+                    heap = heaps[model] = []
+                heapq.heappush(heap, (outcome[0], birth, info.id, outcome[1]))  # type: ignore[index]
         view.seen = len(births)
-        while heap and heap[0][2] not in groups:
-            heapq.heappop(heap)
-        if len(heap) > 2 * len(groups) + 64:  # too many dead (or repeated, after a rebirth) entries
-            live: dict[int, tuple] = {}
-            for entry in heap:
-                if entry[2] in groups and entry[2] not in live:
-                    live[entry[2]] = entry
-            heap[:] = live.values()
-            heapq.heapify(heap)
-        if not heap:
-            return self._unplaceable(view, rid, request, policy, frag)
-        _, _, state, candidate = heap[0]
+        best = None
+        for model, heap in heaps.items():
+            while heap and heap[0][2] not in groups:
+                heapq.heappop(heap)
+            if len(heap) > 2 * len(groups) + 64:  # too many dead (or repeated, after a rebirth) entries
+                live: dict[int, tuple] = {}
+                for entry in heap:
+                    if entry[2] in groups and entry[2] not in live:
+                        live[entry[2]] = entry
+                heap[:] = live.values()
+                heapq.heapify(heap)
+            if heap:
+                score, birth = heap[0][0], heap[0][1]
+                if by_model:
+                    score = (score[0], score[1] + self._reserve_cost(frag, model, request), *score[2:])
+                if best is None or (score, birth) < best[0]:
+                    best = ((score, birth), heap[0])
+        if best is None:
+            return self._unplaceable(view, rid, request)
+        _, _, state, candidate = best[1]
         position = next(iter(groups[state].members))
         return self._placement(position, request, candidate)
 
-    def _unplaceable(
-        self, view: _View, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
-    ) -> Unplaceable:
+    def _reserve_cost(self, frag: fgd.FragModel, model: str, request: Request) -> float:
+        """What taking `request`'s GPU from `model` costs the claims that may only run there: the share
+        of it they will need, when the rest of the free capacity arrives as the workload."""
+        reserved = frag.reserved.get(model)
+        if not reserved:
+            return 0.0
+        free = self._free_by_model[model]
+        need = reserved * self._free_total / free if free > 0 else 1.0
+        return round(request.gpu_demand * MILLI * min(1.0, need), 6)
+
+    def _unplaceable(self, view: _View, rid: int, request: Request) -> Unplaceable:
         """Per-reason node counts. Kept per claim shape and brought up to date from the log of state
         changes, so that a fleet where many claims fail does not rescan every state each time."""
         if view.counts is None:
             view.counts = Counter()
             for group in self._groups.values():
-                view.counts[self._reason(group.info, rid, request, policy, frag)] += len(group.members)
+                view.counts[self._reason(group.info, rid, request)] += len(group.members)
         else:
             for old, new in self._moves[view.moved :]:
-                view.counts[self._reason(old, rid, request, policy, frag)] -= 1
-                view.counts[self._reason(new, rid, request, policy, frag)] += 1
+                view.counts[self._reason(old, rid, request)] -= 1
+                view.counts[self._reason(new, rid, request)] += 1
         view.moved = len(self._moves)
         return unplaceable({REASONS[r]: n for r, n in view.counts.items() if n}, len(self.nodes))
 
-    def _reason(
-        self, info: InternedNode, rid: int, request: Request, policy: str, frag: fgd.FragModel | None
-    ) -> int:
+    def _reason(self, info: InternedNode, rid: int, request: Request) -> int:
+        """The index of why `request` does not fit `info`, or -1. Only a state that is gone can fit here
+        (the claim just failed), so a fit is not scored."""
         group = self._groups.get(info.id)
         outcome = group.outcomes.get(rid) if group is not None else None
         if outcome is None:
-            outcome = self._evaluate(self.cache.interner, info, request, policy, frag)
+            found = candidates(self.cache.interner, info, request)
+            if found.__class__ is not int:
+                return -1
+            outcome = found
             if group is not None:
                 group.outcomes[rid] = outcome
-        return outcome if isinstance(outcome, int) else -1  # -1: fits (never counted when placing fails)
+        return outcome if outcome.__class__ is int else -1  # type: ignore[return-value]
 
     @staticmethod
     def _evaluate(
@@ -491,6 +530,8 @@ class Fleet:
         del group.members[position]
         if not group.members:
             del self._groups[old]
+        self._free_by_model[group.info.static.gpu_model] -= group.info.total_free
+        self._free_total -= group.info.total_free
         self._state[position] = self.cache.interner.signature(self.nodes[position])
         self._moves.append((group.info, self._state[position][0]))
         self._join(position)
@@ -502,6 +543,8 @@ class Fleet:
             group = self._groups[info.id] = _Group(info)
             self._births.append(info.id)
         group.members[position] = None
+        self._free_by_model[info.static.gpu_model] += info.total_free
+        self._free_total += info.total_free
 
 
 def _first(item: tuple) -> tuple:

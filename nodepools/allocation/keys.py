@@ -7,6 +7,7 @@ order (sorted by interned GPU state) and `perm` maps canonical positions back to
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from .mig import Profile, gpu_geometry
@@ -130,7 +131,6 @@ class InternedNode:
         "cpu_free",
         "memory_free",
         "gpus",
-        "gpu_ids",
         "distinct",
         "total_free",
         "gpu_used",
@@ -147,7 +147,6 @@ class InternedNode:
         self.cpu_free = cpu_free
         self.memory_free = memory_free
         self.gpus = gpus
-        self.gpu_ids = tuple(g.id for g in gpus)
         # (GPU state, how many, first position): canonical order puts equal GPUs next to each other.
         distinct: list[tuple[InternedGpu, int, int]] = []
         for pos, g in enumerate(gpus):
@@ -191,7 +190,7 @@ class Interner:
         self, static: StaticInfo, cpu_free: int, memory_free: int, gpus: tuple[InternedGpu, ...]
     ) -> InternedNode:
         """`gpus` must already be in canonical order (sorted by id)."""
-        key = (static.id, cpu_free, memory_free, tuple(map(_gpu_id, gpus)))
+        key = (static.id, cpu_free, memory_free, tuple(map(gpu_id, gpus)))
         info = self._nodes.get(key)
         if info is None:
             info = self._nodes[key] = InternedNode(len(self._nodes), static, cpu_free, memory_free, gpus)
@@ -289,15 +288,5 @@ class Interner:
             info = self._transitions[cache_key] = self.gpu(key)
         return info
 
-    def node_after(
-        self, node: InternedNode, positions: tuple[int, ...], part: tuple, cpu: int, memory: int
-    ) -> InternedNode:
-        gpus = list(node.gpus)
-        for pos in positions:
-            gpus[pos] = self.after(gpus[pos], part)
-        gpus.sort(key=_gpu_id)
-        return self.node(node.static, node.cpu_free - cpu, node.memory_free - memory, tuple(gpus))
 
-
-def _gpu_id(g: InternedGpu) -> int:
-    return g.id
+gpu_id = operator.attrgetter("id")  # sort key of the canonical GPU order

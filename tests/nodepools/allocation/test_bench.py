@@ -82,6 +82,18 @@ def test_json_output(bench, trace, policy, capsys):
     assert result["placements_per_s"] > 0
 
 
+def test_scale_repeats_the_fleet(bench, trace, capsys):
+    nodes, pods = trace
+    fleet = bench.read_nodes(nodes, scale=3)
+    assert len(fleet) == 9 and len({n.id for n in fleet}) == 9
+    args = ["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--scale", "2", "--json"]
+    assert bench.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["capacity_gpus"], result["scale"]) == (16, 2)
+    assert result["cpu_us_per_placement"] > 0
+    assert result["max_rss_mib"] > 0
+
+
 def test_sliver_lower_bound(bench):
     def pod(milli):
         return bench.Pod(bench.Request("fraction", compute_milli=milli), milli / 1000)
@@ -116,3 +128,22 @@ def test_a_malformed_pod_list_names_its_line_and_column(bench, trace, tmp_path, 
     assert bench.main(["--nodes", str(nodes), "--pods", str(bad), "--seeds", "1", "--json"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_defrag_bench_compares_bounded_moves_with_a_full_repack(trace, capsys):
+    spec = importlib.util.spec_from_file_location("bench_defrag", BENCH.parent / "defrag.py")
+    defrag = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = defrag
+    spec.loader.exec_module(defrag)
+    nodes, pods = trace
+    args = ["--nodes", str(nodes), "--pods", str(pods), "--moves", "0,5", "--depart", "0.5", "--json"]
+    assert defrag.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    none, some = result["bounded"]
+    assert (none["max_moves"], none["moves"], none["gpus_freed"]) == (0, 0, 0)
+    assert some["moves"] <= 5 and some["gpus_freed"] >= 0
+    assert result["repack_claims"] == result["claims"]
+    assert (
+        some["gpus_freed"] <= result["bound_gpus_freed"]
+        and result["repack_gpus_freed"] <= result["bound_gpus_freed"]
+    )

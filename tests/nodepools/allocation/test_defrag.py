@@ -90,3 +90,24 @@ def test_moves_respect_the_claims_constraints():
     apply_moves(nodes, moves)
     assert invariant_violations(nodes) == []
     assert nodes[1].gpus[0].idle()
+
+
+def test_a_failed_trial_on_an_unhealthy_gpu_leaves_it_as_it_was():
+    """Each GPU tried is closed, its claims re-placed and the trial undone. An unhealthy GPU's claim
+    cannot go anywhere here: undoing puts it back (apply() takes only healthy GPUs) and the GPU stays
+    unhealthy, so no later trial moves a claim onto it."""
+    nodes = [node("a", gpus=2), node("b", gpus=2)]
+    fleet = Fleet(nodes)
+    claims = {
+        "x": Placement("a", (0,), 0, 800, "none", Request("fraction", compute_milli=800)),
+        "big": Placement("a", (1,), 0, 900, "none", Request("fraction", compute_milli=900)),
+        "y": Placement("b", (0,), 0, 300, "none", Request("fraction", compute_milli=300)),
+        "z": Placement("b", (1,), 0, 150, "none", Request("fraction", compute_milli=150)),
+    }
+    for p in claims.values():
+        fleet.apply(p)
+    nodes[0].gpus[0].healthy = False
+    before = copy.deepcopy(nodes)
+    moves = plan_defrag(nodes, claims, max_moves=4)
+    assert nodes == before
+    assert [(m.claim_id, m.target.node_id, m.target.gpu_indexes) for m in moves] == [("z", "b", (0,))]

@@ -57,6 +57,8 @@ def test_distribution_covers_the_most_frequent_shapes_and_drops_cpu_only():
     d = distribution_of(counts, coverage=0.95)
     assert d.shapes == (common,)  # 90 + 8 cover 98%; the CPU-only shape carries no GPU fragment
     assert d.weights == (1.0,)
+    assert d.cpu_only_cpu == pytest.approx(8 * 1000 / 90)  # but its CPU is kept, per GPU claim
+    assert d.cpu_per_gpu == pytest.approx(d.cpu_only_cpu / 500)  # the 500s ask no CPU themselves
     d = distribution_of(counts, coverage=1.0)
     assert d.shapes == (common, rare)
     assert d.weights == pytest.approx((90 / 92, 2 / 92))

@@ -416,6 +416,66 @@ def test_fgd_whole_gpu_goes_where_sharing_claims_cannot_use_the_gpu_anyway():
     assert place(whole(1, cpu_milli=1_000), nodes, "fgd", workload).node_id == "starved"
 
 
+def _models(a_only, a_gpus=2, b_gpus=8):
+    """A node of model A and one of model B, and whole-GPU claims: 40% may run on any model, the rest
+    only on A (`a_only` of 10) or only on B."""
+    shapes = [whole(1)] * 4 + [whole(1, allowed_models={"A"})] * a_only
+    shapes += [whole(1, allowed_models={"B"})] * (6 - a_only)
+    return [node("a", gpus=a_gpus, model="A"), node("b", gpus=b_gpus, model="B")], shapes
+
+
+@pytest.mark.parametrize(
+    ("a_only", "a_gpus", "b_gpus", "expected"),
+    [
+        # A has 2 of the 10 GPUs but 30% of the claims need it: a claim that may go anywhere takes B.
+        (3, 2, 8, "b"),
+        # B-only claims are 60% of the workload on 80% of the GPUs, A-only none: A is free to take.
+        (0, 2, 8, "a"),
+        # The same reservations on equal nodes: no model is scarcer, the tighter fit (A) wins.
+        (3, 4, 4, "a"),
+    ],
+)
+def test_fgd_keeps_the_gpus_of_a_model_that_constrained_claims_need(a_only, a_gpus, b_gpus, expected):
+    nodes, shapes = _models(a_only, a_gpus, b_gpus)
+    assert place(whole(1), nodes, "fgd", Workload(shapes)).node_id == expected
+
+
+def test_the_papers_measure_alone_spends_the_constrained_model():
+    """Why the reserve is needed: without it both nodes' fragmentation falls alike (each counts the
+    other model's claims as unable to use it) and the tighter fit, A, is taken."""
+    nodes, shapes = _models(3)
+    assert place(whole(1), nodes, "fgd", Workload(shapes, extensions=False)).node_id == "a"
+
+
+def test_a_claim_allowed_two_models_takes_the_less_reserved_one():
+    nodes, shapes = _models(3)
+    assert place(whole(1, allowed_models={"A", "B"}), nodes, "fgd", Workload(shapes)).node_id == "b"
+
+
+@pytest.mark.parametrize(
+    ("busy_gpus", "expected"),
+    [
+        # 2 GPUs, 142 cores: CPU to spare. 14 cores left on `gpu` still feed its GPU's claims (10 each),
+        # so the CPU-only claim takes the tighter fit.
+        (0, "gpu"),
+        # 10 GPUs, 142 cores: 14 per GPU, while the claims ask 20 (10 for GPU claims, 10 for CPU-only
+        # ones). Every core is some GPU's: the claim leaves `gpu` the CPU for its GPU.
+        (8, "full"),
+    ],
+)
+def test_fgd_cpu_only_claims_spare_the_cpu_of_free_gpus_where_cpu_is_scarce(busy_gpus, expected):
+    nodes = [
+        used(node("full", gpus=1, cpu=110_000), 0, exclusive=True),  # 100 cores free
+        node("gpu", gpus=1, cpu=24_000),
+        node("busy", gpus=busy_gpus, cpu=8_000),  # too little CPU for the claim
+    ]
+    nodes[0].cpu_milli_used = 10_000
+    for i in range(busy_gpus):
+        used(nodes[2], i, exclusive=True)
+    shapes = [whole(1, cpu_milli=10_000)] * 5 + [Request("cpu", cpu_milli=10_000)] * 5
+    assert place(Request("cpu", cpu_milli=10_000), nodes, "fgd", Workload(shapes)).node_id == expected
+
+
 def test_fleet_answers_like_a_fresh_fleet_after_changes():
     nodes = [node(f"n{i}", gpus=2) for i in range(3)]
     fleet = Fleet(nodes)
