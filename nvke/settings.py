@@ -297,6 +297,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two `scope` fields with their own choices: API tokens' and maintenance exclusions'.
+    "ENUM_NAME_OVERRIDES": {
+        "ScopeEnum": "nvke.tenancy.models.ApiToken.Scope",
+        "MaintenanceScopeEnum": "upgrades.windows.SCOPES",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "nvke.api.schema.document_errors",  # the {code, message, details} error responses

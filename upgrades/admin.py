@@ -10,6 +10,7 @@ from .models import (
     MaintenanceExclusion,
     MaintenanceWindow,
     UpgradeCondition,
+    UpgradeDeferral,
     UpgradeNode,
     UpgradeRun,
 )
@@ -72,6 +73,19 @@ class MaintenanceWindowAdmin(ReadOnlyAdmin):
 
     list_display = ["cluster", "tenant", "recurrence", "start_time", "duration_minutes", "first_day"]
     search_fields = ["cluster__name", "tenant__name"]
+
+
+@admin.register(UpgradeDeferral)
+class UpgradeDeferralAdmin(ReadOnlyAdmin):
+    list_display = [
+        "pool",
+        "tenant",
+        "training_claims",
+        "claims_older_than_s",
+        "deadline_s",
+        "after_deadline",
+    ]
+    search_fields = ["pool__name", "tenant__name"]
 
 
 @admin.register(MaintenanceExclusion)
