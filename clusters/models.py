@@ -49,6 +49,14 @@ class Cluster(Conditions):
     )
     # An attached cluster has neither: NVKE did not choose its version or its machines' region.
     kubernetes_version = models.ForeignKey(KubernetesVersion, on_delete=models.PROTECT, null=True, blank=True)
+    kubernetes_target = models.ForeignKey(
+        KubernetesVersion,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The version its control plane is being upgraded to (upgrades.control_plane)",
+    )
     region = models.ForeignKey(
         Region, on_delete=models.PROTECT, related_name="clusters", null=True, blank=True
     )

@@ -211,11 +211,12 @@ REGIONS = {
     ),
 }
 
+# (minor, offered for new clusters, the default, end of upstream patch support: kubernetes.io/releases)
 KUBERNETES_VERSIONS = [
-    ("1.33", False, False),
-    ("1.34", True, False),
-    ("1.35", True, True),
-    ("1.36", True, False),
+    ("1.33", False, False, "2026-06-28"),
+    ("1.34", True, False, "2026-10-27"),
+    ("1.35", True, True, "2027-02-28"),
+    ("1.36", True, False, "2027-06-28"),
 ]
 
 
@@ -297,7 +298,7 @@ def seed_catalog() -> None:
             RegionInventory.objects.update_or_create(
                 region=region, gpu_model=GpuModel.objects.get(name=model_name), defaults={"total_gpus": total}
             )
-    for version, enabled, default in KUBERNETES_VERSIONS:
+    for version, enabled, default, end in KUBERNETES_VERSIONS:
         KubernetesVersion.objects.update_or_create(
-            version=version, defaults={"enabled": enabled, "is_default": default}
+            version=version, defaults={"enabled": enabled, "is_default": default, "end_of_support": _d(end)}
         )

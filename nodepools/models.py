@@ -179,6 +179,12 @@ class NodePool(Conditions):
     min_nodes = models.PositiveIntegerField(default=0)
     max_nodes = models.PositiveIntegerField()
     driver_release = models.ForeignKey(DriverRelease, on_delete=models.PROTECT, related_name="node_pools")
+    kubernetes_version = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="Minor version its kubelets run, e.g. 1.34 (clusters.skew keeps it within the control "
+        "plane's skew); empty on an attached cluster, whose machines NVKE does not make",
+    )
     sharing_mode = models.CharField(max_length=16, choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
     mig_layout = models.JSONField(
         default=list, blank=True, help_text="MIG profiles created on every GPU (mig mode); empty = on demand"
@@ -251,6 +257,7 @@ class Node(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
     cordoned = models.BooleanField(default=False)
     driver_version = models.CharField(max_length=24)
+    kubelet_version = models.CharField(max_length=32, blank=True, help_text="As the node reports it: v1.34.2")
     cpu_millicores = models.PositiveIntegerField()
     memory_mib = models.PositiveBigIntegerField()
     labels = models.JSONField(default=dict, blank=True)

@@ -32,6 +32,7 @@ def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:
             "status": Node.Status.READY if info.ready else Node.Status.NOT_READY,
             "cordoned": info.unschedulable,
             "driver_version": info.driver_version,
+            "kubelet_version": info.kubelet_version,
             "cpu_millicores": info.cpu_millicores,
             "memory_mib": info.memory_mib,
             "labels": info.labels,
@@ -160,6 +161,13 @@ def record_driver(node: Node, *, version: str, gpus_healthy: bool) -> None:
         node.driver_version = version
     if not gpus_healthy and Gpu.objects.filter(node=node, healthy=True).update(healthy=False):
         allocator.topology_changed(node.pool.cluster_id)
+
+
+def record_kubelet(node: Node, version: str) -> None:
+    """What the provider reports of a replaced node's kubelet (a Kubernetes upgrade's validation)."""
+    if node.kubelet_version != version:
+        Node.objects.filter(pk=node.pk).update(kubelet_version=version)
+        node.kubelet_version = version
 
 
 def record_idle(pool_ids: list[int], idle: set[int], now: datetime.datetime) -> None:

@@ -108,6 +108,8 @@ def new_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no new pools.", field="cluster")
     pool = NodePool(tenant=context.tenant, cluster=cluster, status=NodePool.Status.PROVISIONING, **fields)
+    if cluster.kubernetes_version:  # a new pool's kubelets run the control plane's version
+        pool.kubernetes_version = cluster.kubernetes_version.version
     sharing.apply_mode_defaults(pool, set(fields))
     validate_pool(pool)
     return pool
@@ -187,7 +189,7 @@ def pool_spec(pool: NodePool) -> PoolSpec:
         labels={"nvke.io/pool": pool.name, "nvke.io/sharing-mode": pool.sharing_mode},
         gpu_product=model.product_name,
         node_selector=pool.node_selector,
-        kubernetes_version=version.version if (version := pool.cluster.kubernetes_version) else "",
+        kubernetes_version=pool.kubernetes_version,
         min_nodes=pool.min_nodes,
         max_nodes=pool.max_nodes,
         remove_first=(pool.scale_down_node,) if pool.scale_down_phase in TAKING_OUT else (),

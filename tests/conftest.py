@@ -121,6 +121,8 @@ def make_pool(catalog):
         status: str = NodePool.Status.READY,
         **fields,
     ):
+        if cluster.kubernetes_version:
+            fields.setdefault("kubernetes_version", cluster.kubernetes_version.version)
         return NodePool.objects.create(
             tenant=cluster.tenant,
             cluster=cluster,

@@ -1,7 +1,10 @@
 """Which driver releases a pool may move to, and for each refused one every rule it breaks. Builds on
 nodepools.compatibility (architecture, GPU floor, MIG floor, end of life, disabled, the CUDA version the
-tenant needs) and adds the rule that only an upgrade has: the release the pool already runs."""
+tenant needs) and adds the rule that only an upgrade has: the release the pool already runs. Which
+Kubernetes versions a pool may move to: clusters.skew's rules, on a cluster whose machines NVKE makes."""
 
+from clusters import skew
+from clusters.models import KubernetesVersion
 from nodepools.compatibility import Refusal, cuda_refusal, driver_refusals
 from nodepools.models import DriverRelease, NodePool
 
@@ -32,3 +35,32 @@ def driver_options(pool: NodePool, cuda: str = "") -> list[tuple[DriverRelease, 
     """Every release in the catalog with why the pool cannot move to it (empty: it can), newest first."""
     releases = list(DriverRelease.objects.prefetch_related("architectures"))
     return [(driver, upgrade_refusals(pool, driver, cuda, releases)) for driver in releases]
+
+
+def kubernetes_refusal(pool: NodePool, version: str, catalog: set[str] | None = None) -> Refusal | None:
+    """Why `pool` cannot move to Kubernetes `version` (a minor, 1.35); None when it can. `catalog`: the
+    catalog's versions, when the caller has them."""
+    cluster = pool.cluster
+    if cluster.attached or cluster.kubernetes_version is None or not pool.kubernetes_version:
+        return Refusal(
+            "not_managed",
+            f"Cluster {cluster.name} is attached: its machines, and the Kubernetes they run, are its "
+            "owner's to upgrade, not NVKE's.",
+        )
+    if catalog is None:
+        catalog = set(KubernetesVersion.objects.values_list("version", flat=True))
+    if version not in catalog:
+        return Refusal("unknown_version", f"Kubernetes {version!r} is not in the catalog.")
+    if cluster.kubernetes_target_id is not None:
+        return Refusal(
+            "control_plane_upgrading",
+            f"Cluster {cluster.name}'s control plane is being upgraded; upgrade the pool once it is done.",
+        )
+    return skew.pool_refusal(cluster.kubernetes_version.version, pool.kubernetes_version, version, pool.name)
+
+
+def kubernetes_options(pool: NodePool) -> list[tuple[str, Refusal | None]]:
+    """Every catalog version with why the pool cannot move to it (None: it can), newest first."""
+    catalog = list(KubernetesVersion.objects.values_list("version", flat=True))
+    ordered = sorted(catalog, key=skew.minor_of, reverse=True)
+    return [(version, kubernetes_refusal(pool, version, set(catalog))) for version in ordered]

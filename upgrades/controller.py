@@ -9,7 +9,8 @@ chain that was lost.
 
 One tick, in three parts:
 
-1. read the provider (driver and drain status of the nodes in flight), outside any transaction;
+1. read the provider (driver, or kubelet, and drain status of the nodes in flight: what the run moves
+   is its targets.Target), outside any transaction;
 2. in one transaction holding the run's row lock: observe the rows, ask the pure machine for at most one
    step per node, carry the steps out in the control plane (cordon flags, the allocator's evictions) and
    record on each node's row what the provider must do (`cordon_wanted`, `drain_wanted`,
@@ -40,7 +41,7 @@ from django.utils import timezone
 from clusters.services import cluster_operations
 from nodepools import allocator
 from nodepools import nodes as node_rows
-from nodepools.models import Allocation, Gpu, Node, NodePool
+from nodepools.models import Allocation, Gpu, Node
 from nvke import jobs
 from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
@@ -65,6 +66,7 @@ from .machine import (
     tick_move,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .targets import DriverTarget, target_of
 
 log = logging.getLogger(__name__)
 PROGRESS_REASONS = ("", "Blocked", "OutsideWindow")  # a running run's progress, not a phase change
@@ -169,14 +171,14 @@ def _outstanding(row: UpgradeNode) -> bool:
     return row.cordon_wanted is not None or row.drain_wanted or bool(row.driver_wanted)
 
 
-def read_provider(ops: ClusterOperations, run_id: int) -> dict[str, Seen]:
-    """The driver (and, while wanted, drain) status of the run's nodes in flight. A node the provider
-    cannot report on is left out: the tick treats it as busy."""
-    seen = {}
-    rows = UpgradeNode.objects.filter(run_id=run_id, state__in=list(ACTIVE))
+def read_provider(ops: ClusterOperations, run: UpgradeRun) -> dict[str, Seen]:
+    """The driver or kubelet (and, while wanted, drain) status of the run's nodes in flight. A node the
+    provider cannot report on is left out: the tick treats it as busy."""
+    seen, target = {}, target_of(run)
+    rows = UpgradeNode.objects.filter(run_id=run.pk, state__in=list(ACTIVE))
     for name, drain_wanted in rows.values_list("name", "drain_wanted"):
         try:
-            seen[name] = Seen(ops.driver_status(name), ops.drain_status(name) if drain_wanted else None)
+            seen[name] = Seen(target.status(ops, name), ops.drain_status(name) if drain_wanted else None)
         except ProviderError:
             continue
     return seen
@@ -189,6 +191,7 @@ def _observe(
     unhealthy: set[str],
     seen: Seen | None,
     deferred: dict[str, str],
+    target: DriverTarget,
 ) -> NodeView:
     view = NodeView(
         name=row.name,
@@ -199,7 +202,7 @@ def _observe(
         cordoned=node.cordoned if node else False,
         ready=node.status == Node.Status.READY if node else False,
         claims=claims,
-        driver_version=node.driver_version if node else "",
+        driver_version=target.node_version(node) if node else "",
         gpus_healthy=node is not None and node.name not in unhealthy,
         driver_touched=row.driver_touched,
         returned=row.returned_at is not None,
@@ -224,7 +227,7 @@ def _observe(
         view,
         busy=busy,
         claims=claims,
-        driver_version=status.version,
+        driver_version=target.comparable(status.version),
         gpus_healthy=status.gpus_healthy,
         ready=status.ready and view.ready,
         install_failure=status.failure if view.state == State.VALIDATION_REQUIRED else "",
@@ -238,9 +241,9 @@ def tick(run_id: int, seq: int) -> int | None:
     if run is None or run.tick_seq != seq or run.status not in LIVE:
         return None  # another chain owns the run, or it has settled
     ops = cluster_operations(run.pool.cluster)
-    ticked, next_seq, states = _decide(run_id, seq, read_provider(ops, run_id))
+    ticked, next_seq, states = _decide(run_id, seq, read_provider(ops, run))
     if ticked:
-        call_provider(ops, run_id)
+        call_provider(ops, run)
         for node, state in states.items():
             try:
                 ops.report_upgrade_state(node, state)
@@ -270,7 +273,8 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         unhealthy = set(
             Gpu.objects.filter(node__pool=pool, healthy=False).values_list("node__name", flat=True)
         )
-        rows += _join_new_nodes(run, rows, nodes, now)
+        target = target_of(run)
+        rows += _join_new_nodes(run, target, rows, nodes, now)
         for row in (r for r in rows if r.name not in nodes):
             if row.state not in (State.DONE, State.FAILED):  # a node scaled away mid-run cannot finish
                 _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
@@ -281,7 +285,9 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         policy = deferral.policy_of(pool.pk)
         deferred = deferral.holding(pool.pk, policy, now)
         views = [
-            _observe(row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name), deferred)
+            _observe(
+                row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name), deferred, target
+            )
             for row in rows
         ]
         strategy = strategy_of(run, len(rows))
@@ -289,7 +295,8 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         result = plan(
             RunView(
                 phase=Phase(run.status),
-                target_version=run.target_release.version,
+                target_version=target.version(run),
+                what=target.what,
                 canary_done_at=_ts(run.canary_done_at),
                 approved=run.approved_at is not None,
                 failed_accepted=run.failed_accepted,
@@ -303,7 +310,7 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             now.timestamp(),
         )
         by_name = {row.name: row for row in rows}
-        _carry_out(run, result.steps, by_name, nodes, seen, now)
+        _carry_out(run, target, result.steps, by_name, nodes, seen, now)
         states = _writes.flush()
 
         if result.canary_done_at is not None and run.canary_done_at is None:
@@ -338,11 +345,12 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         return True, None, states  # settled; resume re-queues a paused run
 
 
-def call_provider(ops: ClusterOperations, run_id: int) -> None:
+def call_provider(ops: ClusterOperations, run: UpgradeRun) -> None:
     """Make the calls the run's rows ask for, outside any transaction. An accepted cordon, uncordon or
     install clears its intent (a drain's is cleared by the tick that sees it finished); a refusal is
     kept on the row for the next tick. A cordon or install refused already waits for that tick."""
-    rows = UpgradeNode.objects.filter(run_id=run_id).filter(
+    target = target_of(run)
+    rows = UpgradeNode.objects.filter(run_id=run.pk).filter(
         Q(cordon_wanted__isnull=False) | Q(drain_wanted=True) | ~Q(driver_wanted="")
     )
     accepted: dict[str, list[int]] = {"cordon": [], "uncordon": [], "install": []}
@@ -360,7 +368,7 @@ def call_provider(ops: ClusterOperations, run_id: int) -> None:
                 ops.drain(row.name)
             if row.driver_wanted:
                 call = "install"
-                ops.install_driver(row.name, row.driver_wanted)
+                target.start(ops, row.name, row.driver_wanted)
                 accepted[call].append(row.pk)
         except ProviderError as error:
             UpgradeNode.objects.filter(pk=row.pk).update(
@@ -397,10 +405,10 @@ def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, No
 
 
 def _join_new_nodes(
-    run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], now
+    run: UpgradeRun, target: DriverTarget, rows: list[UpgradeNode], nodes: dict[str, Node], now
 ) -> list[UpgradeNode]:
     """Nodes the pool gained since the run started (a scale-up) join it, unless they already run the
-    target: they came up on the release the pool had then."""
+    target: they came up on the release (or version) the pool had then."""
     known = {row.name for row in rows}
     joined = [
         UpgradeNode(
@@ -411,11 +419,11 @@ def _join_new_nodes(
             reason="JoinedPool",
             entered_at=now,
             pre_cordoned=node.cordoned,
-            from_version=node.driver_version,
+            from_version=target.node_version(node),
         )
         for name, node in sorted(nodes.items())
         if name not in known
-        and node.driver_version != run.target_release.version
+        and target.node_version(node) != target.version(run)
         and run.status != Phase.ABORTING
     ]
     UpgradeNode.objects.bulk_create(joined)
@@ -428,7 +436,7 @@ def _join_new_nodes(
     return joined
 
 
-def _carry_out(run, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
+def _carry_out(run, target: DriverTarget, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
     """Cordons and uncordons first, in one topology change (so evictions cannot land back on a cordoned
     node), then evictions and installs: in the control plane now, at the provider after commit
     (recorded on the rows)."""
@@ -450,11 +458,10 @@ def _carry_out(run, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
                 continue
         elif step.effect == Effect.INSTALL:
             row.driver_touched = True  # from now on: the old driver may be gone
-            row.driver_wanted = run.target_release.version
+            row.driver_wanted = target.version(run)
             _writes.intents[row.pk] = row
         if step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
-            driver = seen[step.node].driver
-            node_rows.record_driver(node, version=driver.version, gpus_healthy=driver.gpus_healthy)
+            target.record(node, seen[step.node].driver)
         _record(run, row, step.to, step.reason, message, now)
 
 
@@ -533,7 +540,7 @@ def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) ->
     and a rollout hears of a run of its that ended or paused."""
     enter(run, tick_move(Phase(run.status), Phase(status), reason), now, message)
     if status == Phase.COMPLETED:
-        NodePool.objects.filter(pk=run.pool_id).update(driver_release=run.target_release)
+        target_of(run).complete(run)
     if run.rollout_id and status in (Phase.COMPLETED, Phase.FAILED, Phase.PAUSED):
         jobs.enqueue("upgrades.tasks.advance_rollout", run.rollout_id)
 

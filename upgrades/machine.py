@@ -462,6 +462,7 @@ class NodeView:
 class RunView:
     phase: Phase
     target_version: str
+    what: str = "driver"  # what the run moves, in messages: "driver" or "Kubernetes" (upgrades.targets)
     canary_done_at: float | None = None  # when the last canary node finished (upgraded or failed)
     approved: bool = False
     failed_accepted: int = 0  # failed nodes an operator resumed past; the budget counts new ones
@@ -606,8 +607,10 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                 node.name,
                 State.VALIDATION_REQUIRED,
                 Effect.INSTALL,
-                "DriverInstalling",
-                f"Installing driver {run.target_version}.",
+                "DriverInstalling" if run.what == "driver" else "Replacing",
+                f"Installing driver {run.target_version}."
+                if run.what == "driver"
+                else f"Replacing its machine with one on {run.what} {run.target_version}.",
             )
         case State.VALIDATION_REQUIRED:
             if node.install_failure:
@@ -619,10 +622,10 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                     node.name,
                     State.UNCORDON_REQUIRED,
                     reason="Validated",
-                    message=f"Driver {run.target_version}.",
+                    message=f"{run.what[0].upper()}{run.what[1:]} {run.target_version}.",
                 )
             if waited >= strategy.validation_timeout_s:
-                found = f"driver {node.driver_version or 'unknown'}"
+                found = f"{run.what} {node.driver_version or 'unknown'}"
                 if not node.gpus_healthy:
                     found += ", a GPU unhealthy"
                 return _fail(node, strategy, "ValidationFailed", f"Found {found}.")
@@ -677,13 +680,14 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
     kept = [n for n in failed if _kept(n, strategy)]
 
     if run.phase == Phase.RUNNING and len(failed) > run.failed_accepted:
+        undo = "roll back" if run.what == "driver" else "abort"  # Kubernetes has no downgrades
         if any(n.state == State.FAILED for n in canaries) and not run.approved:
-            return _pause(result, "CanaryFailed", f"Canary node {failed[0].name} failed; retry or roll back.")
+            return _pause(result, "CanaryFailed", f"Canary node {failed[0].name} failed; retry or {undo}.")
         if len(failed) - run.failed_accepted >= strategy.failure_budget:
             return _pause(
                 result,
                 "FailureBudgetExhausted",
-                f"{len(failed)} nodes failed (budget {strategy.failure_budget}); retry or roll back.",
+                f"{len(failed)} nodes failed (budget {strategy.failure_budget}); retry or {undo}.",
             )
     if run.phase == Phase.RUNNING:
         gate_open, gate_message = _canary_gate(
@@ -729,7 +733,7 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
                 result.message = ended_message("NodesFailed", *counts)
             else:
                 result.phase, result.reason = Phase.COMPLETED, "AllNodesUpgraded"
-                result.message = f"All {len(nodes)} nodes run driver {run.target_version}."
+                result.message = f"All {len(nodes)} nodes run {run.what} {run.target_version}."
     return result
 
 

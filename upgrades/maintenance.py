@@ -9,10 +9,14 @@ import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from nvke.errors import Conflict
+
 from . import windows
 from .models import MaintenanceExclusion, MaintenanceWindow
 
 DRIVER = windows.UpgradeKind(minor=False, nodes=True)  # a driver upgrade drains and reinstalls nodes
+CONTROL_PLANE = windows.UpgradeKind(minor=True, nodes=False)  # a minor version of the API server
+POOL_KUBERNETES = windows.UpgradeKind(minor=True, nodes=True)  # a pool's kubelets: replaced machines
 NEXT_WINDOWS = 5
 # No window set: one that never closes (daily, two days long, so the merged windows never have a gap,
 # whatever the clocks do), so exclusions still cut it by the day.
@@ -76,10 +80,10 @@ def waiting_message(decision: windows.Decision, time_zone: str) -> str:
     return decision.message + when
 
 
-def window_now(cluster) -> tuple[bool, str]:
-    """May a driver upgrade start nodes on the cluster now, and in words: until when, or what it waits
-    for."""
-    decision = decide(cluster)
+def window_now(cluster, upgrade: windows.UpgradeKind = DRIVER) -> tuple[bool, str]:
+    """May an upgrade of this kind start nodes on the cluster now, and in words: until when, or what it
+    waits for."""
+    decision = decide(cluster, upgrade)
     if decision.allowed:
         return True, decision.message
     return False, waiting_message(decision, cluster.time_zone)
@@ -87,7 +91,27 @@ def window_now(cluster) -> tuple[bool, str]:
 
 def run_window(run) -> tuple[bool, str]:
     """window_now for a run: one started with an override ignores the windows."""
-    return (True, "") if run.window_override else window_now(run.pool.cluster)
+    if run.window_override:
+        return True, ""
+    return window_now(run.pool.cluster, POOL_KUBERNETES if run.kind == run.Kind.KUBERNETES else DRIVER)
+
+
+def started_outside_window(cluster, override: bool, upgrade: windows.UpgradeKind = DRIVER) -> bool:
+    """Whether a manual start is outside the cluster's maintenance windows, which only an explicit
+    override allows (409 otherwise, saying when it may start)."""
+    decision = decide(cluster, upgrade)
+    if decision.allowed:
+        return False
+    if not override:
+        raise Conflict(
+            waiting_message(decision, cluster.time_zone)
+            + " To start it now anyway, ask again with override_window: true.",
+            field="override_window",
+            code="outside_maintenance_window",
+            reason=decision.reason,
+            next_start=decision.next_start.isoformat() if decision.next_start else None,
+        )
+    return True
 
 
 def replace(cluster, time_zone: str, window_rows: list[dict], exclusion_rows: list[dict]) -> None:

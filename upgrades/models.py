@@ -48,12 +48,23 @@ class FleetRollout(models.Model):
 
 
 class UpgradeRun(models.Model):
+    """One pool's rolling upgrade, a node at a time through upgrades.machine: of its driver (installed in
+    place), or of its Kubernetes version (each node's machine replaced by one with the new kubelet)."""
+
+    class Kind(models.TextChoices):
+        DRIVER = "driver"
+        KUBERNETES = "kubernetes"
+
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="upgrade_runs")
     pool = models.ForeignKey("nodepools.NodePool", on_delete=models.CASCADE, related_name="upgrade_runs")
     target_release = models.ForeignKey("nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+")
     previous_release = models.ForeignKey(
         "nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+", help_text="Rollback target"
     )
+    # A Kubernetes run keeps the pool's driver: both releases above are the pool's.
+    kind = models.CharField(max_length=12, choices=Kind.choices, default=Kind.DRIVER)
+    kubernetes_version = models.CharField(max_length=16, blank=True, help_text="A Kubernetes run's target")
+    previous_kubernetes_version = models.CharField(max_length=16, blank=True)
     rollback_of = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -103,7 +114,14 @@ class UpgradeRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.pool} → {self.target_release}"
+        return f"{self.pool} → {self.target}"
+
+    @property
+    def target(self) -> str:
+        """What it moves the pool to, in words: "driver 580.105.08" or "Kubernetes 1.35"."""
+        if self.kind == self.Kind.KUBERNETES:
+            return f"Kubernetes {self.kubernetes_version}"
+        return f"driver {self.target_release.version}"
 
     @property
     def finished(self) -> bool:

@@ -1,4 +1,5 @@
-"""Writes of driver upgrades: start a run (compatibility-checked), the controls an operator has over it
+"""Writes of rolling upgrades (a pool's driver, or its Kubernetes version): start a run (compatibility-
+or skew-checked), the controls an operator has over it
 (each a row of machine.LIFECYCLE, looked up by control_move), and returning a node the run keeps
 cordoned to service. Each runs in one transaction under the run's row lock; the next tick starts after
 commit."""
@@ -16,7 +17,7 @@ from nvke.providers.base import ProviderError
 from nvke.tenancy.context import TenantContext
 
 from . import events, maintenance
-from .compatibility import upgrade_refusals
+from .compatibility import kubernetes_refusal, upgrade_refusals
 from .controller import enter, schedule_tick, strategy_of
 from .machine import (
     BEFORE_INSTALL,
@@ -38,6 +39,7 @@ from .machine import (
     strategy_error,
 )
 from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .targets import DriverTarget, target_of
 
 STRATEGY_NAMES = tuple(spec.name for spec in STRATEGY_FIELDS)
 
@@ -69,29 +71,12 @@ def _left_touched(pool: NodePool) -> dict[int, UpgradeNode]:
     return {row.node_id: row for row in last.nodes.filter(unvalidated, node__isnull=False)}
 
 
-def _started_outside_window(cluster, override: bool) -> bool:
-    """Whether a manual start is outside the cluster's maintenance windows, which only an explicit
-    override allows (409 otherwise, saying when it may start)."""
-    decision = maintenance.decide(cluster)
-    if decision.allowed:
-        return False
-    if not override:
-        raise Conflict(
-            maintenance.waiting_message(decision, cluster.time_zone)
-            + " To start it now anyway, ask again with override_window: true.",
-            field="override_window",
-            code="outside_maintenance_window",
-            reason=decision.reason,
-            next_start=decision.next_start.isoformat() if decision.next_start else None,
-        )
-    return True
-
-
 def create_run(
     *,
     context: TenantContext,
     pool: NodePool,
-    target_release: DriverRelease,
+    target_release: DriverRelease | None = None,
+    kubernetes_version: str = "",
     user=None,
     start: bool = True,
     cuda: str = "",
@@ -101,14 +86,28 @@ def create_run(
     override_window: bool = False,
     **strategy,
 ) -> UpgradeRun:
-    """A run of `pool` to `target_release`; refused (400, naming the rule) when the pool cannot run it,
-    409 when the pool already has a live run or is being deleted, or when started by hand outside the
-    cluster's maintenance windows without `override_window` (the run then ignores them; a rollout's
-    runs and runs created pending wait for a window instead)."""
+    """A run of `pool` to `target_release`, or to Kubernetes `kubernetes_version` (its driver kept);
+    refused (400, naming the rule) when the pool cannot run it, 409 when the pool already has a live run
+    or is being deleted, or when started by hand outside the cluster's maintenance windows without
+    `override_window` (the run then ignores them; a rollout's runs and runs created pending wait for a
+    window instead)."""
     if pool.status == NodePool.Status.DELETING:
         raise Conflict(f"Pool {pool.name} is being deleted.", field="pool", code="deleting")
-    _refuse(pool, target_release, cuda, rollback=rollback_of is not None)
-    overridden = start and rollout is None and _started_outside_window(pool.cluster, override_window)
+    kind = UpgradeRun.Kind.KUBERNETES if kubernetes_version else UpgradeRun.Kind.DRIVER
+    if kind == UpgradeRun.Kind.KUBERNETES:
+        if refusal := kubernetes_refusal(pool, kubernetes_version):
+            raise Incompatible(refusal.message, field="kubernetes_version", code=refusal.rule)
+        target_release = pool.driver_release
+    elif target_release is None:
+        raise DomainError("Name a target_release or a kubernetes_version.", field="target_release")
+    else:
+        _refuse(pool, target_release, cuda, rollback=rollback_of is not None)
+    upgrade = maintenance.POOL_KUBERNETES if kubernetes_version else maintenance.DRIVER
+    overridden = (
+        start
+        and rollout is None
+        and maintenance.started_outside_window(pool.cluster, override_window, upgrade)
+    )
     unknown = set(strategy) - set(STRATEGY_NAMES)
     if unknown:
         raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field=sorted(unknown)[0])
@@ -128,6 +127,9 @@ def create_run(
                 pool=pool,
                 target_release=target_release,
                 previous_release_id=pool.driver_release_id,
+                kind=kind,
+                kubernetes_version=kubernetes_version,
+                previous_kubernetes_version=pool.kubernetes_version if kubernetes_version else "",
                 rollback_of=rollback_of,
                 rollout=rollout,
                 wave=wave,
@@ -138,8 +140,9 @@ def create_run(
             )
             canaries = run.canary_nodes
             rows = []
+            target = target_of(run)
             for node in nodes:
-                row = _new_row(run, node, target_release, touched.get(node.pk), now)
+                row = _new_row(run, target, node, touched.get(node.pk), now)
                 row.canary = row.state != State.DONE and canaries > 0
                 canaries -= row.canary
                 rows.append(row)
@@ -150,7 +153,11 @@ def create_run(
                 if r.reason == "CordonedByEarlierRun"
             )
             what = "Rollback" if rollback_of else "Upgrade"
-            versions = f"from {pool.driver_release.version} to {target_release.version}"
+            versions = (
+                f"from Kubernetes {pool.kubernetes_version} to {kubernetes_version}"
+                if kubernetes_version
+                else f"from {pool.driver_release.version} to {target_release.version}"
+            )
             UpgradeCondition.objects.create(
                 run=run, type="Run", reason="Created", message=f"{what} of {len(nodes)} nodes {versions}."
             )
@@ -174,7 +181,7 @@ def create_run(
 
 
 def _new_row(
-    run: UpgradeRun, node: Node, target: DriverRelease, earlier: UpgradeNode | None, now
+    run: UpgradeRun, target: DriverTarget, node: Node, earlier: UpgradeNode | None, now
 ) -> UpgradeNode:
     """A node's row in a new run. `earlier`: its row in the pool's last run if that touched its
     driver without validating it; the node is then upgraded even if it reports the target (its install
@@ -188,10 +195,10 @@ def _new_row(
         state=State.UPGRADE_REQUIRED,
         entered_at=now,
         pre_cordoned=node.cordoned,
-        from_version=node.driver_version,
+        from_version=target.node_version(node),
         driver_touched=earlier is not None and node.cordoned,
     )
-    if earlier is None and node.driver_version == target.version:
+    if earlier is None and target.node_version(node) == target.version(run):
         row.state, row.reason = State.DONE, "AlreadyOnTarget"
     elif earlier is not None and earlier.kept_cordoned and not earlier.pre_cordoned and node.cordoned:
         row.pre_cordoned = False
@@ -282,6 +289,12 @@ def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> Up
     move = control_move(Control.ROLLBACK, RunFacts(Phase(run.status)))
     if isinstance(move, Refusal):
         raise _conflict(run, move)
+    if run.kind == UpgradeRun.Kind.KUBERNETES:
+        raise Conflict(
+            "Kubernetes supports no downgrades: a Kubernetes upgrade cannot be rolled back. Abort it, "
+            "or retry its failed nodes.",
+            code="no_downgrade",
+        )
     if run.status == Phase.PENDING:
         control(run, Control.ABORT)
     pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=run.pool_id)
@@ -373,9 +386,10 @@ def return_to_service(run: UpgradeRun, node_name: str, *, user=None) -> UpgradeR
         changes["returned_at"] = [None, row.returned_at]
         who = user.get_username() if user is not None else "an operator"
         row.reason = "ReturnedToService"
+        target = target_of(run)
         row.message = (
-            f"Returned to service by {who}, not validated: it runs driver {node.driver_version or 'unknown'} "
-            f"as it is (target {run.target_release.version})."
+            f"Returned to service by {who}, not validated: it runs {target.what} "
+            f"{target.node_version(node) or 'unknown'} as it is (target {target.version(run)})."
         )
         row.save(update_fields=["driver_touched", "returned_at", "reason", "message"])
         UpgradeCondition.objects.create(

@@ -1,12 +1,15 @@
-"""Celery entry points of driver upgrades (queue `upgrades`). Each tick is short and idempotent; it
-re-queues the next one itself, and beat's resync restarts runs whose chain was lost (a killed worker)."""
+"""Celery entry points of rolling upgrades and control plane upgrades (queue `upgrades`). Each tick is
+short and idempotent; it re-queues the next one itself, and beat's resync restarts runs whose chain was
+lost (a killed worker) and steps control plane upgrades in flight."""
 
 from celery import shared_task
+from django.conf import settings
 from django.db.models import Q
 
 from audit.context import acting_as
+from clusters.models import Cluster
 
-from . import controller, rollouts
+from . import control_plane, controller, rollouts
 from .machine import LIVE
 from .models import FleetRollout, UpgradeRun
 
@@ -33,7 +36,19 @@ def resync_runs() -> int:
         restarted += 1
     for rollout_id in FleetRollout.objects.filter(status__in=list(LIVE)).values_list("pk", flat=True):
         rollouts.advance(rollout_id)
+    for cluster_id in Cluster.objects.filter(kubernetes_target__isnull=False).values_list("pk", flat=True):
+        step_control_plane.delay(cluster_id)
     return restarted
+
+
+@shared_task(acks_late=True)
+def step_control_plane(cluster_id: int) -> None:
+    """One step of a control plane upgrade; the next is queued until it is over. Eager (the embedded
+    default) queues none, which would recurse: its simulator finishes in one step."""
+    with acting_as(f"control plane upgrade of cluster {cluster_id}"):
+        over = control_plane.step(cluster_id)
+    if not over and not step_control_plane.app.conf.task_always_eager:
+        step_control_plane.apply_async((cluster_id,), countdown=settings.NVKE_UPGRADE_TICK_S)
 
 
 @shared_task

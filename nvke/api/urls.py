@@ -34,6 +34,7 @@ from telemetry.api.views import (
     TelemetryEventViewSet,
 )
 from upgrades.api.views import (
+    ClusterKubernetesViewSet,
     ClusterMaintenanceViewSet,
     DriverOptionsView,
     FleetRolloutViewSet,
@@ -46,6 +47,7 @@ router = DefaultRouter()
 router.register("clusters", ClusterDefragViewSet, basename="cluster-defrag")
 router.register("clusters", ClusterAgentViewSet, basename="cluster-agent")
 router.register("clusters", ClusterMaintenanceViewSet, basename="cluster-maintenance")
+router.register("clusters", ClusterKubernetesViewSet, basename="cluster-kubernetes")
 router.register("clusters", ClusterViewSet)
 router.register("node-pools", PoolUpgradeDeferralViewSet, basename="pool-upgrade-deferral")
 router.register("node-pools", NodePoolViewSet)

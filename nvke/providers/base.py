@@ -49,6 +49,7 @@ class NodeInfo:
     memory_mib: int
     labels: dict[str, str] = field(default_factory=dict)
     gpus: tuple[GpuInfo, ...] = ()
+    kubelet_version: str = ""  # status.nodeInfo.kubeletVersion: v1.34.2
     preflight: dict = field(default_factory=dict)  # sharing preflight facts it knows (nvke.agent.preflight)
 
 
@@ -128,11 +129,12 @@ class AddonStatus:
 
 @dataclass(frozen=True)
 class DriverStatus:
-    """A node's driver as the provider sees it during an upgrade."""
+    """A node's driver (or, in a Kubernetes upgrade, its kubelet) as the provider sees it during an
+    upgrade."""
 
     version: str
     busy: bool = False  # the last operation on the node (cordon, drain, install) is still running
-    failure: str = ""  # why the last driver install failed; empty when it did not
+    failure: str = ""  # why the last install (or replacement) failed; empty when it did not
     gpus_healthy: bool = True
     ready: bool = True
 
@@ -265,6 +267,13 @@ class Infrastructure(ABC):
         reason = f"{type(self).__name__} cannot install add-ons."
         return [AddonStatus(name, version, "failed", reason) for name, version in addons.items()]
 
+    def upgrade_control_plane(self, cluster: str, kubernetes_version: str) -> str:
+        """Ask the cluster's control plane to run `kubernetes_version` (a catalog minor: 1.35), one minor
+        above what it runs (upgrades.control_plane checks the skew rules first); return the minor it
+        runs now, which is the target once the upgrade is done. Idempotent: asking again while it runs
+        only reports. A provider that does not make control planes refuses (ProviderError)."""
+        raise ProviderError("Unsupported", f"{type(self).__name__} cannot upgrade control planes.")
+
     def repair_node(self, cluster: str, pool: str, node: str) -> bool:
         """Replace a node that stopped reporting (the pool's next scale brings a fresh one). False when
         the provider cannot: the node stays NotReady until someone repairs it."""
@@ -311,6 +320,17 @@ class ClusterOperations(ABC):
 
     def driver_status(self, node: str) -> DriverStatus:
         return DriverStatus(version=self.driver_version(node))
+
+    def replace_node(self, node: str, kubernetes_version: str) -> None:
+        """Replace a drained node's machine with one whose kubelet runs `kubernetes_version` (a minor:
+        1.35), keeping its place in the pool. Idempotent, like install_driver; progress is
+        `kubelet_status`. A provider that does not make machines refuses (an attached cluster's are the
+        tenant's own)."""
+        raise ProviderError("Unsupported", f"{type(self).__name__} cannot replace nodes.")
+
+    def kubelet_status(self, node: str) -> DriverStatus:
+        """Like driver_status, of the node's kubelet: `version` is its kubeletVersion (v1.35.0)."""
+        raise ProviderError("Unsupported", f"{type(self).__name__} cannot replace nodes.")
 
     def report_upgrade_state(self, node: str, state: str) -> None:
         """Show a driver upgrade's state for the node where the cluster's own tools see it (the GPU

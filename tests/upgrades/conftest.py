@@ -68,7 +68,8 @@ def check_invariants(run: UpgradeRun) -> None:
             f"{row.name} got a driver undrained"
         )
     installing = SimNode.objects.filter(pool=run.pool.name, driver_target=run.target_release.version)
-    for sim in installing:
+    replacing = SimNode.objects.filter(pool=run.pool.name).exclude(kubelet_target="")
+    for sim in [*installing, *replacing]:
         assert not Allocation.objects.filter(node__name=sim.name).exists(), (
             f"{sim.name} installs under claims"
         )

@@ -77,8 +77,20 @@ class CudaField(serializers.CharField):
 
 class UpgradeRunSerializer(serializers.ModelSerializer):
     pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.none())
-    target_release = serializers.CharField(source="target_release.version", max_length=24)
+    target_release = serializers.CharField(
+        source="target_release.version",
+        max_length=24,
+        required=False,
+        help_text="The driver release to move to; a Kubernetes run keeps (and shows) the pool's",
+    )
     previous_release = serializers.CharField(source="previous_release.version", read_only=True)
+    kind = serializers.CharField(read_only=True, help_text="driver or kubernetes")
+    kubernetes_version = serializers.CharField(
+        max_length=16,
+        required=False,
+        default="",
+        help_text="Instead of target_release: the Kubernetes minor (1.36) for the pool's new machines",
+    )
     cuda = CudaField(
         write_only=True,
         required=False,
@@ -102,8 +114,11 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "pool",
+            "kind",
             "target_release",
             "previous_release",
+            "kubernetes_version",
+            "previous_kubernetes_version",
             "rollback_of",
             "rollout",
             *STRATEGY,
@@ -122,6 +137,7 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
             "nodes",
         ]
         read_only_fields = [
+            "previous_kubernetes_version",
             "rollback_of",
             "rollout",
             "canary_done_at",
@@ -252,3 +268,36 @@ class UpgradeDeferralSerializer(serializers.ModelSerializer):
 
     def get_enabled(self, policy: UpgradeDeferral) -> bool:
         return policy.pk is not None
+
+
+class KubernetesOptionSerializer(serializers.Serializer):
+    version = serializers.CharField()
+    allowed = serializers.BooleanField()
+    rule = serializers.CharField(help_text="The skew rule it breaks, when not allowed")
+    message = serializers.CharField()
+
+
+class PoolKubernetesSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    version = serializers.CharField(help_text="The minor its kubelets run")
+    options = KubernetesOptionSerializer(many=True)
+
+
+class ClusterKubernetesSerializer(serializers.Serializer):
+    version = serializers.CharField(read_only=True, help_text="The control plane's minor")
+    target = serializers.CharField(read_only=True, help_text="The minor it is being upgraded to, if any")
+    end_of_support = serializers.DateField(read_only=True, allow_null=True)
+    notice = serializers.CharField(read_only=True, help_text="Near or past its end of support: what to do")
+    reason = serializers.CharField(read_only=True, help_text="The last control plane upgrade's")
+    message = serializers.CharField(read_only=True)
+    options = KubernetesOptionSerializer(many=True, read_only=True)
+    pools = PoolKubernetesSerializer(many=True, read_only=True)
+    kubernetes_version = serializers.CharField(
+        write_only=True, max_length=16, help_text="POST: the minor to upgrade the control plane to"
+    )
+    override_window = serializers.BooleanField(
+        write_only=True,
+        default=False,
+        help_text="true: start now even outside the cluster's maintenance windows",
+    )

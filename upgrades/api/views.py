@@ -1,5 +1,6 @@
-"""Upgrades API: runs of a pool to a driver release with their controls, a pool's driver options, and
-fleet rollouts (operators only)."""
+"""Upgrades API: runs of a pool to a driver release or a Kubernetes version with their controls, a
+pool's driver options, a cluster's Kubernetes versions and control plane upgrades, and fleet rollouts
+(operators only)."""
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, permissions, viewsets
@@ -17,12 +18,13 @@ from nvke.errors import DomainError
 from nvke.tenancy.context import resolve_tenant
 from nvke.tenancy.roles import Action
 
-from .. import maintenance, rollouts, services
+from .. import control_plane, maintenance, rollouts, services
 from ..compatibility import driver_options
 from ..controller import kick_if_stale
 from ..models import FleetRollout, UpgradeDeferral, UpgradeRun
 from .serializers import (
     STRATEGY,
+    ClusterKubernetesSerializer,
     DriverCompatibilitySerializer,
     FleetRolloutSerializer,
     MaintenanceSerializer,
@@ -46,8 +48,10 @@ def release_named(version: str) -> DriverRelease:
 class UpgradeRunViewSet(
     mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet
 ):
-    """Driver upgrade runs. POST creates and starts one; each control is a POST to
-    `/upgrades/{id}/<control>/`; an impossible control is 409 with code `cannot_<control>`."""
+    """Rolling upgrade runs of a pool: to a driver release (`target_release`) or to a Kubernetes minor
+    (`kubernetes_version`: each node's machine replaced, drained first). POST creates and starts one;
+    each control is a POST to `/upgrades/{id}/<control>/`; an impossible control is 409 with code
+    `cannot_<control>`."""
 
     queryset = UpgradeRun.objects.select_related(
         "pool", "target_release", "previous_release"
@@ -59,11 +63,18 @@ class UpgradeRunViewSet(
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
         pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=data.pop("pool").pk)
-        target = release_named(data.pop("target_release")["version"])
+        release, kubernetes = data.pop("target_release", None), data.pop("kubernetes_version")
+        if bool(release) == bool(kubernetes):
+            raise DomainError(
+                "Name either target_release (a driver upgrade) or kubernetes_version, not both.",
+                field="target_release" if not release else "kubernetes_version",
+                code="required" if not release else "one_target",
+            )
         serializer.instance = services.create_run(
             context=self.tenant_context,
             pool=pool,
-            target_release=target,
+            target_release=release_named(release["version"]) if release else None,
+            kubernetes_version=kubernetes,
             user=self.request.user,
             start=data.pop("start"),
             cuda=data.pop("cuda"),
@@ -257,6 +268,32 @@ class ClusterMaintenanceViewSet(TenantScopedViewSet):
             data = serializer.validated_data
             maintenance.replace(cluster, data["time_zone"], data["windows"], data["exclusions"])
         return Response(MaintenanceSerializer(maintenance.document(cluster)).data)
+
+
+class ClusterKubernetesViewSet(TenantScopedViewSet):
+    """A cluster's Kubernetes versions and its control plane's upgrades."""
+
+    queryset = Cluster.objects.select_related("kubernetes_version", "kubernetes_target")
+    write_action = Action.CHANGE
+
+    @extend_schema(request=ClusterKubernetesSerializer, responses=ClusterKubernetesSerializer)
+    @action(detail=True, methods=["get", "post"], url_path="kubernetes")
+    def kubernetes(self, request, pk=None):
+        """The control plane's version (its end of support, a notice near it, an upgrade in flight) and
+        each pool's, with every catalog version and the skew rule that refuses it. POST
+        `{kubernetes_version}` starts the control plane's upgrade, one minor at a time: 400 with the
+        rule's code (`skips_minor`, `downgrade`, `same_version`, `pool_too_far_behind`, `not_managed`,
+        `unknown_version`), 409 `upgrade_in_progress`, `pool_upgrade_in_progress`, `not_running` or
+        `outside_maintenance_window` (ask again with `override_window: true`). Pools follow with a run
+        of `kubernetes_version` (POST /upgrades/)."""
+        cluster = self.get_object()
+        if request.method == "POST":
+            serializer = ClusterKubernetesSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
+            control_plane.start(cluster, data["kubernetes_version"], override_window=data["override_window"])
+            cluster = self.get_queryset().get(pk=cluster.pk)
+        return Response(ClusterKubernetesSerializer(control_plane.document(cluster)).data)
 
 
 class PoolUpgradeDeferralViewSet(TenantScopedViewSet):

@@ -62,6 +62,7 @@ def node_info(node: dict, slices: list[dict]) -> NodeInfo:
         memory_mib=int(quantity.parse(allocatable.get("memory") or "0") // 2**20),
         labels=labels,
         gpus=gpus_from_slices(slices) or gpus_from_labels(labels),
+        kubelet_version=(status.get("nodeInfo") or {}).get("kubeletVersion", ""),
     )
 
 

@@ -12,6 +12,7 @@ class SimCluster(models.Model):
     region = models.CharField(max_length=32)
     control_plane_nodes = models.PositiveSmallIntegerField()
     endpoint = models.CharField(max_length=200)
+    kubernetes_version = models.CharField(max_length=16, blank=True, help_text="Its control plane's minor")
     admin_token = EncryptedTextField(
         blank=True, editable=False, help_text="The virtual cluster's admin bearer token"
     )
@@ -40,6 +41,10 @@ class SimNode(models.Model):
     driver_target = models.CharField(max_length=24, blank=True, help_text="The driver being installed")
     driver_outcome = models.CharField(max_length=300, blank=True, help_text="'', 'unhealthy' or a failure")
     driver_failure = models.CharField(max_length=300, blank=True, help_text="Why the last install failed")
+    kubelet_version = models.CharField(max_length=32, blank=True, help_text="v1.34.0")
+    kubelet_target = models.CharField(
+        max_length=32, blank=True, help_text="The kubelet its replacement machine comes up with"
+    )
 
     class Drain(models.TextChoices):
         NONE = "", "not drained"  # workloads may be running
@@ -71,6 +76,8 @@ class SimFault(models.Model):
         UNCORDON = "uncordon"
         INSTALL_DRIVER = "install_driver"  # the install fails; the node keeps its driver
         VALIDATE = "validate"  # the install completes but a GPU comes back unhealthy
+        UPGRADE_CONTROL_PLANE = "upgrade_control_plane"  # the control plane refuses the new version
+        REPLACE_NODE = "replace_node"  # the node's replacement machine is refused
 
     operation = models.CharField(max_length=32, choices=Operation.choices)
     target = models.CharField(max_length=253, blank=True, help_text="Cluster/pool/node key; blank = any")

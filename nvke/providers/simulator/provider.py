@@ -29,9 +29,9 @@ from .models import SimCluster, SimFault, SimNode
 
 def upgrade_step_seconds() -> dict[str, float]:
     """How long each upgrade operation keeps a simulated node busy: NVKE_SIM_UPGRADE_STEP_S, e.g.
-    "cordon=1,evict=5,install=60" (`evict` is a drain's; unnamed operations take 0 s; read at each call,
-    so tests can set it)."""
-    spec = os.environ.get("NVKE_SIM_UPGRADE_STEP_S", "install=2")
+    "cordon=1,evict=5,install=60,replace=90" (`evict` is a drain's, `replace` a Kubernetes upgrade's new
+    machine's; unnamed operations take 0 s; read at each call, so tests can set it)."""
+    spec = os.environ.get("NVKE_SIM_UPGRADE_STEP_S", "install=2,replace=3")
     pairs = (item.split("=") for item in spec.split(",") if item.strip())
     return {name.strip(): float(value) for name, value in pairs}
 
@@ -88,6 +88,20 @@ def _settle_install(node: SimNode) -> None:
     )
 
 
+def _kubelet(minor: str) -> str:
+    """The kubelet version a new virtual machine of Kubernetes `minor` reports: its first patch."""
+    return f"v{minor}.0" if minor else ""
+
+
+def _settle_replacement(node: SimNode) -> None:
+    """A finished replacement takes effect: a fresh machine, same name, the new kubelet, healthy GPUs."""
+    if not node.kubelet_target or (node.busy_until and node.busy_until > timezone.now()):
+        return
+    node.kubelet_version, node.kubelet_target, node.driver_failure = node.kubelet_target, "", ""
+    node.gpus = [{**gpu, "healthy": True} for gpu in node.gpus]
+    node.save(update_fields=["kubelet_version", "kubelet_target", "driver_failure", "gpus"])
+
+
 # A simulated node is fit for every sharing mode unless it is given other facts (SimNode.preflight, a
 # fault); its MIG mode stays unknown, as the simulator cuts slices whatever the mode.
 FIT_NODE = {
@@ -106,6 +120,7 @@ def _node_info(node: SimNode) -> NodeInfo:
         ready=node.ready,
         unschedulable=node.unschedulable,
         driver_version=node.driver_version,
+        kubelet_version=node.kubelet_version,
         cpu_millicores=node.cpu_millicores,
         memory_mib=node.memory_mib,
         labels=dict(node.labels),
@@ -130,6 +145,7 @@ class SimulatorInfrastructure(Infrastructure):
                 "control_plane_nodes": control_plane_nodes,
                 "endpoint": f"https://{cluster}.{region}.k8s.nvke.local:6443",
                 "admin_token": secrets.token_urlsafe(32),
+                "kubernetes_version": kubernetes_version,
             },
         )
         if not sim.admin_token:  # a virtual cluster made before tokens were issued
@@ -145,6 +161,13 @@ class SimulatorInfrastructure(Infrastructure):
 
     def delete_cluster(self, cluster: str) -> None:
         SimCluster.objects.filter(key=cluster).delete()
+
+    def upgrade_control_plane(self, cluster: str, kubernetes_version: str) -> str:
+        """The virtual control plane runs the new version at once."""
+        _raise_injected_fault(SimFault.Operation.UPGRADE_CONTROL_PLANE, cluster)
+        if not SimCluster.objects.filter(key=cluster).update(kubernetes_version=kubernetes_version):
+            raise ProviderError("ClusterNotFound", f"Cluster {cluster} does not exist.")
+        return kubernetes_version
 
     def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
         _raise_injected_fault(SimFault.Operation.SCALE_POOL, f"{spec.cluster}/{spec.name}")
@@ -217,6 +240,7 @@ class SimulatorInfrastructure(Infrastructure):
             region=spec.region,
             gpu_model=spec.gpu_model,
             driver_version=spec.driver_version,
+            kubelet_version=_kubelet(spec.kubernetes_version),
             cpu_millicores=spec.cpu_millicores_per_node,
             memory_mib=spec.memory_mib_per_node,
             labels=labels,
@@ -354,6 +378,28 @@ class SimulatorOperations(ClusterOperations):
             version=sim.driver_version,
             busy=bool(sim.busy_until and sim.busy_until > timezone.now()),
             failure=sim.driver_failure,
+            gpus_healthy=all(gpu["healthy"] for gpu in sim.gpus),
+            ready=sim.ready,
+        )
+
+    def replace_node(self, node: str, kubernetes_version: str) -> None:
+        kubelet = _kubelet(kubernetes_version)
+        with transaction.atomic():
+            sim = self._node(node, lock=True)
+            _settle_replacement(sim)
+            if kubelet in (sim.kubelet_target, sim.kubelet_version):
+                return  # running or done already
+            _raise_injected_fault(SimFault.Operation.REPLACE_NODE, node)
+            sim.kubelet_target, sim.busy_until = kubelet, _busy_for("replace")
+            sim.save(update_fields=["kubelet_target", "busy_until"])
+            _settle_replacement(sim)  # a replacement that takes no time is done at once
+
+    def kubelet_status(self, node: str) -> DriverStatus:
+        sim = self._node(node)
+        _settle_replacement(sim)
+        return DriverStatus(
+            version=sim.kubelet_version,
+            busy=bool(sim.busy_until and sim.busy_until > timezone.now()),
             gpus_healthy=all(gpu["healthy"] for gpu in sim.gpus),
             ready=sim.ready,
         )
