@@ -5,8 +5,10 @@ Kubernetes versions a pool may move to: clusters.skew's rules, on a cluster whos
 
 from clusters import skew
 from clusters.models import KubernetesVersion
+from clusters.services import cluster_ref
 from nodepools.compatibility import Refusal, cuda_refusal, driver_refusals
 from nodepools.models import DriverRelease, NodePool
+from nvke.providers import operations_type
 
 ROLLBACK_EXEMPT = {"end_of_life", "driver_disabled"}  # going back to what ran before is allowed
 
@@ -46,6 +48,12 @@ def kubernetes_refusal(pool: NodePool, version: str, catalog: set[str] | None = 
             "not_managed",
             f"Cluster {cluster.name} is attached: its machines, and the Kubernetes they run, are its "
             "owner's to upgrade, not NVKE's.",
+        )
+    if not operations_type(cluster_ref(cluster)).replaces_nodes:
+        return Refusal(
+            "not_supported",
+            f"Cluster {cluster.name}'s provider cannot replace a pool's machines one at a time yet: "
+            "upgrade its pools' Kubernetes in the management cluster.",
         )
     if catalog is None:
         catalog = set(KubernetesVersion.objects.values_list("version", flat=True))

@@ -52,6 +52,11 @@ def get_infrastructure(cluster: ClusterRef) -> Infrastructure:
     return import_string(_paths(cluster).infrastructure)(cluster)
 
 
+def operations_type(cluster: ClusterRef) -> type[ClusterOperations]:
+    """The class of the cluster's provider's operations: what it can do, without connecting."""
+    return import_string(_paths(cluster).operations)
+
+
 def operations_for(cluster: ClusterRef) -> ClusterOperations:
     """The provider's operations on one cluster, bound to its endpoint, token and CA."""
-    return import_string(_paths(cluster).operations)(cluster)
+    return operations_type(cluster)(cluster)

@@ -283,6 +283,10 @@ class Infrastructure(ABC):
 class ClusterOperations(ABC):
     """Operations on one running cluster's nodes, bound to its `ClusterRef`."""
 
+    # Whether replace_node can give a node a new machine on another Kubernetes version, keeping its name
+    # (what a pool's Kubernetes upgrade steps through).
+    replaces_nodes: bool = False
+
     def __init__(self, cluster: ClusterRef):
         self.cluster = cluster
 

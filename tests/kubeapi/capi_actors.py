@@ -8,6 +8,8 @@ tests/kubeapi/actors.py simulates a cluster's own components: run after every wr
 - KubeadmControlPlane: once its cluster has a workload FakeKubeApi (`workloads[name]`) and is not held
   (`hold`), it is initialized and available with all replicas, and writes the kubeconfig Secret
   `<cluster>-kubeconfig` (key `value`; a client-certificate user, which the fake accepts) owned by it.
+  Its machines run `spec.version` (`status.versions`) at once, unless its cluster is `rolling`: then
+  they keep the version they ran, as in the middle of a rolling update.
 - MachineDeployment: one Machine per replica (`<md>-<n>`, lowest free n; scale-down removes the highest),
   owned by it, labelled with its template's labels and `cluster.x-k8s.io/deployment-name`; a Machine
   becomes a GPU Node on the workload cluster (the infrastructure template's `gpu`, the KubeadmConfigTemplate's
@@ -86,6 +88,7 @@ class ClusterAPI:
         self.workloads: dict[str, Any] = {}  # cluster name -> its workload FakeKubeApi
         self.hold: set[str] = set()  # clusters whose control plane never becomes available
         self.pending: set[str] = set()  # MachineDeployments whose machines never get a Node
+        self.rolling: set[str] = set()  # clusters whose control plane's machines keep their version
         management.actors.extra.append(self.reconcile)
 
     def _list(self, api_version: str, kind: str, **selectors: str) -> list[dict[str, Any]]:
@@ -221,13 +224,17 @@ class ClusterAPI:
         wanted = control_plane["spec"].get("replicas", 1)
         up = workload is not None and cluster not in self.hold
         replicas = wanted if up else 0
+        version = control_plane["spec"]["version"]
+        if cluster in self.rolling:
+            version = control_plane.get("status", {}).get("version") or version
         status = {
             "initialization": {"controlPlaneInitialized": up},
             "replicas": replicas,
             "readyReplicas": replicas,
             "availableReplicas": replicas,
             "upToDateReplicas": replicas,
-            "version": control_plane["spec"]["version"],
+            "version": version,
+            "versions": [{"version": version, "replicas": replicas}],
             "conditions": [
                 self._condition(
                     control_plane,

@@ -72,6 +72,7 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/clusters/<pk>/agent-manifest/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/defrag-plan/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/maintenance/": Api(TENANT, "cluster"),
+    "api/v1/clusters/<pk>/kubernetes/": Api(TENANT, "cluster"),
     "api/v1/clusters/<pk>/kubeconfig/": Api(TENANT, "cluster"),
     "api/v1/node-pools/": Api(TENANT),
     "api/v1/node-pools/<pk>/": Api(TENANT, "pool"),

@@ -179,3 +179,49 @@ def test_end_of_support_notice():
     assert "reached its end of support on 2027-02-28" in control_plane.support_notice(
         version, datetime.date(2027, 3, 1)
     )
+
+
+def test_the_api_lists_versions_with_their_rules_and_upgrades_the_control_plane_then_a_pool(
+    api, make_upgrade_pool
+):
+    pool = make_upgrade_pool(nodes=2)
+    url = f"/api/v1/clusters/{pool.cluster_id}/kubernetes/"
+    data = api.get(url).data
+    assert (data["version"], data["target"], data["end_of_support"]) == ("1.35", "", "2027-02-28")
+    rules = {o["version"]: (o["allowed"], o["rule"]) for o in data["options"]}
+    assert rules == {
+        "1.36": (True, ""),
+        "1.35": (False, "same_version"),
+        "1.34": (False, "downgrade"),
+        "1.33": (False, "downgrade"),
+    }
+    assert [(p["name"], p["version"]) for p in data["pools"]] == [(pool.name, "1.35")]
+
+    refused = api.post(url, {"kubernetes_version": "1.34"}, format="json")
+    assert (refused.status_code, refused.data["code"], refused.data["details"]["field"]) == (
+        400,
+        "downgrade",
+        "kubernetes_version",
+    )
+    started = api.post(url, {"kubernetes_version": "1.36"}, format="json")
+    assert started.status_code == 200, started.data
+    assert (started.data["version"], started.data["target"]) == ("1.35", "1.36")  # stepped on commit
+    control_plane.step(pool.cluster_id)
+    data = api.get(url).data
+    assert (data["version"], data["target"], data["reason"]) == ("1.36", "", "Upgraded")
+
+    both = api.post(
+        "/api/v1/upgrades/",
+        {"pool": pool.pk, "target_release": "595.71.05", "kubernetes_version": "1.36"},
+        format="json",
+    )
+    assert (both.status_code, both.data["code"]) == (400, "one_target")
+    too_new = api.post("/api/v1/upgrades/", {"pool": pool.pk, "kubernetes_version": "1.37"}, format="json")
+    assert (too_new.status_code, too_new.data["code"]) == (400, "unknown_version")
+    created = api.post("/api/v1/upgrades/", {"pool": pool.pk, "kubernetes_version": "1.36"}, format="json")
+    assert created.status_code == 201, created.data
+    assert (created.data["kind"], created.data["kubernetes_version"]) == ("kubernetes", "1.36")
+    assert created.data["previous_kubernetes_version"] == "1.35"
+    run = drive(UpgradeRun.objects.get(pk=created.data["id"]))
+    assert run.status == "completed"
+    assert api.get(url).data["pools"][0]["version"] == "1.36"

@@ -61,6 +61,24 @@ class ClusterAPIInfrastructure(Infrastructure):
             )
         return granted
 
+    def upgrade_control_plane(self, cluster: str, kubernetes_version: str) -> str:
+        """Set the KubeadmControlPlane's version to the setting's release of the minor: Cluster API
+        replaces its machines one at a time (its rolling update); report what they all run now."""
+        m = load()
+        release = m.release(kubernetes_version)
+        name = manifests.control_plane_name(cluster)
+        found = m.get(manifests.CONTROL_PLANE, "KubeadmControlPlane", name)
+        if found is None:
+            raise ProviderError(
+                "NotFound",
+                f"The management cluster has no KubeadmControlPlane {m.namespace}/{name}.",
+                status=404,
+            )
+        if found["spec"].get("version") != release:
+            m.patch(manifests.CONTROL_PLANE, "KubeadmControlPlane", name, {"spec": {"version": release}})
+            found = m.get(manifests.CONTROL_PLANE, "KubeadmControlPlane", name) or found
+        return status.control_plane_minor(found)
+
     def delete_cluster(self, cluster: str) -> None:
         """Delete the Cluster: Cluster API removes its control plane, machines and infrastructure, and
         Kubernetes' garbage collector what NVKE made owned by it."""

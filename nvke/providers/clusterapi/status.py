@@ -1,8 +1,10 @@
 """What Cluster API's status says, read the way its v1beta2 conditions are meant (pure): a cluster serves
 once `ControlPlaneAvailable` is True; until then the first of its provisioning conditions that is not
 True says what it waits for, and afterwards that condition is the control plane's health. A
-MachineDeployment's pool has as many nodes as it has ready replicas."""
+MachineDeployment's pool has as many nodes as it has ready replicas. A control plane runs the lowest
+version among its machines (`status.versions`), once its controller saw the latest spec."""
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,3 +68,23 @@ def control_plane_available(cluster: dict[str, Any] | None) -> tuple[bool, str, 
         return False, "NotReported", "Cluster API reports no ControlPlaneAvailable condition."
     message = found.get("message") or f"Cluster API reports the control plane {found['reason']}."
     return found["status"] == "True", found["reason"], message
+
+
+def _numbers(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", release))
+
+
+def control_plane_minor(control_plane: dict[str, Any]) -> str:
+    """The Kubernetes minor (1.35) every machine of a KubeadmControlPlane runs: the lowest of v1beta2's
+    `status.versions` (or the deprecated `status.version`); "" until its controller observed the
+    current spec, or while it reports none."""
+    status = control_plane.get("status") or {}
+    if status.get("observedGeneration", 0) < control_plane["metadata"].get("generation", 0):
+        return ""
+    releases = [entry["version"] for entry in status.get("versions") or [] if entry.get("version")]
+    releases = releases or ([status["version"]] if status.get("version") else [])
+    if not releases:
+        return ""
+    lowest = min(releases, key=_numbers)
+    major, minor, *_ = _numbers(lowest) + (0, 0)
+    return f"{major}.{minor}"

@@ -260,6 +260,8 @@ class SimulatorOperations(ClusterOperations):
     """Operations on one virtual cluster. The ref's token must be the cluster's admin token, as a real
     API server would insist."""
 
+    replaces_nodes = True  # a virtual machine is replaced in place, its name kept
+
     def __init__(self, cluster: ClusterRef):
         super().__init__(cluster)
         self._checked = False

@@ -8,10 +8,13 @@ from clusters.models import Cluster
 from clusters.services import delete_cluster, provision, teardown
 from nodepools.models import Node, NodePool
 from nodepools.services import reconcile
+from upgrades import control_plane
+from upgrades.compatibility import kubernetes_refusal
 
 from .conftest import NS
 
 CORE = "cluster.x-k8s.io/v1beta2"
+KCP = "controlplane.cluster.x-k8s.io/v1beta2"
 
 
 @pytest.fixture
@@ -103,3 +106,35 @@ def test_a_pool_gets_its_gpu_nodes_from_a_machine_deployment_and_goes_with_the_c
     assert management.list(CORE, "Cluster", NS) == []
     assert management.list(CORE, "MachineDeployment", NS) == []
     assert workload.list("v1", "Node") == []
+
+
+def test_a_control_plane_upgrade_sets_the_kubeadm_control_plane_version_and_waits_for_its_machines(
+    clusterapi, capi_setting, tenant, make_cluster, make_pool, management, cluster_api, workload
+):
+    capi_setting.kubernetes_versions = {**capi_setting.kubernetes_versions, "1.36": "v1.36.0"}
+    capi_setting.save()
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    key = f"c{cluster.pk}"
+    cluster_api.workloads[key] = workload
+    provision(cluster.pk)
+    cluster.refresh_from_db()
+    pool = make_pool(
+        cluster, "h100", gpu_model="h100-sxm5-80gb", nodes=1, gpus_per_node=8, driver="570.133.20"
+    )
+    cluster_api.rolling.add(key)
+
+    control_plane.start(cluster, "1.36")
+    assert not control_plane.step(cluster.pk)  # Cluster API is still replacing its machines
+    kcp = management.get(KCP, "KubeadmControlPlane", f"{key}-control-plane", NS)
+    assert kcp["spec"]["version"] == "v1.36.0" and kcp["status"]["versions"][0]["version"] == "v1.35.1"
+    cluster.refresh_from_db()
+    assert (cluster.kubernetes_version.version, cluster.kubernetes_target.version) == ("1.35", "1.36")
+
+    cluster_api.rolling.clear()
+    management.settle()
+    assert control_plane.step(cluster.pk)
+    cluster.refresh_from_db()
+    assert (cluster.kubernetes_version.version, cluster.kubernetes_target) == ("1.36", None)
+    # Its pools' machines are not replaced one by one on Cluster API yet: refused, saying so.
+    refusal = kubernetes_refusal(pool, "1.36")
+    assert refusal is not None and refusal.rule == "not_supported"
