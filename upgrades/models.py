@@ -124,6 +124,13 @@ class UpgradeRun(models.Model):
         return f"driver {self.target_release.version}"
 
     @property
+    def previous(self) -> str:
+        """What the pool ran before, in the same words."""
+        if self.kind == self.Kind.KUBERNETES:
+            return f"Kubernetes {self.previous_kubernetes_version}"
+        return f"driver {self.previous_release.version}"
+
+    @property
     def finished(self) -> bool:
         return self.status in FINISHED
 

@@ -160,6 +160,7 @@ PAGES: dict[str, Page] = {
     "clusters/<pk>/": Page("cluster"),
     "clusters/<pk>/delete/": Page("cluster", post=True),
     "clusters/<pk>/maintenance/": Page("cluster", post=True),
+    "clusters/<pk>/kubernetes/": Page("cluster", post=True),
     "clusters/<pk>/pools/new/": Page("cluster", post=True),
     "pools/<pk>/": Page("pool"),
     "pools/<pk>/scale/": Page("pool", post=True, get=False),

@@ -1,0 +1,103 @@
+"""A cluster's Kubernetes versions page: the control plane's version with its end of support, every
+catalog version with the skew rule that refuses it, the upgrade form; each pool's version with its own
+form, which starts a run replacing the pool's machines (upgrades.services). Thin: upgrades/ decides."""
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from clusters.models import Cluster
+from nvke.errors import DomainError
+from nvke.tenancy.context import TenantContext
+from nvke.tenancy.roles import Action
+from upgrades import control_plane, services
+from upgrades.machine import STRATEGY
+
+from .forms import add_domain_error
+from .views import require_change, tenant_view
+
+
+class VersionForm(forms.Form):
+    kubernetes_version = forms.ChoiceField(label="Upgrade to")
+    override_window = forms.BooleanField(
+        required=False,
+        label="Start now even outside the maintenance window",
+        help_text="The override is in the audit log.",
+    )
+
+    def __init__(self, *args, allowed: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["kubernetes_version"].choices = [(v, v) for v in allowed]
+
+
+class PoolVersionForm(VersionForm):
+    max_unavailable = forms.CharField(
+        max_length=STRATEGY["max_unavailable"].max_length,
+        initial=STRATEGY["max_unavailable"].default,
+        help_text="Nodes (or N%) replaced at once; each is drained first.",
+    )
+
+
+def _allowed(options: list[dict]) -> list[str]:
+    return [option["version"] for option in options if option["allowed"]]
+
+
+def _start(request: HttpRequest, context: TenantContext, cluster: Cluster, action: str, data: dict):
+    """Start what the form asks for, and go where its progress shows."""
+    version = data["kubernetes_version"]
+    if action == "control-plane":
+        control_plane.start(cluster, version, override_window=data["override_window"])
+        messages.success(request, f"Control plane upgrade to {version} started.")
+        return redirect("cluster-kubernetes", pk=cluster.pk)
+    pool = cluster.node_pools.get(pk=int(action.removeprefix("pool-")))
+    run = services.create_run(
+        context=context,
+        pool=pool,
+        kubernetes_version=version,
+        max_unavailable=data["max_unavailable"],
+        override_window=data["override_window"],
+        user=request.user,
+    )
+    messages.success(request, f"Upgrade of {pool.name} to Kubernetes {version} started.")
+    return redirect("upgrade-detail", pk=run.pk)
+
+
+@tenant_view
+def cluster_kubernetes(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    clusters = Cluster.objects.restrict(context).select_related("kubernetes_version", "kubernetes_target")
+    cluster = get_object_or_404(clusters, pk=pk)
+    document = control_plane.document(cluster)
+    action = request.POST.get("action", "")
+    bound = {"control-plane": VersionForm} | {
+        f"pool-{pool['id']}": PoolVersionForm for pool in document["pools"]
+    }
+    allowed = {"control-plane": _allowed(document["options"])} | {
+        f"pool-{pool['id']}": _allowed(pool["options"]) for pool in document["pools"]
+    }
+    forms_by_action = {
+        name: form(request.POST if action == name else None, allowed=allowed[name])
+        for name, form in bound.items()
+    }
+    status = 200
+    if request.method == "POST":
+        require_change(context)
+        form = forms_by_action.get(action)
+        if form is not None and form.is_valid():
+            try:
+                return _start(request, context, cluster, action, form.cleaned_data)
+            except DomainError as error:
+                add_domain_error(form, error)
+        status = 400
+    return render(
+        request,
+        "frontend/cluster_kubernetes.html",
+        {
+            "cluster": cluster,
+            "document": document,
+            "plane_form": forms_by_action["control-plane"],
+            "pools": [(pool, forms_by_action[f"pool-{pool['id']}"]) for pool in document["pools"]],
+            "can_change": context.allows(Action.CHANGE),
+        },
+        status=status,
+    )
