@@ -5,12 +5,12 @@ from . import (
     views,
     views_account,
     views_guide,
-    views_kubernetes,
     views_maintenance,
     views_rollouts,
     views_telemetry,
     views_upgrades,
     views_usage,
+    views_versions,
 )
 from .sign_in import SignInView
 
@@ -28,7 +28,7 @@ urlpatterns = [
     path("clusters/<int:pk>/agent-manifest/", views.cluster_agent_manifest, name="cluster-agent-manifest"),
     path("clusters/<int:pk>/delete/", views.cluster_delete, name="cluster-delete"),
     path("clusters/<int:pk>/maintenance/", views_maintenance.cluster_maintenance, name="cluster-maintenance"),
-    path("clusters/<int:pk>/kubernetes/", views_kubernetes.cluster_kubernetes, name="cluster-kubernetes"),
+    path("clusters/<int:pk>/versions/", views_versions.cluster_versions, name="cluster-versions"),
     path("clusters/<int:pk>/pools/new/", views.pool_create, name="pool-create"),
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
     path("pools/<int:pk>/scale/", views.pool_scale, name="pool-scale"),

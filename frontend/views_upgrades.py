@@ -163,7 +163,7 @@ def offered_controls(run: UpgradeRun, failed: int) -> list[str]:
         and run.status in (Phase.RUNNING, Phase.PAUSED),
         "retry": failed > 0 and run.status in (Phase.RUNNING, Phase.PAUSED, Phase.FAILED),
         "abort": run.status in (Phase.PENDING, Phase.RUNNING, Phase.PAUSED),
-        "rollback": run.status in FINISHED and run.kind == UpgradeRun.Kind.DRIVER,  # no Kubernetes downgrades
+        "rollback": run.status in FINISHED and run.kind == UpgradeRun.Kind.DRIVER,  # the others: a new run
     }
     return [name for name, shown in offered.items() if shown]
 

@@ -17,6 +17,7 @@ from .models import (
     GpuShare,
     MigProfile,
     Node,
+    NodeImage,
     NodePool,
     RegionInventory,
     UsageInterval,
@@ -106,6 +107,13 @@ class DriverReleaseAdmin(admin.ModelAdmin):
     list_filter = ["branch", "branch_type", "enabled", "architectures"]
     search_fields = ["version"]
     filter_horizontal = ["architectures"]
+
+
+@admin.register(NodeImage)
+class NodeImageAdmin(admin.ModelAdmin):
+    list_display = ["name", "os", "kernel_version", "container_toolkit_version", "driver_release", "enabled"]
+    list_filter = ["enabled", "os"]
+    search_fields = ["name"]
 
 
 @admin.register(RegionInventory)

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from clusters.models import KubernetesVersion, Region
 
-from .models import Architecture, DriverRelease, GpuModel, MigProfile, RegionInventory
+from .models import Architecture, DriverRelease, GpuModel, MigProfile, NodeImage, RegionInventory
 
 ARCHITECTURES = {
     "Maxwell": "5.0, 5.2, 5.3",
@@ -220,6 +220,24 @@ KUBERNETES_VERSIONS = [
 ]
 
 
+# (name, OS, kernel, NVIDIA Container Toolkit, preinstalled driver or None, released, the default).
+# Without a preinstalled driver the GPU Operator installs the pool's; GPU sharing needs kernel 5.10+.
+NODE_IMAGES = [
+    ("ubuntu-2004-gpu-2023-04", "Ubuntu 20.04", "5.4.0-148-generic", "1.13.1", None, "2023-04-20", False),
+    ("ubuntu-2204-gpu-2025-06", "Ubuntu 22.04", "5.15.0-141-generic", "1.17.8", None, "2025-06-12", False),
+    ("ubuntu-2404-gpu-2026-10", "Ubuntu 24.04", "6.8.0-85-generic", "1.18.0", None, "2026-10-08", True),
+    (
+        "ubuntu-2404-gpu-580-2026-10",
+        "Ubuntu 24.04",
+        "6.8.0-85-generic",
+        "1.18.0",
+        "580.105.08",
+        "2026-10-08",
+        False,
+    ),
+]
+
+
 @transaction.atomic
 def seed_catalog() -> None:
     """Create or refresh the seed rows. Idempotent."""
@@ -298,6 +316,18 @@ def seed_catalog() -> None:
             RegionInventory.objects.update_or_create(
                 region=region, gpu_model=GpuModel.objects.get(name=model_name), defaults={"total_gpus": total}
             )
+    for name, os_name, kernel, toolkit, driver, released, default in NODE_IMAGES:
+        NodeImage.objects.update_or_create(
+            name=name,
+            defaults={
+                "os": os_name,
+                "kernel_version": kernel,
+                "container_toolkit_version": toolkit,
+                "driver_release": DriverRelease.objects.get(version=driver) if driver else None,
+                "release_date": _d(released),
+                "is_default": default,
+            },
+        )
     for version, enabled, default, end in KUBERNETES_VERSIONS:
         KubernetesVersion.objects.update_or_create(
             version=version, defaults={"enabled": enabled, "is_default": default, "end_of_support": _d(end)}

@@ -1,4 +1,5 @@
-"""Which drivers, sharing modes and MIG layouts a GPU model admits. Each refusal names its rule."""
+"""Which drivers, sharing modes and MIG layouts a GPU model admits, and which node images a pool's driver
+and sharing mode admit. Each refusal names its rule."""
 
 import datetime
 import re
@@ -6,10 +7,11 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
+from nvke.agent.preflight import MIN_KERNEL, checks
 from nvke.errors import DomainError
 
 from .allocation.mig import Profile, place_layout
-from .models import DriverRelease, GpuModel, SharingMode
+from .models import DriverRelease, GpuModel, NodeImage, SharingMode
 from .versions import version_key
 
 CUDA_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)*")  # "12.8", or a bare major: "12"
@@ -106,3 +108,31 @@ def mig_layout_refusal(gpu_model: GpuModel, layout: list[str]) -> Refusal | None
     if layout and place_layout([profiles[n] for n in layout], list(profiles.values())) is None:
         return Refusal("mig_layout_does_not_fit", f"MIG layout {' + '.join(layout)} does not fit on one GPU.")
     return None
+
+
+def image_refusals(image: NodeImage, driver: DriverRelease, sharing_mode: str) -> list[Refusal]:
+    """Why a pool on `driver` in `sharing_mode` cannot run on machines of `image`; empty when it can: the
+    kernel a sharing mode needs, and a preinstalled driver that must be the pool's own (the GPU Operator
+    does not replace a driver on the host)."""
+    refusals = []
+    if not image.enabled:
+        refusals.append(Refusal("image_disabled", f"Image {image.name} is not offered by this platform."))
+    facts = {"kernel_version": image.kernel_version}
+    if any(c.name == "kernel_version" and c.ok is False for c in checks(facts, sharing_mode)):
+        refusals.append(
+            Refusal(
+                "kernel_too_old",
+                f"Image {image.name} runs kernel {image.kernel_version}: {sharing_mode} sharing needs kernel "
+                f"≥ {MIN_KERNEL}.",
+            )
+        )
+    if image.driver_release_id is not None and image.driver_release_id != driver.pk:
+        refusals.append(
+            Refusal(
+                "image_driver",
+                f"Image {image.name} preinstalls driver {image.driver_release}, not the pool's "
+                f"{driver.version}: choose an image without a preinstalled driver, or move the driver with "
+                "it.",
+            )
+        )
+    return refusals

@@ -122,6 +122,33 @@ class DriverRelease(models.Model):
         return version_key(self.version)
 
 
+class NodeImage(models.Model):
+    """A GPU node's machine image (catalog): its OS and kernel, the NVIDIA Container Toolkit, and the
+    driver it preinstalls, if any (none: the GPU Operator installs the pool's driver at boot)."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[dns_label])
+    os = models.CharField(max_length=64, help_text="e.g. Ubuntu 24.04")
+    kernel_version = models.CharField(max_length=64, help_text="e.g. 6.8.0-85-generic")
+    container_toolkit_version = models.CharField(max_length=24)
+    driver_release = models.ForeignKey(
+        DriverRelease,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Preinstalled driver; empty when the GPU Operator installs it",
+    )
+    release_date = models.DateField()
+    enabled = models.BooleanField(default=True, help_text="Offered for new pools and upgrades.")
+    is_default = models.BooleanField(default=False, help_text="New pools get it unless they name one.")
+
+    class Meta:
+        ordering = ["-release_date", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class RegionInventory(models.Model):
     """How many GPUs of a model a region has. Pools draw nodes from it until it runs out."""
 
@@ -184,6 +211,14 @@ class NodePool(Conditions):
         blank=True,
         help_text="Minor version its kubelets run, e.g. 1.34 (clusters.skew keeps it within the control "
         "plane's skew); empty on an attached cluster, whose machines NVKE does not make",
+    )
+    node_image = models.ForeignKey(
+        NodeImage,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="node_pools",
+        help_text="Its machines' image; empty: the provider's own (and on an attached cluster)",
     )
     sharing_mode = models.CharField(max_length=16, choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
     mig_layout = models.JSONField(
@@ -258,6 +293,7 @@ class Node(models.Model):
     cordoned = models.BooleanField(default=False)
     driver_version = models.CharField(max_length=24)
     kubelet_version = models.CharField(max_length=32, blank=True, help_text="As the node reports it: v1.34.2")
+    node_image = models.CharField(max_length=63, blank=True, help_text="Its machine's image, as reported")
     cpu_millicores = models.PositiveIntegerField()
     memory_mib = models.PositiveBigIntegerField()
     labels = models.JSONField(default=dict, blank=True)

@@ -33,6 +33,7 @@ def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:
             "cordoned": info.unschedulable,
             "driver_version": info.driver_version,
             "kubelet_version": info.kubelet_version,
+            "node_image": info.node_image,
             "cpu_millicores": info.cpu_millicores,
             "memory_mib": info.memory_mib,
             "labels": info.labels,
@@ -163,11 +164,13 @@ def record_driver(node: Node, *, version: str, gpus_healthy: bool) -> None:
         allocator.topology_changed(node.pool.cluster_id)
 
 
-def record_kubelet(node: Node, version: str) -> None:
-    """What the provider reports of a replaced node's kubelet (a Kubernetes upgrade's validation)."""
-    if node.kubelet_version != version:
-        Node.objects.filter(pk=node.pk).update(kubelet_version=version)
-        node.kubelet_version = version
+def record_machine(node: Node, **reported: str) -> None:
+    """What the provider reports of a replaced node's machine: `kubelet_version` or `node_image`."""
+    changed = {name: value for name, value in reported.items() if getattr(node, name) != value}
+    if changed:
+        Node.objects.filter(pk=node.pk).update(**changed)
+        for name, value in changed.items():
+            setattr(node, name, value)
 
 
 def record_idle(pool_ids: list[int], idle: set[int], now: datetime.datetime) -> None:

@@ -15,9 +15,9 @@ from nvke.providers.base import PoolSpec, ProviderError
 from nvke.tenancy.context import TenantContext
 
 from . import capacity, quotas, sharing
-from .compatibility import driver_refusals, mig_layout_refusal, sharing_refusal
+from .compatibility import driver_refusals, image_refusals, mig_layout_refusal, sharing_refusal
 from .events import publish_pool
-from .models import NodePool, ScaleDown, SharingMode
+from .models import NodeImage, NodePool, ScaleDown, SharingMode
 from .nodes import sync_nodes
 
 # Kubernetes label syntax: an optional DNS-subdomain prefix and a name of up to 63 characters.
@@ -100,6 +100,15 @@ def validate_pool(pool: NodePool) -> None:
             code=refusals[0].rule,
             rules=[{"rule": r.rule, "message": r.message} for r in refusals],
         )
+    if pool.node_image and (
+        refusals := image_refusals(pool.node_image, pool.driver_release, pool.sharing_mode)
+    ):
+        raise Incompatible(
+            refusals[0].message,
+            field="node_image",
+            code=refusals[0].rule,
+            rules=[{"rule": r.rule, "message": r.message} for r in refusals],
+        )
 
 
 def new_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
@@ -108,8 +117,10 @@ def new_pool(*, context: TenantContext, cluster: Cluster, **fields) -> NodePool:
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no new pools.", field="cluster")
     pool = NodePool(tenant=context.tenant, cluster=cluster, status=NodePool.Status.PROVISIONING, **fields)
-    if cluster.kubernetes_version:  # a new pool's kubelets run the control plane's version
+    if cluster.kubernetes_version:  # a new pool's machines: the control plane's version, the default image
         pool.kubernetes_version = cluster.kubernetes_version.version
+        if "node_image" not in fields:
+            pool.node_image = NodeImage.objects.filter(is_default=True, enabled=True).first()
     sharing.apply_mode_defaults(pool, set(fields))
     validate_pool(pool)
     return pool
@@ -190,6 +201,7 @@ def pool_spec(pool: NodePool) -> PoolSpec:
         gpu_product=model.product_name,
         node_selector=pool.node_selector,
         kubernetes_version=pool.kubernetes_version,
+        node_image=pool.node_image.name if pool.node_image else "",
         min_nodes=pool.min_nodes,
         max_nodes=pool.max_nodes,
         remove_first=(pool.scale_down_node,) if pool.scale_down_phase in TAKING_OUT else (),
@@ -200,7 +212,7 @@ def reconcile(pool_id: int) -> None:
     """One level-triggered step: compare desired and actual nodes, act once, record the outcome."""
     pool = (
         NodePool.objects.select_related(
-            "cluster__region", "cluster__kubernetes_version", "gpu_model", "driver_release"
+            "cluster__region", "cluster__kubernetes_version", "gpu_model", "driver_release", "node_image"
         )
         .filter(pk=pool_id)
         .first()

@@ -20,7 +20,7 @@ from nvke.errors import Conflict, Incompatible
 from nvke.providers.base import ProviderError
 
 from . import maintenance
-from .compatibility import kubernetes_options
+from .compatibility import image_options, kubernetes_options
 from .machine import LIVE
 from .models import UpgradeRun
 
@@ -76,9 +76,25 @@ def _options(rows: list[tuple[str, skew.Refusal | None]]) -> list[dict]:
     ]
 
 
+def _images(pool) -> list[dict]:
+    return [
+        {
+            "image": image.name,
+            "os": image.os,
+            "kernel_version": image.kernel_version,
+            "driver": image.driver_release.version if image.driver_release else "",
+            "allowed": not refusals,
+            "rule": refusals[0].rule if refusals else "",
+            "message": refusals[0].message if refusals else "",
+        }
+        for image, refusals in image_options(pool)
+    ]
+
+
 def document(cluster: Cluster) -> dict:
     """The cluster's versions as the API and the UI give them: the control plane's (with its end of
-    support, any upgrade in flight and where each catalog version stands) and each pool's."""
+    support, any upgrade in flight and where each catalog version stands) and each pool's, with its
+    node image and where each catalog image stands."""
     condition = next((c for c in cluster.conditions if c["type"] == CONDITION), None)
     version = cluster.kubernetes_version
     return {
@@ -90,9 +106,17 @@ def document(cluster: Cluster) -> dict:
         "message": condition["message"] if condition else "",
         "options": _options(options(cluster)),
         "pools": [
-            {"id": pool.pk, "name": pool.name, "version": pool.kubernetes_version}
-            | {"options": _options(kubernetes_options(pool))}
-            for pool in cluster.node_pools.select_related("cluster__kubernetes_version").order_by("name")
+            {
+                "id": pool.pk,
+                "name": pool.name,
+                "version": pool.kubernetes_version,
+                "options": _options(kubernetes_options(pool)),
+                "image": pool.node_image.name if pool.node_image else "",
+                "image_options": _images(pool),
+            }
+            for pool in cluster.node_pools.select_related(
+                "cluster__kubernetes_version", "node_image", "driver_release"
+            ).order_by("name")
         ],
     }
 

@@ -295,7 +295,7 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         result = plan(
             RunView(
                 phase=Phase(run.status),
-                target_version=target.version(run),
+                target_version=target.version,
                 what=target.what,
                 canary_done_at=_ts(run.canary_done_at),
                 approved=run.approved_at is not None,
@@ -422,9 +422,7 @@ def _join_new_nodes(
             from_version=target.node_version(node),
         )
         for name, node in sorted(nodes.items())
-        if name not in known
-        and target.node_version(node) != target.version(run)
-        and run.status != Phase.ABORTING
+        if name not in known and target.node_version(node) != target.version and run.status != Phase.ABORTING
     ]
     UpgradeNode.objects.bulk_create(joined)
     for row in joined:
@@ -458,7 +456,7 @@ def _carry_out(run, target: DriverTarget, steps, rows, nodes, seen: dict[str, Se
                 continue
         elif step.effect == Effect.INSTALL:
             row.driver_touched = True  # from now on: the old driver may be gone
-            row.driver_wanted = target.version(run)
+            row.driver_wanted = target.version
             _writes.intents[row.pk] = row
         if step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
             target.record(node, seen[step.node].driver)
@@ -540,7 +538,7 @@ def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) ->
     and a rollout hears of a run of its that ended or paused."""
     enter(run, tick_move(Phase(run.status), Phase(status), reason), now, message)
     if status == Phase.COMPLETED:
-        target_of(run).complete(run)
+        target_of(run).complete()
     if run.rollout_id and status in (Phase.COMPLETED, Phase.FAILED, Phase.PAUSED):
         jobs.enqueue("upgrades.tasks.advance_rollout", run.rollout_id)
 

@@ -49,11 +49,13 @@ class FleetRollout(models.Model):
 
 class UpgradeRun(models.Model):
     """One pool's rolling upgrade, a node at a time through upgrades.machine: of its driver (installed in
-    place), or of its Kubernetes version (each node's machine replaced by one with the new kubelet)."""
+    place), of its Kubernetes version or of its node image (each node's machine replaced by one with the
+    new kubelet or image)."""
 
     class Kind(models.TextChoices):
         DRIVER = "driver"
         KUBERNETES = "kubernetes"
+        IMAGE = "image"
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="upgrade_runs")
     pool = models.ForeignKey("nodepools.NodePool", on_delete=models.CASCADE, related_name="upgrade_runs")
@@ -61,10 +63,21 @@ class UpgradeRun(models.Model):
     previous_release = models.ForeignKey(
         "nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+", help_text="Rollback target"
     )
-    # A Kubernetes run keeps the pool's driver: both releases above are the pool's.
+    # A Kubernetes or image run keeps the pool's driver: both releases above are the pool's.
     kind = models.CharField(max_length=12, choices=Kind.choices, default=Kind.DRIVER)
     kubernetes_version = models.CharField(max_length=16, blank=True, help_text="A Kubernetes run's target")
     previous_kubernetes_version = models.CharField(max_length=16, blank=True)
+    node_image = models.ForeignKey(
+        "nodepools.NodeImage",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="An image run's target",
+    )
+    previous_node_image = models.ForeignKey(
+        "nodepools.NodeImage", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     rollback_of = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -121,6 +134,8 @@ class UpgradeRun(models.Model):
         """What it moves the pool to, in words: "driver 580.105.08" or "Kubernetes 1.35"."""
         if self.kind == self.Kind.KUBERNETES:
             return f"Kubernetes {self.kubernetes_version}"
+        if self.kind == self.Kind.IMAGE:
+            return f"image {self.node_image}"
         return f"driver {self.target_release.version}"
 
     @property
@@ -128,6 +143,8 @@ class UpgradeRun(models.Model):
         """What the pool ran before, in the same words."""
         if self.kind == self.Kind.KUBERNETES:
             return f"Kubernetes {self.previous_kubernetes_version}"
+        if self.kind == self.Kind.IMAGE:
+            return f"image {self.previous_node_image or 'the provider default'}"
         return f"driver {self.previous_release.version}"
 
     @property

@@ -11,13 +11,13 @@ from django.utils import timezone
 from audit.recorder import record
 from clusters.services import cluster_operations
 from nodepools import nodes as node_rows
-from nodepools.models import DriverRelease, Node, NodePool
+from nodepools.models import DriverRelease, Node, NodeImage, NodePool
 from nvke.errors import Conflict, DomainError, Incompatible, NotFound, ProviderFailed
 from nvke.providers.base import ProviderError
 from nvke.tenancy.context import TenantContext
 
 from . import events, maintenance
-from .compatibility import kubernetes_refusal, upgrade_refusals
+from .compatibility import image_options, kubernetes_refusal, upgrade_refusals
 from .controller import enter, schedule_tick, strategy_of
 from .machine import (
     BEFORE_INSTALL,
@@ -77,6 +77,7 @@ def create_run(
     pool: NodePool,
     target_release: DriverRelease | None = None,
     kubernetes_version: str = "",
+    node_image: NodeImage | None = None,
     user=None,
     start: bool = True,
     cuda: str = "",
@@ -86,23 +87,32 @@ def create_run(
     override_window: bool = False,
     **strategy,
 ) -> UpgradeRun:
-    """A run of `pool` to `target_release`, or to Kubernetes `kubernetes_version` (its driver kept);
-    refused (400, naming the rule) when the pool cannot run it, 409 when the pool already has a live run
-    or is being deleted, or when started by hand outside the cluster's maintenance windows without
-    `override_window` (the run then ignores them; a rollout's runs and runs created pending wait for a
-    window instead)."""
+    """A run of `pool` to `target_release`, or to Kubernetes `kubernetes_version` or to `node_image` (its
+    driver kept); refused (400, naming the rule) when the pool cannot run it, 409 when the pool already
+    has a live run or is being deleted, or when started by hand outside the cluster's maintenance windows
+    without `override_window` (the run then ignores them; a rollout's runs and runs created pending wait
+    for a window instead)."""
     if pool.status == NodePool.Status.DELETING:
         raise Conflict(f"Pool {pool.name} is being deleted.", field="pool", code="deleting")
-    kind = UpgradeRun.Kind.KUBERNETES if kubernetes_version else UpgradeRun.Kind.DRIVER
-    if kind == UpgradeRun.Kind.KUBERNETES:
+    if kubernetes_version:
         if refusal := kubernetes_refusal(pool, kubernetes_version):
             raise Incompatible(refusal.message, field="kubernetes_version", code=refusal.rule)
-        target_release = pool.driver_release
+        kind, upgrade, target_release = (
+            UpgradeRun.Kind.KUBERNETES,
+            maintenance.POOL_KUBERNETES,
+            pool.driver_release,
+        )
+    elif node_image is not None:
+        if refusals := dict(image_options(pool)).get(node_image):
+            raise Incompatible(refusals[0].message, field="node_image", code=refusals[0].rule)
+        kind, upgrade, target_release = UpgradeRun.Kind.IMAGE, maintenance.DRIVER, pool.driver_release
     elif target_release is None:
-        raise DomainError("Name a target_release or a kubernetes_version.", field="target_release")
+        raise DomainError(
+            "Name a target_release, a kubernetes_version or a node_image.", field="target_release"
+        )
     else:
         _refuse(pool, target_release, cuda, rollback=rollback_of is not None)
-    upgrade = maintenance.POOL_KUBERNETES if kubernetes_version else maintenance.DRIVER
+        kind, upgrade = UpgradeRun.Kind.DRIVER, maintenance.DRIVER
     overridden = (
         start
         and rollout is None
@@ -130,6 +140,8 @@ def create_run(
                 kind=kind,
                 kubernetes_version=kubernetes_version,
                 previous_kubernetes_version=pool.kubernetes_version if kubernetes_version else "",
+                node_image=node_image,
+                previous_node_image=pool.node_image if node_image else None,
                 rollback_of=rollback_of,
                 rollout=rollout,
                 wave=wave,
@@ -153,11 +165,7 @@ def create_run(
                 if r.reason == "CordonedByEarlierRun"
             )
             what = "Rollback" if rollback_of else "Upgrade"
-            versions = (
-                f"from Kubernetes {pool.kubernetes_version} to {kubernetes_version}"
-                if kubernetes_version
-                else f"from {pool.driver_release.version} to {target_release.version}"
-            )
+            versions = f"from {run.previous} to {run.target}"
             UpgradeCondition.objects.create(
                 run=run, type="Run", reason="Created", message=f"{what} of {len(nodes)} nodes {versions}."
             )
@@ -198,7 +206,7 @@ def _new_row(
         from_version=target.node_version(node),
         driver_touched=earlier is not None and node.cordoned,
     )
-    if earlier is None and target.node_version(node) == target.version(run):
+    if earlier is None and target.node_version(node) == target.version:
         row.state, row.reason = State.DONE, "AlreadyOnTarget"
     elif earlier is not None and earlier.kept_cordoned and not earlier.pre_cordoned and node.cordoned:
         row.pre_cordoned = False
@@ -295,6 +303,12 @@ def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> Up
             "or retry its failed nodes.",
             code="no_downgrade",
         )
+    if run.kind == UpgradeRun.Kind.IMAGE:  # going back is another image run, to the image it came from
+        raise Conflict(
+            "An image upgrade is undone by another one: start a run to the image the pool ran before "
+            f"({run.previous_node_image or 'the provider default'}).",
+            code="cannot_rollback",
+        )
     if run.status == Phase.PENDING:
         control(run, Control.ABORT)
     pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=run.pool_id)
@@ -389,7 +403,7 @@ def return_to_service(run: UpgradeRun, node_name: str, *, user=None) -> UpgradeR
         target = target_of(run)
         row.message = (
             f"Returned to service by {who}, not validated: it runs {target.what} "
-            f"{target.node_version(node) or 'unknown'} as it is (target {target.version(run)})."
+            f"{target.node_version(node) or 'unknown'} as it is (target {target.version})."
         )
         row.save(update_fields=["driver_touched", "returned_at", "reason", "message"])
         UpgradeCondition.objects.create(

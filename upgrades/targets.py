@@ -1,7 +1,7 @@
 """What a run moves, a node at a time: the pool's driver (installed in place through the GPU Operator's
-path) or its Kubernetes version (each node's machine replaced by one whose kubelet runs the target).
-The controller asks the run's Target for every version, provider call and record; upgrades.machine
-sees only versions, compared as strings."""
+path), its Kubernetes version or its node image (for both, each node's machine replaced by one with the
+new kubelet or image, the other kept). The controller asks the run's Target for every version, provider
+call and record; upgrades.machine sees only versions, compared as strings."""
 
 from clusters.skew import minor_of
 from nodepools import nodes as node_rows
@@ -14,8 +14,12 @@ from .models import UpgradeRun
 class DriverTarget:
     what = "driver"
 
-    def version(self, run: UpgradeRun) -> str:
-        return run.target_release.version
+    def __init__(self, run: UpgradeRun):
+        self.run = run
+
+    @property
+    def version(self) -> str:
+        return self.run.target_release.version
 
     def comparable(self, reported: str) -> str:
         return reported
@@ -32,17 +36,36 @@ class DriverTarget:
     def record(self, node: Node, status: DriverStatus) -> None:
         node_rows.record_driver(node, version=status.version, gpus_healthy=status.gpus_healthy)
 
-    def complete(self, run: UpgradeRun) -> None:
-        NodePool.objects.filter(pk=run.pool_id).update(driver_release=run.target_release)
+    def complete(self) -> None:
+        NodePool.objects.filter(pk=self.run.pool_id).update(driver_release=self.run.target_release)
 
 
-class KubernetesTarget(DriverTarget):
+class _Replacement(DriverTarget):
+    """A new machine per node: what the provider reports of it (`machine_status`) is read as a driver
+    install's status is, its `version` the kubelet's or the image's."""
+
+    def _reported(self, kubelet: str, image: str) -> str:
+        raise NotImplementedError
+
+    def status(self, ops: ClusterOperations, node: str) -> DriverStatus:
+        machine = ops.machine_status(node)
+        return DriverStatus(
+            version=self._reported(machine.kubelet_version, machine.image),
+            busy=machine.busy,
+            failure=machine.failure,
+            gpus_healthy=machine.gpus_healthy,
+            ready=machine.ready,
+        )
+
+
+class KubernetesTarget(_Replacement):
     """Versions are minors (1.35): a kubelet's v1.35.2 counts as 1.35, as the skew rules count it."""
 
     what = "Kubernetes"
 
-    def version(self, run: UpgradeRun) -> str:
-        return run.kubernetes_version
+    @property
+    def version(self) -> str:
+        return self.run.kubernetes_version
 
     def comparable(self, reported: str) -> str:
         try:
@@ -54,18 +77,49 @@ class KubernetesTarget(DriverTarget):
     def node_version(self, node: Node) -> str:
         return self.comparable(node.kubelet_version)
 
-    def status(self, ops: ClusterOperations, node: str) -> DriverStatus:
-        return ops.kubelet_status(node)
+    def _reported(self, kubelet: str, image: str) -> str:
+        return kubelet
 
     def start(self, ops: ClusterOperations, node: str, version: str) -> None:
-        ops.replace_node(node, version)
+        image = self.run.pool.node_image.name if self.run.pool.node_image_id else ""
+        ops.replace_node(node, version, image)
 
     def record(self, node: Node, status: DriverStatus) -> None:
-        node_rows.record_kubelet(node, status.version)
+        node_rows.record_machine(node, kubelet_version=status.version)
 
-    def complete(self, run: UpgradeRun) -> None:
-        NodePool.objects.filter(pk=run.pool_id).update(kubernetes_version=run.kubernetes_version)
+    def complete(self) -> None:
+        NodePool.objects.filter(pk=self.run.pool_id).update(kubernetes_version=self.run.kubernetes_version)
+
+
+class ImageTarget(_Replacement):
+    what = "image"
+
+    @property
+    def version(self) -> str:
+        return self.run.node_image.name
+
+    def node_version(self, node: Node) -> str:
+        return node.node_image
+
+    def _reported(self, kubelet: str, image: str) -> str:
+        return image
+
+    def start(self, ops: ClusterOperations, node: str, version: str) -> None:
+        ops.replace_node(node, self.run.pool.kubernetes_version, version)
+
+    def record(self, node: Node, status: DriverStatus) -> None:
+        node_rows.record_machine(node, node_image=status.version)
+
+    def complete(self) -> None:
+        NodePool.objects.filter(pk=self.run.pool_id).update(node_image=self.run.node_image)
+
+
+TARGETS = {
+    UpgradeRun.Kind.DRIVER: DriverTarget,
+    UpgradeRun.Kind.KUBERNETES: KubernetesTarget,
+    UpgradeRun.Kind.IMAGE: ImageTarget,
+}
 
 
 def target_of(run: UpgradeRun) -> DriverTarget:
-    return KubernetesTarget() if run.kind == UpgradeRun.Kind.KUBERNETES else DriverTarget()
+    return TARGETS[run.kind](run)

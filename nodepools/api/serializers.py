@@ -13,6 +13,7 @@ from nodepools.models import (
     GpuShare,
     MigProfile,
     Node,
+    NodeImage,
     NodePool,
     ScaleDown,
     SharingMode,
@@ -59,6 +60,23 @@ class GpuModelSerializer(serializers.ModelSerializer):
             "min_driver_version",
             "mig_min_driver_version",
             "mig_profiles",
+        ]
+
+
+class NodeImageSerializer(serializers.ModelSerializer):
+    driver_release = serializers.SlugRelatedField(slug_field="version", read_only=True)
+
+    class Meta:
+        model = NodeImage
+        fields = [
+            "name",
+            "os",
+            "kernel_version",
+            "container_toolkit_version",
+            "driver_release",
+            "release_date",
+            "enabled",
+            "is_default",
         ]
 
 

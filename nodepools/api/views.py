@@ -10,7 +10,7 @@ from clusters.models import KubernetesVersion, Region
 from nodepools import selectors, services
 from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.filtersets import NodeFilter, NodePoolFilter
-from nodepools.models import DriverRelease, Gpu, GpuModel, GpuShare, Node, NodePool, SharingMode
+from nodepools.models import DriverRelease, Gpu, GpuModel, GpuShare, Node, NodeImage, NodePool, SharingMode
 from nvke.api.permissions import AuthenticatedReadOnly
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
@@ -19,6 +19,7 @@ from .serializers import (
     DriverCompatibilitySerializer,
     DriverReleaseSerializer,
     GpuModelSerializer,
+    NodeImageSerializer,
     NodePoolSerializer,
     NodeSerializer,
     PoolAutoscalingSerializer,
@@ -148,6 +149,16 @@ class DriverReleaseViewSet(CatalogViewSet):
     lookup_field = "version"
     lookup_value_regex = r"[0-9.]+"
     filterset_fields = ["branch", "branch_type", "enabled"]
+
+
+class NodeImageViewSet(CatalogViewSet):
+    """GPU node images: OS, kernel, container toolkit and any preinstalled driver (pools change image with
+    an upgrade run of `node_image`)."""
+
+    queryset = NodeImage.objects.select_related("driver_release")
+    serializer_class = NodeImageSerializer
+    lookup_field = "name"
+    filterset_fields = ["enabled"]
 
 
 class KubernetesVersionViewSet(CatalogViewSet):

@@ -11,6 +11,7 @@ from nodepools.api.views import (
     DriverReleaseViewSet,
     GpuModelViewSet,
     KubernetesVersionViewSet,
+    NodeImageViewSet,
     NodePoolViewSet,
     NodeViewSet,
     RegionViewSet,
@@ -34,8 +35,8 @@ from telemetry.api.views import (
     TelemetryEventViewSet,
 )
 from upgrades.api.views import (
-    ClusterKubernetesViewSet,
     ClusterMaintenanceViewSet,
+    ClusterVersionsViewSet,
     DriverOptionsView,
     FleetRolloutViewSet,
     PoolUpgradeDeferralViewSet,
@@ -47,7 +48,7 @@ router = DefaultRouter()
 router.register("clusters", ClusterDefragViewSet, basename="cluster-defrag")
 router.register("clusters", ClusterAgentViewSet, basename="cluster-agent")
 router.register("clusters", ClusterMaintenanceViewSet, basename="cluster-maintenance")
-router.register("clusters", ClusterKubernetesViewSet, basename="cluster-kubernetes")
+router.register("clusters", ClusterVersionsViewSet, basename="cluster-versions")
 router.register("clusters", ClusterViewSet)
 router.register("node-pools", PoolUpgradeDeferralViewSet, basename="pool-upgrade-deferral")
 router.register("node-pools", NodePoolViewSet)
@@ -55,6 +56,7 @@ router.register("nodes", NodeViewSet)
 router.register("gpu-models", GpuModelViewSet)
 router.register("driver-releases", DriverReleaseViewSet)
 router.register("kubernetes-versions", KubernetesVersionViewSet)
+router.register("node-images", NodeImageViewSet)
 router.register("regions", RegionViewSet)
 router.register("claims", ClaimViewSet)
 router.register("tokens", ApiTokenViewSet)

@@ -50,6 +50,7 @@ class NodeInfo:
     labels: dict[str, str] = field(default_factory=dict)
     gpus: tuple[GpuInfo, ...] = ()
     kubelet_version: str = ""  # status.nodeInfo.kubeletVersion: v1.34.2
+    node_image: str = ""  # its machine's image (the catalog's name), where the provider knows it
     preflight: dict = field(default_factory=dict)  # sharing preflight facts it knows (nvke.agent.preflight)
 
 
@@ -85,6 +86,7 @@ class PoolSpec:
     gpu_product: str = ""  # as NVML names it (NVIDIA H100 80GB HBM3): how an attached node is matched
     node_selector: dict[str, str] = field(default_factory=dict)  # attached clusters: which nodes may join
     kubernetes_version: str = ""  # the kubelet's minor version (1.34), for providers that make machines
+    node_image: str = ""  # the catalog's image for its machines; "" the provider's own
     min_nodes: int = 0  # the bounds a cluster autoscaler may scale the pool within
     max_nodes: int = 0
     # Nodes to take out first when the pool shrinks (NVKE's autoscaler drained them); providers whose
@@ -135,6 +137,18 @@ class DriverStatus:
     version: str
     busy: bool = False  # the last operation on the node (cordon, drain, install) is still running
     failure: str = ""  # why the last install (or replacement) failed; empty when it did not
+    gpus_healthy: bool = True
+    ready: bool = True
+
+
+@dataclass(frozen=True)
+class MachineStatus:
+    """A node's machine as the provider sees it while it is being replaced."""
+
+    kubelet_version: str
+    image: str = ""
+    busy: bool = False  # the replacement is still running
+    failure: str = ""
     gpus_healthy: bool = True
     ready: bool = True
 
@@ -325,15 +339,15 @@ class ClusterOperations(ABC):
     def driver_status(self, node: str) -> DriverStatus:
         return DriverStatus(version=self.driver_version(node))
 
-    def replace_node(self, node: str, kubernetes_version: str) -> None:
+    def replace_node(self, node: str, kubernetes_version: str, image: str = "") -> None:
         """Replace a drained node's machine with one whose kubelet runs `kubernetes_version` (a minor:
-        1.35), keeping its place in the pool. Idempotent, like install_driver; progress is
-        `kubelet_status`. A provider that does not make machines refuses (an attached cluster's are the
-        tenant's own)."""
+        1.35), booted from `image` (the catalog's name; "" the provider's own), keeping its place in the
+        pool. Idempotent, like install_driver; progress is `machine_status`. A provider that does not
+        make machines refuses (an attached cluster's are the tenant's own)."""
         raise ProviderError("Unsupported", f"{type(self).__name__} cannot replace nodes.")
 
-    def kubelet_status(self, node: str) -> DriverStatus:
-        """Like driver_status, of the node's kubelet: `version` is its kubeletVersion (v1.35.0)."""
+    def machine_status(self, node: str) -> MachineStatus:
+        """The node's machine during a replacement: its kubelet and image, and whether it is done."""
         raise ProviderError("Unsupported", f"{type(self).__name__} cannot replace nodes.")
 
     def report_upgrade_state(self, node: str, state: str) -> None:

@@ -143,6 +143,7 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
         "gpu_model": "l4",
         "driver": "580.105.08",
         "kubernetes_version": "1.35",
+        "node_image": "ubuntu-2404-gpu-2026-10",
         "region": "us-east-1",
     }
 

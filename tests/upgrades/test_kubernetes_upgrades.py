@@ -185,7 +185,7 @@ def test_the_api_lists_versions_with_their_rules_and_upgrades_the_control_plane_
     api, make_upgrade_pool
 ):
     pool = make_upgrade_pool(nodes=2)
-    url = f"/api/v1/clusters/{pool.cluster_id}/kubernetes/"
+    url = f"/api/v1/clusters/{pool.cluster_id}/versions/"
     data = api.get(url).data
     assert (data["version"], data["target"], data["end_of_support"]) == ("1.35", "", "2027-02-28")
     rules = {o["version"]: (o["allowed"], o["rule"]) for o in data["options"]}

@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from nodepools.api.serializers import DriverCompatibilitySerializer
 from nodepools.compatibility import CUDA_PARAMETER
-from nodepools.models import NodePool
+from nodepools.models import NodeImage, NodePool
 from nvke.tenancy.context import resolve_tenant
 
 from .. import maintenance, windows
@@ -84,13 +84,22 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
         help_text="The driver release to move to; a Kubernetes run keeps (and shows) the pool's",
     )
     previous_release = serializers.CharField(source="previous_release.version", read_only=True)
-    kind = serializers.CharField(read_only=True, help_text="driver or kubernetes")
+    kind = serializers.CharField(read_only=True, help_text="driver, kubernetes or image")
     kubernetes_version = serializers.CharField(
         max_length=16,
         required=False,
         default="",
         help_text="Instead of target_release: the Kubernetes minor (1.36) for the pool's new machines",
     )
+    node_image = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=NodeImage.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Instead of target_release: the catalog image for the pool's new machines",
+    )
+    previous_node_image = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cuda = CudaField(
         write_only=True,
         required=False,
@@ -119,6 +128,8 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
             "previous_release",
             "kubernetes_version",
             "previous_kubernetes_version",
+            "node_image",
+            "previous_node_image",
             "rollback_of",
             "rollout",
             *STRATEGY,
@@ -277,14 +288,26 @@ class KubernetesOptionSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
-class PoolKubernetesSerializer(serializers.Serializer):
+class ImageOptionSerializer(serializers.Serializer):
+    image = serializers.CharField()
+    os = serializers.CharField()
+    kernel_version = serializers.CharField()
+    driver = serializers.CharField(help_text="The driver it preinstalls; empty: the GPU Operator installs it")
+    allowed = serializers.BooleanField()
+    rule = serializers.CharField(help_text="The first rule it breaks, when not allowed")
+    message = serializers.CharField()
+
+
+class PoolVersionsSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     version = serializers.CharField(help_text="The minor its kubelets run")
     options = KubernetesOptionSerializer(many=True)
+    image = serializers.CharField(help_text="Its machines' image; empty: the provider's own")
+    image_options = ImageOptionSerializer(many=True)
 
 
-class ClusterKubernetesSerializer(serializers.Serializer):
+class ClusterVersionsSerializer(serializers.Serializer):
     version = serializers.CharField(read_only=True, help_text="The control plane's minor")
     target = serializers.CharField(read_only=True, help_text="The minor it is being upgraded to, if any")
     end_of_support = serializers.DateField(read_only=True, allow_null=True)
@@ -292,7 +315,7 @@ class ClusterKubernetesSerializer(serializers.Serializer):
     reason = serializers.CharField(read_only=True, help_text="The last control plane upgrade's")
     message = serializers.CharField(read_only=True)
     options = KubernetesOptionSerializer(many=True, read_only=True)
-    pools = PoolKubernetesSerializer(many=True, read_only=True)
+    pools = PoolVersionsSerializer(many=True, read_only=True)
     kubernetes_version = serializers.CharField(
         write_only=True, max_length=16, help_text="POST: the minor to upgrade the control plane to"
     )

@@ -24,7 +24,7 @@ from ..controller import kick_if_stale
 from ..models import FleetRollout, UpgradeDeferral, UpgradeRun
 from .serializers import (
     STRATEGY,
-    ClusterKubernetesSerializer,
+    ClusterVersionsSerializer,
     DriverCompatibilitySerializer,
     FleetRolloutSerializer,
     MaintenanceSerializer,
@@ -64,17 +64,28 @@ class UpgradeRunViewSet(
         data = dict(serializer.validated_data)
         pool = NodePool.objects.select_related("gpu_model", "driver_release").get(pk=data.pop("pool").pk)
         release, kubernetes = data.pop("target_release", None), data.pop("kubernetes_version")
-        if bool(release) == bool(kubernetes):
+        image = data.pop("node_image")
+        named = [
+            name
+            for name, given in (
+                ("target_release", release),
+                ("kubernetes_version", kubernetes),
+                ("node_image", image),
+            )
+            if given
+        ]
+        if len(named) != 1:
             raise DomainError(
-                "Name either target_release (a driver upgrade) or kubernetes_version, not both.",
-                field="target_release" if not release else "kubernetes_version",
-                code="required" if not release else "one_target",
+                "Name one of target_release (a driver upgrade), kubernetes_version or node_image.",
+                field=named[-1] if named else "target_release",
+                code="one_target" if named else "required",
             )
         serializer.instance = services.create_run(
             context=self.tenant_context,
             pool=pool,
             target_release=release_named(release["version"]) if release else None,
             kubernetes_version=kubernetes,
+            node_image=image,
             user=self.request.user,
             start=data.pop("start"),
             cuda=data.pop("cuda"),
@@ -270,30 +281,31 @@ class ClusterMaintenanceViewSet(TenantScopedViewSet):
         return Response(MaintenanceSerializer(maintenance.document(cluster)).data)
 
 
-class ClusterKubernetesViewSet(TenantScopedViewSet):
-    """A cluster's Kubernetes versions and its control plane's upgrades."""
+class ClusterVersionsViewSet(TenantScopedViewSet):
+    """A cluster's Kubernetes versions and node images, and its control plane's upgrades."""
 
     queryset = Cluster.objects.select_related("kubernetes_version", "kubernetes_target")
     write_action = Action.CHANGE
 
-    @extend_schema(request=ClusterKubernetesSerializer, responses=ClusterKubernetesSerializer)
-    @action(detail=True, methods=["get", "post"], url_path="kubernetes")
-    def kubernetes(self, request, pk=None):
+    @extend_schema(request=ClusterVersionsSerializer, responses=ClusterVersionsSerializer)
+    @action(detail=True, methods=["get", "post"], url_path="versions")
+    def versions(self, request, pk=None):
         """The control plane's version (its end of support, a notice near it, an upgrade in flight) and
-        each pool's, with every catalog version and the skew rule that refuses it. POST
+        each pool's, with every catalog version and the skew rule that refuses it; each pool's node
+        image with every catalog image and the rules that refuse it. POST
         `{kubernetes_version}` starts the control plane's upgrade, one minor at a time: 400 with the
         rule's code (`skips_minor`, `downgrade`, `same_version`, `pool_too_far_behind`, `not_managed`,
         `unknown_version`), 409 `upgrade_in_progress`, `pool_upgrade_in_progress`, `not_running` or
         `outside_maintenance_window` (ask again with `override_window: true`). Pools follow with a run
-        of `kubernetes_version` (POST /upgrades/)."""
+        of `kubernetes_version`, and change images with a run of `node_image` (POST /upgrades/)."""
         cluster = self.get_object()
         if request.method == "POST":
-            serializer = ClusterKubernetesSerializer(data=request.data)
+            serializer = ClusterVersionsSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
             data = serializer.validated_data
             control_plane.start(cluster, data["kubernetes_version"], override_window=data["override_window"])
             cluster = self.get_queryset().get(pk=cluster.pk)
-        return Response(ClusterKubernetesSerializer(control_plane.document(cluster)).data)
+        return Response(ClusterVersionsSerializer(control_plane.document(cluster)).data)
 
 
 class PoolUpgradeDeferralViewSet(TenantScopedViewSet):

@@ -7,6 +7,7 @@ from nvke import quantity
 from nvke.providers.base import GpuInfo, NodeInfo
 
 POOL_LABEL = "nvke.io/pool"
+NODE_IMAGE_LABEL = "nvke.io/node-image"  # where a machine image says which catalog image it is
 DRIVER_LABEL = "nvke.io/driver"  # the driver version NVKE wants on the node (an NVIDIADriver selects it)
 DRA_DRIVER = "gpu.nvidia.com"
 PRODUCT = "nvidia.com/gpu.product"
@@ -63,6 +64,7 @@ def node_info(node: dict, slices: list[dict]) -> NodeInfo:
         labels=labels,
         gpus=gpus_from_slices(slices) or gpus_from_labels(labels),
         kubelet_version=(status.get("nodeInfo") or {}).get("kubeletVersion", ""),
+        node_image=labels.get(NODE_IMAGE_LABEL, ""),
     )
 
 

@@ -45,6 +45,8 @@ class SimNode(models.Model):
     kubelet_target = models.CharField(
         max_length=32, blank=True, help_text="The kubelet its replacement machine comes up with"
     )
+    image = models.CharField(max_length=63, blank=True, help_text="Its machine image")
+    image_target = models.CharField(max_length=63, blank=True, help_text="Its replacement's image")
 
     class Drain(models.TextChoices):
         NONE = "", "not drained"  # workloads may be running

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from nodepools.models import RegionInventory
+from nodepools.models import NodeImage, RegionInventory
 
 from ..base import (
     AddonStatus,
@@ -19,6 +19,7 @@ from ..base import (
     DriverStatus,
     GpuInfo,
     Infrastructure,
+    MachineStatus,
     NodeInfo,
     PoolSpec,
     ProviderError,
@@ -93,13 +94,34 @@ def _kubelet(minor: str) -> str:
     return f"v{minor}.0" if minor else ""
 
 
+def _kernel(image: str) -> dict:
+    """The preflight facts a machine of catalog image `image` reports: its kernel."""
+    kernel = NodeImage.objects.filter(name=image).values_list("kernel_version", flat=True).first()
+    return {"kernel_version": kernel} if kernel else {}
+
+
 def _settle_replacement(node: SimNode) -> None:
-    """A finished replacement takes effect: a fresh machine, same name, the new kubelet, healthy GPUs."""
-    if not node.kubelet_target or (node.busy_until and node.busy_until > timezone.now()):
+    """A finished replacement takes effect: a fresh machine, same name, the new kubelet and image (its
+    kernel), healthy GPUs."""
+    if not (node.kubelet_target or node.image_target) or (
+        node.busy_until and node.busy_until > timezone.now()
+    ):
         return
-    node.kubelet_version, node.kubelet_target, node.driver_failure = node.kubelet_target, "", ""
+    node.kubelet_version, node.image = node.kubelet_target or node.kubelet_version, node.image_target
+    node.kubelet_target, node.image_target, node.driver_failure = "", "", ""
     node.gpus = [{**gpu, "healthy": True} for gpu in node.gpus]
-    node.save(update_fields=["kubelet_version", "kubelet_target", "driver_failure", "gpus"])
+    node.preflight = {**node.preflight, **_kernel(node.image)}
+    node.save(
+        update_fields=[
+            "kubelet_version",
+            "image",
+            "kubelet_target",
+            "image_target",
+            "driver_failure",
+            "gpus",
+            "preflight",
+        ]
+    )
 
 
 # A simulated node is fit for every sharing mode unless it is given other facts (SimNode.preflight, a
@@ -121,6 +143,7 @@ def _node_info(node: SimNode) -> NodeInfo:
         unschedulable=node.unschedulable,
         driver_version=node.driver_version,
         kubelet_version=node.kubelet_version,
+        node_image=node.image,
         cpu_millicores=node.cpu_millicores,
         memory_mib=node.memory_mib,
         labels=dict(node.labels),
@@ -241,6 +264,8 @@ class SimulatorInfrastructure(Infrastructure):
             gpu_model=spec.gpu_model,
             driver_version=spec.driver_version,
             kubelet_version=_kubelet(spec.kubernetes_version),
+            image=spec.node_image,
+            preflight=_kernel(spec.node_image),
             cpu_millicores=spec.cpu_millicores_per_node,
             memory_mib=spec.memory_mib_per_node,
             labels=labels,
@@ -384,23 +409,24 @@ class SimulatorOperations(ClusterOperations):
             ready=sim.ready,
         )
 
-    def replace_node(self, node: str, kubernetes_version: str) -> None:
-        kubelet = _kubelet(kubernetes_version)
+    def replace_node(self, node: str, kubernetes_version: str, image: str = "") -> None:
+        wanted = (_kubelet(kubernetes_version), image)
         with transaction.atomic():
             sim = self._node(node, lock=True)
             _settle_replacement(sim)
-            if kubelet in (sim.kubelet_target, sim.kubelet_version):
+            if wanted in ((sim.kubelet_target, sim.image_target), (sim.kubelet_version, sim.image)):
                 return  # running or done already
             _raise_injected_fault(SimFault.Operation.REPLACE_NODE, node)
-            sim.kubelet_target, sim.busy_until = kubelet, _busy_for("replace")
-            sim.save(update_fields=["kubelet_target", "busy_until"])
+            (sim.kubelet_target, sim.image_target), sim.busy_until = wanted, _busy_for("replace")
+            sim.save(update_fields=["kubelet_target", "image_target", "busy_until"])
             _settle_replacement(sim)  # a replacement that takes no time is done at once
 
-    def kubelet_status(self, node: str) -> DriverStatus:
+    def machine_status(self, node: str) -> MachineStatus:
         sim = self._node(node)
         _settle_replacement(sim)
-        return DriverStatus(
-            version=sim.kubelet_version,
+        return MachineStatus(
+            kubelet_version=sim.kubelet_version,
+            image=sim.image,
             busy=bool(sim.busy_until and sim.busy_until > timezone.now()),
             gpus_healthy=all(gpu["healthy"] for gpu in sim.gpus),
             ready=sim.ready,

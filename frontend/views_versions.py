@@ -1,6 +1,7 @@
-"""A cluster's Kubernetes versions page: the control plane's version with its end of support, every
-catalog version with the skew rule that refuses it, the upgrade form; each pool's version with its own
-form, which starts a run replacing the pool's machines (upgrades.services). Thin: upgrades/ decides."""
+"""A cluster's versions page: the control plane's Kubernetes version with its end of support, every
+catalog version with the skew rule that refuses it, the upgrade form; each pool's version and node image
+with a form for each, which starts a run replacing the pool's machines (upgrades.services). Thin:
+upgrades/ decides."""
 
 from django import forms
 from django.contrib import messages
@@ -8,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from clusters.models import Cluster
+from nodepools.models import NodeImage
 from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
@@ -39,8 +41,16 @@ class PoolVersionForm(VersionForm):
     )
 
 
-def _allowed(options: list[dict]) -> list[str]:
-    return [option["version"] for option in options if option["allowed"]]
+class PoolImageForm(PoolVersionForm):
+    """The same questions about an image (its `kubernetes_version` field holds the image's name)."""
+
+    def __init__(self, *args, allowed: list[str], **kwargs):
+        super().__init__(*args, allowed=allowed, **kwargs)
+        self.fields["kubernetes_version"].label = "Change image to"
+
+
+def _allowed(options: list[dict], key: str = "version") -> list[str]:
+    return [option[key] for option in options if option["allowed"]]
 
 
 def _start(request: HttpRequest, context: TenantContext, cluster: Cluster, action: str, data: dict):
@@ -49,32 +59,37 @@ def _start(request: HttpRequest, context: TenantContext, cluster: Cluster, actio
     if action == "control-plane":
         control_plane.start(cluster, version, override_window=data["override_window"])
         messages.success(request, f"Control plane upgrade to {version} started.")
-        return redirect("cluster-kubernetes", pk=cluster.pk)
-    pool = cluster.node_pools.get(pk=int(action.removeprefix("pool-")))
+        return redirect("cluster-versions", pk=cluster.pk)
+    kind, _, pool_id = action.partition("-")
+    pool = cluster.node_pools.get(pk=int(pool_id))
+    target = (
+        {"node_image": NodeImage.objects.get(name=version)}
+        if kind == "image"
+        else {"kubernetes_version": version}
+    )
     run = services.create_run(
         context=context,
         pool=pool,
-        kubernetes_version=version,
         max_unavailable=data["max_unavailable"],
         override_window=data["override_window"],
         user=request.user,
+        **target,
     )
-    messages.success(request, f"Upgrade of {pool.name} to Kubernetes {version} started.")
+    messages.success(request, f"Upgrade of {pool.name} to {run.target} started.")
     return redirect("upgrade-detail", pk=run.pk)
 
 
 @tenant_view
-def cluster_kubernetes(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+def cluster_versions(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
     clusters = Cluster.objects.restrict(context).select_related("kubernetes_version", "kubernetes_target")
     cluster = get_object_or_404(clusters, pk=pk)
     document = control_plane.document(cluster)
     action = request.POST.get("action", "")
-    bound = {"control-plane": VersionForm} | {
-        f"pool-{pool['id']}": PoolVersionForm for pool in document["pools"]
-    }
-    allowed = {"control-plane": _allowed(document["options"])} | {
-        f"pool-{pool['id']}": _allowed(pool["options"]) for pool in document["pools"]
-    }
+    bound, allowed = {"control-plane": VersionForm}, {"control-plane": _allowed(document["options"])}
+    for pool in document["pools"]:
+        bound[f"pool-{pool['id']}"], bound[f"image-{pool['id']}"] = PoolVersionForm, PoolImageForm
+        allowed[f"pool-{pool['id']}"] = _allowed(pool["options"])
+        allowed[f"image-{pool['id']}"] = _allowed(pool["image_options"], "image")
     forms_by_action = {
         name: form(request.POST if action == name else None, allowed=allowed[name])
         for name, form in bound.items()
@@ -91,12 +106,15 @@ def cluster_kubernetes(request: HttpRequest, context: TenantContext, pk: int) ->
         status = 400
     return render(
         request,
-        "frontend/cluster_kubernetes.html",
+        "frontend/cluster_versions.html",
         {
             "cluster": cluster,
             "document": document,
             "plane_form": forms_by_action["control-plane"],
-            "pools": [(pool, forms_by_action[f"pool-{pool['id']}"]) for pool in document["pools"]],
+            "pools": [
+                (pool, forms_by_action[f"pool-{pool['id']}"], forms_by_action[f"image-{pool['id']}"])
+                for pool in document["pools"]
+            ],
             "can_change": context.allows(Action.CHANGE),
         },
         status=status,

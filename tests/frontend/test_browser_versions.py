@@ -1,7 +1,7 @@
-"""A cluster's Kubernetes versions page in a real browser at laptop and phone width: each catalog version
-with the skew rule that refuses it, the control plane upgraded a minor, then a pool's machines replaced
-through its run page. The test process plays the worker's part (the control plane's step, the run's
-ticks), as the other browser tests do."""
+"""A cluster's versions page in a real browser at laptop and phone width: each catalog version with the
+skew rule that refuses it, the control plane upgraded a minor, then a pool's machines replaced through its
+run page, first for the new Kubernetes version, then for another node image. The test process plays the
+worker's part (the control plane's step, the run's ticks), as the other browser tests do."""
 
 import re
 
@@ -20,7 +20,7 @@ pytestmark = BROWSER_TEST
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_the_control_plane_then_a_pool_move_a_minor_from_the_versions_page(
+def test_the_control_plane_then_a_pool_move_a_minor_and_the_pool_changes_image_from_the_versions_page(
     owner_page, tenant, make_cluster, make_pool, monkeypatch, width
 ):
     monkeypatch.setenv("NVKE_SIM_UPGRADE_STEP_S", "")
@@ -56,11 +56,26 @@ def test_the_control_plane_then_a_pool_move_a_minor_from_the_versions_page(
     pool_form.get_by_label("Upgrade to").select_option("1.36")
     pool_form.get_by_label("Max unavailable").fill("1")
     pool_form.get_by_role("button", name="Upgrade gpu").click()
-    run = UpgradeRun.objects.get(pool=pool)
+    run = UpgradeRun.objects.get(pool=pool, kind="kubernetes")
     expect(page).to_have_url(re.compile(rf"/upgrades/{run.pk}/$"))
     expect(page.get_by_role("heading", name=re.compile("Upgrade to Kubernetes 1.36"))).to_be_visible()
     tick_to_the_end(page, run, "completed")
     expect(page.get_by_role("link", name=re.compile("Roll back"))).to_have_count(0)  # no downgrades
     assert set(Node.objects.filter(pool=pool).values_list("kubelet_version", flat=True)) == {"v1.36.0"}
-    page.goto(f"/clusters/{cluster.pk}/kubernetes/")
+    page.goto(f"/clusters/{cluster.pk}/versions/")
     expect(pool_card.locator("[data-pool-version]")).to_have_text("1.36")
+
+    pool_card.locator("summary").click()
+    expect(pool_card.locator("[data-image='ubuntu-2004-gpu-2023-04']")).to_contain_text("Yes")
+    image_form = page.locator(f"[data-form='image-{pool.pk}']")
+    image_form.get_by_label("Change image to").select_option("ubuntu-2204-gpu-2025-06")
+    image_form.get_by_label("Max unavailable").fill("1")
+    image_form.get_by_role("button", name="Change the image of gpu").click()
+    run = UpgradeRun.objects.get(pool=pool, kind="image")
+    expect(page).to_have_url(re.compile(rf"/upgrades/{run.pk}/$"))
+    expect(
+        page.get_by_role("heading", name=re.compile("Upgrade to image ubuntu-2204-gpu-2025-06"))
+    ).to_be_visible()
+    tick_to_the_end(page, run, "completed")
+    page.goto(f"/clusters/{cluster.pk}/versions/")
+    expect(pool_card.locator("[data-pool-image]")).to_have_text("ubuntu-2204-gpu-2025-06")
