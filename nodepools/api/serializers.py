@@ -64,7 +64,7 @@ class GpuModelSerializer(serializers.ModelSerializer):
 
 
 class NodeImageSerializer(serializers.ModelSerializer):
-    driver_release = serializers.SlugRelatedField(slug_field="version", read_only=True)
+    driver_release = serializers.SlugRelatedField(slug_field="version", read_only=True, allow_null=True)
 
     class Meta:
         model = NodeImage

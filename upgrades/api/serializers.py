@@ -99,7 +99,7 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
         default=None,
         help_text="Instead of target_release: the catalog image for the pool's new machines",
     )
-    previous_node_image = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    previous_node_image = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     cuda = CudaField(
         write_only=True,
         required=False,
