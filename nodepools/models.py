@@ -258,6 +258,12 @@ class NodePool(Conditions):
     scale_down_node = models.CharField(max_length=253, blank=True)
     scale_down_phase = models.CharField(max_length=12, choices=ScaleDown.choices, blank=True)
     scale_down_started_at = models.DateTimeField(null=True, blank=True)
+    # Telemetry's summary (telemetry.history): the mean utilization of its GPUs over the last minute, for
+    # the layers that may not read telemetry (an upgrade's deferral policy).
+    gpu_utilization = models.FloatField(
+        null=True, blank=True, help_text="Mean GPU utilization %, last minute"
+    )
+    gpu_utilization_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROVISIONING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

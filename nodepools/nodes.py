@@ -173,6 +173,12 @@ def record_machine(node: Node, **reported: str) -> None:
             setattr(node, name, value)
 
 
+def record_utilization(by_pool: dict[int, float], at: datetime.datetime) -> None:
+    """Telemetry's mean GPU utilization of each pool over the last minute."""
+    for pool_id, utilization in by_pool.items():
+        NodePool.objects.filter(pk=pool_id).update(gpu_utilization=utilization, gpu_utilization_at=at)
+
+
 def record_idle(pool_ids: list[int], idle: set[int], now: datetime.datetime) -> None:
     """What the autoscaler saw: the nodes of `pool_ids` in `idle` hold no claim (idle since now, unless
     they already were), the others do. Nothing the allocator reads."""

@@ -1,5 +1,6 @@
 """History: closed 10 s buckets of raw samples become one averaged point per GPU; closed minutes of
-10 s points become 1 min points; 10 s points are kept for an hour, 1 min points for a week."""
+10 s points become 1 min points; 10 s points are kept for an hour, 1 min points for a week. Each rollup
+also leaves every reporting pool's mean GPU utilization over the last minute on its row."""
 
 import datetime
 from collections import defaultdict
@@ -8,6 +9,7 @@ from django.db.models import Avg, Sum
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from nodepools import nodes
 from nodepools.models import Gpu
 
 from . import store
@@ -87,8 +89,22 @@ def prune(now: float) -> int:
     return fine + coarse
 
 
+def summarize_pools(now: float) -> dict[int, float]:
+    """Each pool's mean GPU utilization over the 10 s points of the last minute (pools with none are left
+    as they were: their summary's time says how old it is)."""
+    recent = MetricPoint.objects.filter(resolution_s=FINE_S, bucket__gte=_at(now - COARSE_S))
+    by_pool = dict(
+        recent.values("gpu__node__pool_id")
+        .annotate(mean=Avg("utilization"))
+        .values_list("gpu__node__pool_id", "mean")
+    )
+    nodes.record_utilization(by_pool, _at(now))
+    return by_pool
+
+
 def rollup(now: float | None = None) -> None:
     now = timezone.now().timestamp() if now is None else now
     roll_fine(now)
     roll_coarse(now)
     prune(now)
+    summarize_pools(now)

@@ -446,7 +446,7 @@ class NodeView:
     install_failure: str = ""  # the provider's reason when the driver install failed
     driver_touched: bool = False  # the run started a driver install here that has not validated since
     returned: bool = False  # failed, then returned to service by a person, its driver as it is
-    deferred_by: str = ""  # a claim the pool's deferral policy waits for before draining, in words
+    deferred_by: str = ""  # what the pool's deferral policy waits for before draining, in words
 
     @property
     def unavailable(self) -> bool:
@@ -575,7 +575,7 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                         node.name,
                         node.state,
                         reason="Deferred",
-                        message=f"Waiting for {node.deferred_by} to end before draining "
+                        message=f"Waiting for {node.deferred_by} before draining "
                         f"(at most {run.deferral_deadline_s - waited:.0f}s more).",
                     )
                 if run.deferral_stops:
@@ -583,7 +583,7 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                         node,
                         strategy,
                         "DeferralDeadline",
-                        f"{node.deferred_by} still runs after {run.deferral_deadline_s:g}s; "
+                        f"Still waiting for {node.deferred_by} after {run.deferral_deadline_s:g}s; "
                         "the pool's deferral policy stops the upgrade of this node.",
                     )
             return Step(node.name, State.POD_DELETION_REQUIRED, reason="NoBlockingJobs")

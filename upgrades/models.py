@@ -2,6 +2,7 @@
 fleet rollouts (one target over many pools in waves)."""
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from nvke.models import TenantScopedQuerySet
@@ -280,8 +281,9 @@ class MaintenanceExclusion(models.Model):
 
 
 class UpgradeDeferral(models.Model):
-    """A pool's training-aware deferral: a driver upgrade does not drain a node while it runs a claim
-    marked training (or one running longer than `claims_older_than_s`), up to `deadline_s` in that wait;
+    """A pool's training-aware deferral: an upgrade does not drain a node while it runs a claim marked
+    training (or one running longer than `claims_older_than_s`), nor any node while the pool's GPUs are
+    busier than `utilization_above_percent` (telemetry's last minute), up to `deadline_s` in that wait;
     then the upgrade proceeds, or stops there (the node fails, before its driver was touched)."""
 
     class AfterDeadline(models.TextChoices):
@@ -295,6 +297,12 @@ class UpgradeDeferral(models.Model):
     training_claims = models.BooleanField(default=True, help_text="Wait for claims marked training")
     claims_older_than_s = models.PositiveIntegerField(
         null=True, blank=True, help_text="Also wait for claims running longer than this (empty: no)"
+    )
+    utilization_above_percent = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Also wait while the pool's mean GPU utilization is above this % (empty: no)",
     )
     deadline_s = models.PositiveIntegerField(default=24 * 3600, help_text="The longest a node waits")
     after_deadline = models.CharField(

@@ -65,3 +65,24 @@ def test_retention(node):
     assert history.prune(now) == 2
     kept = sorted(MetricPoint.objects.values_list("resolution_s", "bucket"))
     assert kept == [(10, at(now - 3500)), (60, at(now - 6 * 86400))]
+
+
+def test_a_rollup_leaves_each_pools_mean_gpu_utilization_of_the_last_minute_on_it(node, node_client):
+    gpus = list(node.gpus.order_by("index")[:2])
+    now = time.time()
+    for seconds_ago, util in ((120, 5.0), (40, 60.0), (20, 80.0)):  # the first is older than a minute
+        for gpu in gpus:
+            MetricPoint.objects.create(
+                gpu=gpu,
+                resolution_s=10,
+                bucket=at(now - seconds_ago),
+                samples=1,
+                utilization=util + gpu.index,
+                memory_used_mib=0,
+                temperature_c=0,
+                power_w=0,
+                sm_clock_mhz=0,
+            )
+    assert history.summarize_pools(now) == {node.pool_id: pytest.approx(70.5)}
+    node.pool.refresh_from_db()
+    assert node.pool.gpu_utilization == pytest.approx(70.5) and node.pool.gpu_utilization_at == at(now)

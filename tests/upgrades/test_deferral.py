@@ -1,13 +1,15 @@
 """Training-aware deferral (issue 18 item 4): a pool's policy keeps a driver upgrade from draining a node
-while it runs a training claim, up to a deadline after which the upgrade proceeds or stops; the run's
-node says what it waits for."""
+while it runs a training claim, or any node while the pool's GPUs are busy, up to a deadline after which
+the upgrade proceeds or stops; the run's node says what it waits for."""
 
+import datetime
 from dataclasses import replace
 
 import pytest
+from django.utils import timezone
 
 from nodepools import allocator
-from nodepools.models import Allocation, DriverRelease
+from nodepools.models import Allocation, DriverRelease, NodePool
 from nvke.tenancy.context import TenantContext
 from upgrades import services
 from upgrades.controller import tick
@@ -35,7 +37,7 @@ def url(pool) -> str:
 )
 def test_a_deferred_node_waits_until_the_deadline_then_proceeds_or_stops(deadline_s, stops, now, expected):
     waiting = node(
-        State.WAIT_FOR_JOBS_REQUIRED, cordoned=True, claims=1, deferred_by="training claim ml/train"
+        State.WAIT_FOR_JOBS_REQUIRED, cordoned=True, claims=1, deferred_by="training claim ml/train to end"
     )
     run = replace(RUN, deferral_deadline_s=deadline_s, deferral_stops=stops)
     (step,) = plan(run, [waiting], STRATEGY, now).steps
@@ -51,12 +53,14 @@ def test_the_policy_is_set_read_and_removed_through_the_api(api, make_upgrade_po
         "enabled": False,
         "training_claims": True,
         "claims_older_than_s": None,
+        "utilization_above_percent": None,
         "deadline_s": 86400,
         "after_deadline": "proceed",
     }
     body = {
         "training_claims": True,
         "claims_older_than_s": 3600,
+        "utilization_above_percent": 80,
         "deadline_s": 7200,
         "after_deadline": "stop",
     }
@@ -105,7 +109,33 @@ def test_an_upgrade_waits_for_the_training_claim_then_goes_on_when_it_ends(api, 
 
 def test_nodes_running_deferred_claims_start_last():
     nodes = [
-        node(State.UPGRADE_REQUIRED, name="a", deferred_by="training claim ml/train"),
+        node(State.UPGRADE_REQUIRED, name="a", deferred_by="training claim ml/train to end"),
         node(State.UPGRADE_REQUIRED, name="b"),
     ]
     assert [s.node for s in plan(RUN, nodes, STRATEGY, 0).steps] == ["b"]
+
+
+def test_an_upgrade_waits_while_the_pools_gpus_are_busy_and_goes_on_when_they_calm_down(
+    api, owner, make_upgrade_pool
+):
+    pool = make_upgrade_pool(nodes=2)
+    context = TenantContext(owner.memberships.get().tenant, "owner")
+    assert api.put(url(pool), {"utilization_above_percent": 80}, format="json").status_code == 200
+    NodePool.objects.filter(pk=pool.pk).update(gpu_utilization=92.4, gpu_utilization_at=timezone.now())
+    run = services.create_run(
+        context=context,
+        pool=pool,
+        target_release=DriverRelease.objects.get(version=TARGET),
+        max_unavailable="1",
+    )
+    for _ in range(20):
+        run.refresh_from_db()
+        tick(run.pk, run.tick_seq)
+    held = run.nodes.exclude(state=State.UPGRADE_REQUIRED).get()
+    assert (held.state, held.reason) == (State.WAIT_FOR_JOBS_REQUIRED, "Deferred")
+    assert "the pool's GPU utilization (92% over the last minute) to drop to 80%" in held.message
+    assert run.nodes.filter(state=State.UPGRADE_REQUIRED).count() == 1  # the budget: one node out
+
+    stale = timezone.now() - datetime.timedelta(minutes=10)  # telemetry stopped: its figure says nothing
+    NodePool.objects.filter(pk=pool.pk).update(gpu_utilization_at=stale)
+    assert drive(run).status == Phase.COMPLETED

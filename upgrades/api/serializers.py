@@ -265,17 +265,27 @@ class MaintenanceSerializer(serializers.Serializer):
 
 
 class UpgradeDeferralSerializer(serializers.ModelSerializer):
-    """A pool's training-aware deferral of driver upgrades; `enabled` false: none is set."""
+    """A pool's training-aware deferral of upgrades; `enabled` false: none is set."""
 
     enabled = serializers.SerializerMethodField()
     claims_older_than_s = serializers.IntegerField(
         required=False, allow_null=True, min_value=60, max_value=MAX_DEFERRAL_S, default=None
     )
+    utilization_above_percent = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=100, default=None
+    )
     deadline_s = serializers.IntegerField(min_value=60, max_value=MAX_DEFERRAL_S, default=24 * 3600)
 
     class Meta:
         model = UpgradeDeferral
-        fields = ["enabled", "training_claims", "claims_older_than_s", "deadline_s", "after_deadline"]
+        fields = [
+            "enabled",
+            "training_claims",
+            "claims_older_than_s",
+            "utilization_above_percent",
+            "deadline_s",
+            "after_deadline",
+        ]
 
     def get_enabled(self, policy: UpgradeDeferral) -> bool:
         return policy.pk is not None
