@@ -7,6 +7,7 @@ from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 
 from nodepools import allocator
 from nodepools.models import DriverRelease, NodePool
@@ -14,10 +15,11 @@ from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
 from upgrades import maintenance, services
+from upgrades.api.serializers import UpgradeDeferralSerializer
 from upgrades.compatibility import driver_options
 from upgrades.controller import kick_if_stale
 from upgrades.machine import FINISHED, STRATEGY_FIELDS, Phase, State, StrategyField
-from upgrades.models import UpgradeRun
+from upgrades.models import UpgradeDeferral, UpgradeRun
 
 from .forms import add_domain_error
 from .views import live, require_change, tenant_view
@@ -65,6 +67,43 @@ class UpgradeStartForm(StrategyForm):
         self.fields["target_release"].choices = [(v, v) for v in allowed]
 
 
+class DeferralForm(forms.ModelForm):
+    """A pool's deferral policy; its bounds are the API's (UpgradeDeferralSerializer checks them)."""
+
+    class Meta:
+        model = UpgradeDeferral
+        fields = [
+            "training_claims",
+            "claims_older_than_s",
+            "utilization_above_percent",
+            "deadline_s",
+            "after_deadline",
+        ]
+        labels = {
+            "claims_older_than_s": "Also claims running longer than (s)",
+            "utilization_above_percent": "Also while the pool's GPU utilization is above (%)",
+            "deadline_s": "Wait at most (s)",
+        }
+
+
+def _save_deferral(request: HttpRequest, pool: NodePool, form: DeferralForm) -> HttpResponse | None:
+    """Save or remove the pool's policy as the API would; None when the form is refused (its errors set)."""
+    if request.POST.get("remove"):
+        UpgradeDeferral.objects.filter(pool=pool).delete()
+        messages.success(request, f"Node pool {pool.name} no longer defers upgrades.")
+        return redirect(reverse("pool-upgrade", args=[pool.pk]) + "#deferral")
+    if not form.is_valid():
+        return None
+    checked = UpgradeDeferralSerializer(form.instance, data=form.cleaned_data)
+    if not checked.is_valid():
+        for field, problems in checked.errors.items():
+            form.add_error(field if field in form.fields else None, problems[0])
+        return None
+    checked.save(tenant_id=pool.tenant_id, pool=pool)
+    messages.success(request, f"Node pool {pool.name}'s deferral policy is saved.")
+    return redirect(reverse("pool-upgrade", args=[pool.pk]) + "#deferral")
+
+
 def _pool(context: TenantContext, pk: int) -> NodePool:
     pools = NodePool.objects.restrict(context).select_related("cluster", "gpu_model", "driver_release")
     return get_object_or_404(pools, pk=pk)
@@ -83,9 +122,21 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
     pool = _pool(context, pk)
     options = driver_options(pool)
     allowed = [driver.version for driver, refusals in options if not refusals]
-    form = UpgradeStartForm(request.POST or None, allowed=allowed)
+    deferring = request.POST.get("action") == "deferral"
+    form = UpgradeStartForm(
+        request.POST if request.method == "POST" and not deferring else None, allowed=allowed
+    )
+    policy = UpgradeDeferral.objects.filter(pool=pool).first()
+    deferral_form = DeferralForm(
+        request.POST if deferring else None, instance=policy or UpgradeDeferral(pool=pool)
+    )
     status = 200
-    if request.method == "POST":
+    if request.method == "POST" and deferring:
+        require_change(context)
+        if response := _save_deferral(request, pool, deferral_form):
+            return response
+        status = 400
+    elif request.method == "POST":
         require_change(context)
         if form.is_valid():
             data = dict(form.cleaned_data)
@@ -110,7 +161,9 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
             "drain_preview": [(nodes[pk], outcomes) for pk, outcomes in moves.items() if outcomes],
             "options": options,
             "form": form,
-            "runs": pool.upgrade_runs.select_related("target_release")[:20],
+            "deferral_form": deferral_form,
+            "deferral_set": policy is not None,
+            "runs": pool.upgrade_runs.select_related("target_release", "node_image")[:20],
             "can_change": context.allows(Action.CHANGE),
             "window": maintenance.window_now(pool.cluster),
         },

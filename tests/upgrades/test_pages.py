@@ -7,7 +7,7 @@ from django.test import Client
 from nodepools.models import Node
 from nvke.providers.simulator.models import SimFault
 from tests.frontend.helpers import STRATEGY_FORM
-from upgrades.models import UpgradeRun
+from upgrades.models import UpgradeDeferral, UpgradeRun
 
 from .conftest import drive
 
@@ -218,3 +218,29 @@ def test_outside_the_maintenance_window_the_form_says_so_and_starts_only_when_ov
     assert not UpgradeRun.objects.exists()
     assert start(browser, pool, override_window="on").status_code == 302
     assert UpgradeRun.objects.get().window_override
+
+
+def test_the_deferral_policy_is_set_refused_when_out_of_bounds_and_removed_on_the_upgrade_page(browser, pool):
+    url = f"/pools/{pool.pk}/upgrade/"
+    assert "No policy: upgrades drain nodes as their turn comes." in browser.get(url).content.decode()
+    form = {
+        "action": "deferral",
+        "training_claims": "on",
+        "claims_older_than_s": "",
+        "utilization_above_percent": "80",
+        "deadline_s": "5",  # the API's floor is 60 s
+        "after_deadline": "stop",
+    }
+    refused = browser.post(url, form)
+    assert refused.status_code == 400 and "greater than or equal to 60" in refused.content.decode()
+    assert not UpgradeDeferral.objects.filter(pool=pool).exists()
+
+    saved = browser.post(url, {**form, "deadline_s": "3600"})
+    assert saved.status_code == 302 and saved["Location"].endswith("#deferral")
+    policy = UpgradeDeferral.objects.get(pool=pool)
+    assert (policy.utilization_above_percent, policy.deadline_s, policy.after_deadline) == (80, 3600, "stop")
+    assert "A policy is set." in browser.get(url).content.decode()
+
+    assert browser.post(url, {**form, "remove": "1"}).status_code == 302
+    assert not UpgradeDeferral.objects.filter(pool=pool).exists()
+    assert not UpgradeRun.objects.filter(pool=pool).exists()  # the start form was not taken for it
