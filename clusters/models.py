@@ -81,6 +81,11 @@ class Cluster(Conditions):
         editable=False,
         help_text="PEM CA bundle that signs the endpoint's certificate; empty when publicly trusted.",
     )
+    auto_upgrade = models.BooleanField(
+        default=False,
+        help_text="Near its version's end of support, upgrade the control plane and pools by themselves, "
+        "inside the maintenance windows",
+    )
     time_zone = models.CharField(
         max_length=64, default="UTC", help_text="IANA time zone of its maintenance windows and exclusions"
     )

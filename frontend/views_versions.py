@@ -49,6 +49,14 @@ class PoolImageForm(PoolVersionForm):
         self.fields["kubernetes_version"].label = "Change image to"
 
 
+class AutoUpgradeForm(forms.Form):
+    auto_upgrade = forms.BooleanField(
+        required=False,
+        label="Upgrade by itself near end of support",
+        help_text="The control plane, then each pool, one minor, inside the maintenance windows.",
+    )
+
+
 def _allowed(options: list[dict], key: str = "version") -> list[str]:
     return [option[key] for option in options if option["allowed"]]
 
@@ -94,7 +102,15 @@ def cluster_versions(request: HttpRequest, context: TenantContext, pk: int) -> H
         name: form(request.POST if action == name else None, allowed=allowed[name])
         for name, form in bound.items()
     }
+    settings_form = AutoUpgradeForm(initial={"auto_upgrade": cluster.auto_upgrade})
     status = 200
+    if request.method == "POST" and action == "settings":
+        require_change(context)
+        cluster.auto_upgrade = request.POST.get("auto_upgrade") == "on"
+        cluster.save(update_fields=["auto_upgrade", "updated_at"])
+        state = "on" if cluster.auto_upgrade else "off"
+        messages.success(request, f"Automatic upgrades of {cluster.name} are {state}.")
+        return redirect("cluster-versions", pk=cluster.pk)
     if request.method == "POST":
         require_change(context)
         form = forms_by_action.get(action)
@@ -111,6 +127,7 @@ def cluster_versions(request: HttpRequest, context: TenantContext, pk: int) -> H
             "cluster": cluster,
             "document": document,
             "plane_form": forms_by_action["control-plane"],
+            "settings_form": settings_form,
             "pools": [
                 (pool, forms_by_action[f"pool-{pool['id']}"], forms_by_action[f"image-{pool['id']}"])
                 for pool in document["pools"]

@@ -99,6 +99,7 @@ def document(cluster: Cluster) -> dict:
     version = cluster.kubernetes_version
     return {
         "version": version.version if version else "",
+        "auto_upgrade": cluster.auto_upgrade,
         "target": cluster.kubernetes_target.version if cluster.kubernetes_target else "",
         "end_of_support": version.end_of_support if version else None,
         "notice": support_notice(version, timezone.localdate()),

@@ -1,6 +1,6 @@
 """Celery entry points of rolling upgrades and control plane upgrades (queue `upgrades`). Each tick is
 short and idempotent; it re-queues the next one itself, and beat's resync restarts runs whose chain was
-lost (a killed worker) and steps control plane upgrades in flight."""
+lost (a killed worker), steps control plane upgrades in flight and starts the automatic upgrades due."""
 
 from celery import shared_task
 from django.conf import settings
@@ -9,7 +9,7 @@ from django.db.models import Q
 from audit.context import acting_as
 from clusters.models import Cluster
 
-from . import control_plane, controller, rollouts
+from . import auto_upgrade, control_plane, controller, rollouts
 from .machine import LIVE
 from .models import FleetRollout, UpgradeRun
 
@@ -38,6 +38,8 @@ def resync_runs() -> int:
         rollouts.advance(rollout_id)
     for cluster_id in Cluster.objects.filter(kubernetes_target__isnull=False).values_list("pk", flat=True):
         step_control_plane.delay(cluster_id)
+    with acting_as("automatic upgrades"):
+        auto_upgrade.step()
     return restarted
 
 

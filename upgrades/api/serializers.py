@@ -326,6 +326,9 @@ class ClusterVersionsSerializer(serializers.Serializer):
     message = serializers.CharField(read_only=True)
     options = KubernetesOptionSerializer(many=True, read_only=True)
     pools = PoolVersionsSerializer(many=True, read_only=True)
+    auto_upgrade = serializers.BooleanField(
+        read_only=True, help_text="Upgrades near end of support start by themselves, in the windows (PUT)"
+    )
     kubernetes_version = serializers.CharField(
         write_only=True, max_length=16, help_text="POST: the minor to upgrade the control plane to"
     )
@@ -333,4 +336,11 @@ class ClusterVersionsSerializer(serializers.Serializer):
         write_only=True,
         default=False,
         help_text="true: start now even outside the cluster's maintenance windows",
+    )
+
+
+class VersionSettingsSerializer(serializers.Serializer):
+    auto_upgrade = serializers.BooleanField(
+        help_text="Near its version's end of support, upgrade the control plane, then the pools, by "
+        "themselves inside the maintenance windows"
     )

@@ -31,6 +31,7 @@ from .serializers import (
     UpgradeConditionSerializer,
     UpgradeDeferralSerializer,
     UpgradeRunSerializer,
+    VersionSettingsSerializer,
 )
 
 
@@ -287,8 +288,11 @@ class ClusterVersionsViewSet(TenantScopedViewSet):
     queryset = Cluster.objects.select_related("kubernetes_version", "kubernetes_target")
     write_action = Action.CHANGE
 
-    @extend_schema(request=ClusterVersionsSerializer, responses=ClusterVersionsSerializer)
-    @action(detail=True, methods=["get", "post"], url_path="versions")
+    @extend_schema(
+        methods=["GET", "POST"], request=ClusterVersionsSerializer, responses=ClusterVersionsSerializer
+    )
+    @extend_schema(methods=["PUT"], request=VersionSettingsSerializer, responses=ClusterVersionsSerializer)
+    @action(detail=True, methods=["get", "post", "put"], url_path="versions")
     def versions(self, request, pk=None):
         """The control plane's version (its end of support, a notice near it, an upgrade in flight) and
         each pool's, with every catalog version and the skew rule that refuses it; each pool's node
@@ -297,8 +301,15 @@ class ClusterVersionsViewSet(TenantScopedViewSet):
         rule's code (`skips_minor`, `downgrade`, `same_version`, `pool_too_far_behind`, `not_managed`,
         `unknown_version`), 409 `upgrade_in_progress`, `pool_upgrade_in_progress`, `not_running` or
         `outside_maintenance_window` (ask again with `override_window: true`). Pools follow with a run
-        of `kubernetes_version`, and change images with a run of `node_image` (POST /upgrades/)."""
+        of `kubernetes_version`, and change images with a run of `node_image` (POST /upgrades/). PUT
+        `{auto_upgrade}` lets NVKE upgrade the control plane, then the pools, by themselves once their
+        version nears its end of support, inside the maintenance windows."""
         cluster = self.get_object()
+        if request.method == "PUT":
+            settings = VersionSettingsSerializer(data=request.data)
+            settings.is_valid(raise_exception=True)
+            cluster.auto_upgrade = settings.validated_data["auto_upgrade"]
+            cluster.save(update_fields=["auto_upgrade", "updated_at"])
         if request.method == "POST":
             serializer = ClusterVersionsSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
