@@ -1,6 +1,7 @@
 """One scenario, two management clusters: the fake (with Cluster API's simulated controllers) always, and a
 real one when NVKE_CAPI_TEST_KUBECONFIG names it (skipped with the reason otherwise). The scenario makes a
-cluster, waits until it serves and NVKE's token works, grows a one-node GPU pool, then deletes both. A
+cluster, waits until it serves and NVKE's token works, grows a one-node GPU pool, upgrades the control
+plane a minor (1.34 → 1.35) and waits until every control plane machine runs it, then deletes both. A
 difference between the two targets means the fake is wrong. See docs/operations.md."""
 
 import os
@@ -24,6 +25,7 @@ REAL = {  # the setting's fields on a real management cluster, from the environm
     "control_plane_machine_template": ("NVKE_CAPI_TEST_CONTROL_PLANE_TEMPLATE", ""),
 }
 RELEASE_ENV, GPU_MODEL_ENV = "NVKE_CAPI_TEST_RELEASE", "NVKE_CAPI_TEST_GPU_MODEL"
+NEXT_RELEASE_ENV = "NVKE_CAPI_TEST_NEXT_RELEASE"  # the release of 1.35 the control plane moves to
 REAL_TIMEOUT_S = 1800  # a real control plane and a GPU machine take minutes
 
 
@@ -78,6 +80,12 @@ def scenario(*, key: str, gpu_model: str, timeout: float, interval: float, settl
 
         until(scaled, timeout, interval)
         assert [node.pool for node in ops.list_nodes("gpu")] == ["gpu"]
+
+        def upgraded():
+            settle()
+            return infrastructure.upgrade_control_plane(key, "1.35") == "1.35"
+
+        until(upgraded, timeout, interval)
     finally:
         infrastructure.delete_pool(key, "gpu")
         infrastructure.delete_cluster(key)
@@ -96,8 +104,11 @@ def test_on_a_real_management_cluster(db):
     with open(os.environ[ENV]) as config:
         kubeconfig = config.read()
     fields = {name: os.environ.get(env, default) for name, (env, default) in REAL.items()}
-    release = os.environ.get(RELEASE_ENV, "v1.34.2")
-    ManagementCluster.objects.create(kubeconfig=kubeconfig, kubernetes_versions={"1.34": release}, **fields)
+    releases = {
+        "1.34": os.environ.get(RELEASE_ENV, "v1.34.2"),
+        "1.35": os.environ.get(NEXT_RELEASE_ENV, "v1.35.1"),
+    }
+    ManagementCluster.objects.create(kubeconfig=kubeconfig, kubernetes_versions=releases, **fields)
     scenario(
         key=f"nvke-e2e-{int(time.time())}",
         gpu_model=os.environ.get(GPU_MODEL_ENV, "h100-sxm5-80gb"),
