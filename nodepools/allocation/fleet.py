@@ -329,6 +329,7 @@ class Fleet:
         self._moves: list[tuple[InternedNode, InternedNode]] = []  # (old state, new state) of each change
         self._free_by_model: Counter[str] = Counter()  # free milli-GPUs
         self._free_total = 0
+        self._proposed: tuple[Placement, int, Candidate] | None = None  # the last place() answer
         # milli-CPU per milli-GPU of the whole fleet (fgd.FragModel's `cpu_bound`)
         gpus = sum(len(node.gpus) for node in self.nodes) * MILLI
         self._cpu_per_gpu = sum(node.cpu_milli_total for node in self.nodes) / gpus if gpus else 0.0
@@ -427,7 +428,10 @@ class Fleet:
             return self._unplaceable(view, rid, request)
         _, _, state, candidate = best[1]
         position = next(iter(groups[state].members))
-        return self._placement(position, request, candidate)
+        placement = self._placement(position, request, candidate)
+        # `apply` of this very placement, before anything else changes, knows the state it leads to.
+        self._proposed = (placement, self.version, candidate)
+        return placement
 
     def _reserve_cost(self, frag: fgd.FragModel, model: str, request: Request) -> float:
         """What taking `request`'s GPU from `model` costs the claims that may only run there: the share
@@ -516,7 +520,28 @@ class Fleet:
     def apply(self, placement: Placement) -> None:
         position = self._position[placement.node_id]
         apply_to_node(placement, self.nodes[position])
-        self._reindex(position)
+        proposed, self._proposed = self._proposed, None
+        if (
+            proposed is not None
+            and proposed[0] is placement
+            and proposed[1] == self.version
+            and placement.request.kind != MIG_SLICE  # `after` keeps a slice's memory apart; apply adds it
+        ):
+            info, perm = self._state[position]
+            request, candidate = placement.request, proposed[2]
+            self._reindex(
+                position,
+                self.cache.interner.advance(
+                    info,
+                    perm,
+                    candidate.positions,
+                    candidate.part,
+                    request.cpu_milli,
+                    request.host_memory_mib,
+                ),
+            )
+        else:
+            self._reindex(position)
 
     def release(self, placement: Placement) -> None:
         position = self._position[placement.node_id]
@@ -527,7 +552,7 @@ class Fleet:
         """Re-read a node changed outside `apply`/`release` (health, cordon, usage)."""
         self._reindex(self._position[node_id])
 
-    def _reindex(self, position: int) -> None:
+    def _reindex(self, position: int, state: tuple[InternedNode, tuple[int, ...]] | None = None) -> None:
         old = self._state[position][0].id
         group = self._groups[old]
         del group.members[position]
@@ -536,7 +561,7 @@ class Fleet:
             self._dormant[old] = group.outcomes
         self._free_by_model[group.info.static.gpu_model] -= group.info.total_free
         self._free_total -= group.info.total_free
-        self._state[position] = self.cache.interner.signature(self.nodes[position])
+        self._state[position] = state or self.cache.interner.signature(self.nodes[position])
         self._moves.append((group.info, self._state[position][0]))
         self._join(position)
 
