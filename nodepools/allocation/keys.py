@@ -237,6 +237,27 @@ class Interner:
         )
         return info, tuple(node.gpus[i].index for i in order)
 
+    def advance(
+        self,
+        node: InternedNode,
+        perm: tuple[int, ...],
+        positions: tuple[int, ...],
+        part: tuple,
+        cpu: int,
+        memory: int,
+    ) -> tuple[InternedNode, tuple[int, ...]]:
+        """What `signature` gives for a node in state `node` (GPU indexes `perm`) once a claim has taken
+        `part` of the GPUs at canonical `positions` and `cpu`/`memory` of the host, from the interned parts
+        instead of the whole node (a whole-GPU or fraction part: `after` is exactly what `apply` does)."""
+        gpus = list(zip(node.gpus, perm, strict=True))
+        for pos in positions:
+            gpus[pos] = (self.after(gpus[pos][0], part), gpus[pos][1])
+        gpus.sort(key=_canonical)  # signature's order: by GPU state, then by index
+        info = self.node(
+            node.static, node.cpu_free - cpu, node.memory_free - memory, tuple(g for g, _ in gpus)
+        )
+        return info, tuple(index for _, index in gpus)
+
     def after(self, gpu: InternedGpu, part: tuple) -> InternedGpu:
         """The GPU state after taking `part`: (WHOLE,) | (FRACTION, memory, guaranteed, ceiling) |
         (MIG_SLICE, slice)."""
@@ -290,3 +311,7 @@ class Interner:
 
 
 gpu_id = operator.attrgetter("id")  # sort key of the canonical GPU order
+
+
+def _canonical(pair: tuple[InternedGpu, int]) -> tuple[int, int]:
+    return pair[0].id, pair[1]

@@ -187,3 +187,17 @@ def test_claims_and_releases_keep_the_invariants(nodes, ops, policy, learn):
         )
         for n in nodes
     )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=fleets(), claims=st.lists(requests, min_size=5, max_size=40), policy=st.sampled_from(POLICIES))
+def test_applying_the_placement_just_proposed_indexes_the_node_as_reading_it_afresh(nodes, claims, policy):
+    # apply() derives the node's new interned state from the proposed candidate instead of re-reading
+    # the node; it must land on exactly the state (and GPU order) that reading the node gives.
+    fleet = Fleet(nodes)
+    for claim in claims:
+        result = fleet.place(claim, policy)
+        if isinstance(result, Placement):
+            fleet.apply(result)
+            node = fleet.node(result.node_id)
+            assert fleet._state[fleet._position[node.id]] == fleet.cache.interner.signature(node)
