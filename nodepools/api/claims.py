@@ -184,9 +184,9 @@ class ClaimViewSet(
     `pending` with a reason and places it when capacity frees. DELETE releases it."""
 
     # In the unique index's order (cluster id, not name): a page of 10,000 claims walks the index to
-    # its 50 rows instead of joining and sorting them all.
-    # The shares with their GPUs in one query, ordered within the allocation (one node) by GPU index:
-    # GpuShare's own ordering sorts through node, pool and cluster names.
+    # its 50 rows instead of joining and sorting them all. The shares come with their GPUs in one
+    # query, ordered within the allocation (one node) by GPU index: GpuShare's own ordering sorts
+    # through node, pool and cluster names.
     queryset = (
         Claim.objects.select_related("allocation__node__pool__gpu_model")
         .prefetch_related(

@@ -231,18 +231,22 @@ class GpuSnapshotShareSerializer(serializers.Serializer):
     mig_size = serializers.IntegerField(allow_null=True)
 
     def to_representation(self, share: dict) -> dict:
-        return {
-            "claim": share["claim"],
-            "namespace": share["namespace"],
-            "name": share["name"],
-            "memory_mib": share["memory_mib"],
-            "compute_percent": share["compute_milli"] / 10,
-            "guaranteed_percent": share["guaranteed_milli"] / 10,
-            "exclusive": share["exclusive"],
-            "mig_profile": share["mig_profile"],
-            "mig_start": share["mig_start"],
-            "mig_size": share["mig_size"],
-        }
+        return _share_document(share)
+
+
+def _share_document(share: dict) -> dict:
+    return {
+        "claim": share["claim"],
+        "namespace": share["namespace"],
+        "name": share["name"],
+        "memory_mib": share["memory_mib"],
+        "compute_percent": share["compute_milli"] / 10,
+        "guaranteed_percent": share["guaranteed_milli"] / 10,
+        "exclusive": share["exclusive"],
+        "mig_profile": share["mig_profile"],
+        "mig_start": share["mig_start"],
+        "mig_size": share["mig_size"],
+    }
 
 
 class GpuSerializer(serializers.Serializer):
@@ -267,7 +271,6 @@ class GpuSerializer(serializers.Serializer):
 
     def to_representation(self, gpu: dict) -> dict:
         shares = gpu["shares"]
-        share = GpuSnapshotShareSerializer.to_representation
         return {
             "index": gpu["index"],
             "uuid": str(gpu["uuid"]),
@@ -277,7 +280,7 @@ class GpuSerializer(serializers.Serializer):
             "memory_allocated_mib": sum(s["memory_mib"] for s in shares),
             "compute_allocated_percent": sum(s["guaranteed_milli"] for s in shares) / 10,
             "compute_ceilings_percent": sum(s["compute_milli"] for s in shares) / 10,
-            "shares": [share(self, s) for s in shares],
+            "shares": [_share_document(s) for s in shares],
         }
 
 
