@@ -47,7 +47,13 @@ class Tracked:
         return REDACTED if name in self.secret or name.removesuffix("_id") in self.secret else value
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def _jsonable(value):
+    # Plain values are their own JSON form: no encode and decode for each field of every saved row.
+    if type(value) in _PLAIN:
+        return value
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
 
 

@@ -7,7 +7,8 @@ It empties that database, seeds the catalog and builds the scale fleet (bench_db
 cluster, `--nodes` 8-GPU nodes, `--claims` placed claims), starts one web process (`--server`) with
 the database connection pool on, and times each endpoint below from one keep-alive HTTP client with
 a bearer token (rate limits raised out of the way): lists at the default page size (50) and details,
-`--requests` times each after a warm-up. `--json` prints one line: per endpoint `p50_ms`, `p99_ms`."""
+`--requests` times each after a warm-up. `--json` prints one line: per endpoint `p50_ms`, `p99_ms` and
+`server_cpu_ms`, the web process's CPU per request (from /proc: steadier than latency on a busy machine)."""
 
 import argparse
 import http.client
@@ -53,6 +54,12 @@ def percentile(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100)[p - 1]
 
 
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(server: str, token: str, urls: dict[str, str], requests: int) -> dict:
     from tests.integration.processes import free_port, port_open
 
@@ -87,10 +94,12 @@ def measure(server: str, token: str, urls: dict[str, str], requests: int) -> dic
         for name, url in urls.items():
             for _ in range(20):  # warm-up: imports, first connections, caches
                 get(url)
+            cpu_before = cpu_s(process.pid)
             times = [get(url) for _ in range(requests)]
             results[name] = {
                 "p50_ms": round(percentile(times, 50), 2),
                 "p99_ms": round(percentile(times, 99), 2),
+                "server_cpu_ms": round((cpu_s(process.pid) - cpu_before) / requests * 1000, 2),
             }
         return results
     finally:
@@ -147,7 +156,10 @@ def main() -> None:
         print(json.dumps(result))
     else:
         for name, figures in result.pop("endpoints").items():
-            print(f"{name:>16}: p50 {figures['p50_ms']:7.2f} ms   p99 {figures['p99_ms']:7.2f} ms")
+            print(
+                f"{name:>16}: p50 {figures['p50_ms']:7.2f} ms   p99 {figures['p99_ms']:7.2f} ms"
+                f"   server CPU {figures['server_cpu_ms']:6.2f} ms"
+            )
         for key, value in result.items():
             print(f"{key:>16}: {value}")
 

@@ -22,16 +22,25 @@ from django.conf import settings
 
 PREFIX = "nvke:rl:"
 
-# KEYS: this window's counter, the previous window's. ARGV: limit, weight of the previous window, TTL ms.
+# Any number of counters in one call (a request's token and user limits: one round trip, not two).
+# KEYS: per counter, this window's key and the previous window's. ARGV: per counter, limit, weight of the
+# previous window, TTL ms. Each counter counts the request when it is within its own limit.
 _HIT = """
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-local previous = tonumber(redis.call('GET', KEYS[2]) or '0')
-if previous * tonumber(ARGV[2]) + current >= tonumber(ARGV[1]) then
-  return {0, current, previous}
+local out = {}
+for i = 1, #KEYS / 2 do
+  local this, last = KEYS[2 * i - 1], KEYS[2 * i]
+  local limit, weight = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
+  local current = tonumber(redis.call('GET', this) or '0')
+  local previous = tonumber(redis.call('GET', last) or '0')
+  if previous * weight + current >= limit then
+    out[i] = {0, current, previous}
+  else
+    current = redis.call('INCR', this)
+    if current == 1 then redis.call('PEXPIRE', this, ARGV[3 * i]) end
+    out[i] = {1, current, previous}
+  end
 end
-current = redis.call('INCR', KEYS[1])
-if current == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-return {1, current, previous}
+return out
 """
 # KEYS: the counter. ARGV: window ms. The expiry is set with the first failure only.
 _FAIL = """
@@ -103,24 +112,39 @@ def _retry_after(limit: int, current: int, previous: int, elapsed: float, window
 
 def hit(key: str, limit: int, window_s: float) -> Decision:
     """Count one request under `key` if it stays within `limit` per `window_s`, atomically."""
+    return hit_all([(key, limit, window_s)])[0]
+
+
+def hit_all(checks: list[tuple[str, int, float]]) -> list[Decision]:
+    """`hit` for several (key, limit, window_s) at once, in one Redis round trip."""
+    if not checks:
+        return []
     now = time.time()
-    index = math.floor(now / window_s)
-    elapsed = now - index * window_s
-    weight = 1 - elapsed / window_s
-    this, last = f"{PREFIX}{key}:{index}", f"{PREFIX}{key}:{index - 1}"
+    keys, args, windows = [], [], []
+    for key, limit, window_s in checks:
+        index = math.floor(now / window_s)
+        elapsed = now - index * window_s
+        windows.append((limit, elapsed, window_s))
+        keys += [f"{PREFIX}{key}:{index}", f"{PREFIX}{key}:{index - 1}"]
+        args += [limit, 1 - elapsed / window_s, int(window_s * 2000)]
     if settings.REDIS_URL:
-        allowed, current, previous = _scripts()[0](
-            keys=[this, last], args=[limit, weight, int(window_s * 2000)]
-        )
+        counts = _scripts()[0](keys=keys, args=args)
     else:
+        counts = []
         with MEMORY.lock:
-            current, previous = MEMORY.get(this, now), MEMORY.get(last, now)
-            allowed = previous * weight + current < limit
-            if allowed:
-                MEMORY.incr(this, now, window_s * 2)
-    if allowed:
-        return Decision(True, 0.0)
-    return Decision(False, max(_retry_after(limit, current, previous, elapsed, window_s), 1.0))
+            for i, (limit, _, window_s) in enumerate(windows):
+                this, last = keys[2 * i], keys[2 * i + 1]
+                current, previous = MEMORY.get(this, now), MEMORY.get(last, now)
+                allowed = previous * args[3 * i + 1] + current < limit
+                if allowed:
+                    MEMORY.incr(this, now, window_s * 2)
+                counts.append((allowed, current, previous))
+    return [
+        Decision(True, 0.0)
+        if allowed
+        else Decision(False, max(_retry_after(limit, current, previous, elapsed, window_s), 1.0))
+        for (allowed, current, previous), (limit, elapsed, window_s) in zip(counts, windows, strict=True)
+    ]
 
 
 def add_failure(key: str, window_s: float) -> int:

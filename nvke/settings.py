@@ -281,10 +281,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "nvke.api.errors.exception_handler",
     "DEFAULT_METADATA_CLASS": "nvke.api.metadata.Metadata",
-    "DEFAULT_THROTTLE_CLASSES": [
-        "nvke.api.throttling.TokenRateThrottle",
-        "nvke.api.throttling.UserRateThrottle",
-    ],
+    # Per token and per user, in one Redis call.
+    "DEFAULT_THROTTLE_CLASSES": ["nvke.api.throttling.RequestRateThrottle"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {

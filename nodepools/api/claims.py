@@ -1,13 +1,14 @@
 """Claims API: create (placed at once or pending with a reason), list with GPU-MEMORY and GPU-UTIL
 columns, read, release (DELETE). The defragmentation serializers serve the clusters' routes."""
 
+from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers
 
 from clusters.models import Cluster
 from nodepools import allocator
 from nodepools.filtersets import ClaimFilter
-from nodepools.models import Claim, NodePool
+from nodepools.models import Claim, GpuShare, NodePool
 from nodepools.sharing import isolation_detail
 from nodepools.sizing import sizing_hints
 from nvke.api.viewsets import TenantScopedViewSet
@@ -183,10 +184,17 @@ class ClaimViewSet(
     `pending` with a reason and places it when capacity frees. DELETE releases it."""
 
     # In the unique index's order (cluster id, not name): a page of 10,000 claims walks the index to
-    # its 50 rows instead of joining and sorting them all.
+    # its 50 rows instead of joining and sorting them all. The shares come with their GPUs in one
+    # query, ordered within the allocation (one node) by GPU index: GpuShare's own ordering sorts
+    # through node, pool and cluster names.
     queryset = (
         Claim.objects.select_related("allocation__node__pool__gpu_model")
-        .prefetch_related("allocation__shares__gpu")
+        .prefetch_related(
+            Prefetch(
+                "allocation__shares",
+                queryset=GpuShare.objects.select_related("gpu").order_by("gpu__index", "mig_start"),
+            )
+        )
         .order_by("cluster_id", "namespace", "name")
     )
     serializer_class = ClaimSerializer

@@ -8,9 +8,7 @@ from nodepools.models import (
     Architecture,
     AutoscalerDecision,
     DriverRelease,
-    Gpu,
     GpuModel,
-    GpuShare,
     MigProfile,
     Node,
     NodeImage,
@@ -232,75 +230,80 @@ class PoolAutoscalingSerializer(serializers.Serializer):
     decisions = AutoscalerDecisionSerializer(many=True)
 
 
-class GpuSnapshotShareSerializer(serializers.ModelSerializer):
-    """Who holds what on a GPU (its claim's fields annotated by NodeViewSet: SHARE_CLAIM)."""
+# A GPU and its shares as `selectors.attach_gpu_snapshots` reads them (plain rows). The fields declared
+# are the schema; `to_representation` writes them out by hand, because a page of nodes holds thousands
+# of shares and DRF's field-by-field walk cost most of the request. tests/nodepools/test_node_snapshot.py
+# holds the two equal.
+class GpuSnapshotShareSerializer(serializers.Serializer):
+    """Who holds what on a GPU."""
 
-    claim = serializers.IntegerField(source="claim_pk")
-    namespace = serializers.CharField(source="claim_namespace")
-    name = serializers.CharField(source="claim_name")
-    compute_percent = serializers.SerializerMethodField(help_text="Its compute ceiling")
-    guaranteed_percent = serializers.SerializerMethodField(help_text="Its guaranteed compute")
+    claim = serializers.IntegerField()
+    namespace = serializers.CharField()
+    name = serializers.CharField()
+    memory_mib = serializers.IntegerField()
+    compute_percent = serializers.FloatField(read_only=True, help_text="Its compute ceiling")
+    guaranteed_percent = serializers.FloatField(read_only=True, help_text="Its guaranteed compute")
+    exclusive = serializers.BooleanField()
+    mig_profile = serializers.CharField(allow_blank=True)
+    mig_start = serializers.IntegerField(allow_null=True)
+    mig_size = serializers.IntegerField(allow_null=True)
 
-    class Meta:
-        model = GpuShare
-        fields = [
-            "claim",
-            "namespace",
-            "name",
-            "memory_mib",
-            "compute_percent",
-            "guaranteed_percent",
-            "exclusive",
-            "mig_profile",
-            "mig_start",
-            "mig_size",
-        ]
-
-    def get_compute_percent(self, share: GpuShare) -> float:
-        return share.compute_milli / 10
-
-    def get_guaranteed_percent(self, share: GpuShare) -> float:
-        return share.guaranteed_milli / 10
+    def to_representation(self, share: dict) -> dict:
+        return _share_document(share)
 
 
-class GpuSerializer(serializers.ModelSerializer):
-    """A GPU of a node read with NodeViewSet's prefetch (its shares in `share_list`)."""
+def _share_document(share: dict) -> dict:
+    return {
+        "claim": share["claim"],
+        "namespace": share["namespace"],
+        "name": share["name"],
+        "memory_mib": share["memory_mib"],
+        "compute_percent": share["compute_milli"] / 10,
+        "guaranteed_percent": share["guaranteed_milli"] / 10,
+        "exclusive": share["exclusive"],
+        "mig_profile": share["mig_profile"],
+        "mig_start": share["mig_start"],
+        "mig_size": share["mig_size"],
+    }
 
-    shares = GpuSnapshotShareSerializer(source="share_list", many=True, read_only=True)
-    memory_allocated_mib = serializers.SerializerMethodField()
-    compute_allocated_percent = serializers.SerializerMethodField(
-        help_text="Guaranteed compute held (at most 100)"
+
+class GpuSerializer(serializers.Serializer):
+    """A GPU of a node and who holds what on it."""
+
+    index = serializers.IntegerField()
+    uuid = serializers.UUIDField()
+    memory_mib = serializers.IntegerField()
+    nvlink_domain = serializers.CharField(
+        allow_blank=True, help_text="GPUs sharing a value are NVLink-connected; blank = PCIe only"
     )
-    compute_ceilings_percent = serializers.SerializerMethodField(
-        help_text="The claims' compute ceilings added up (at most compute_oversubscription_percent)"
+    healthy = serializers.BooleanField()
+    memory_allocated_mib = serializers.IntegerField(read_only=True)
+    compute_allocated_percent = serializers.FloatField(
+        read_only=True, help_text="Guaranteed compute held (at most 100)"
     )
+    compute_ceilings_percent = serializers.FloatField(
+        read_only=True,
+        help_text="The claims' compute ceilings added up (at most compute_oversubscription_percent)",
+    )
+    shares = GpuSnapshotShareSerializer(many=True, read_only=True)
 
-    class Meta:
-        model = Gpu
-        fields = [
-            "index",
-            "uuid",
-            "memory_mib",
-            "nvlink_domain",
-            "healthy",
-            "memory_allocated_mib",
-            "compute_allocated_percent",
-            "compute_ceilings_percent",
-            "shares",
-        ]
-
-    def get_memory_allocated_mib(self, gpu: Gpu) -> int:
-        return sum(s.memory_mib for s in gpu.share_list)
-
-    def get_compute_allocated_percent(self, gpu: Gpu) -> float:
-        return sum(s.guaranteed_milli for s in gpu.share_list) / 10
-
-    def get_compute_ceilings_percent(self, gpu: Gpu) -> float:
-        return sum(s.compute_milli for s in gpu.share_list) / 10
+    def to_representation(self, gpu: dict) -> dict:
+        shares = gpu["shares"]
+        return {
+            "index": gpu["index"],
+            "uuid": str(gpu["uuid"]),
+            "memory_mib": gpu["memory_mib"],
+            "nvlink_domain": gpu["nvlink_domain"],
+            "healthy": gpu["healthy"],
+            "memory_allocated_mib": sum(s["memory_mib"] for s in shares),
+            "compute_allocated_percent": sum(s["guaranteed_milli"] for s in shares) / 10,
+            "compute_ceilings_percent": sum(s["compute_milli"] for s in shares) / 10,
+            "shares": [_share_document(s) for s in shares],
+        }
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    gpus = GpuSerializer(source="gpu_list", many=True, read_only=True)
+    gpus = GpuSerializer(source="gpu_list", many=True, read_only=True)  # selectors.attach_gpu_snapshots
     cluster = serializers.IntegerField(source="pool.cluster_id", read_only=True)
     preflight_failures = serializers.SerializerMethodField(
         help_text="Preflight checks failed for its pool's sharing mode; it takes no claims while any fail"

@@ -1,4 +1,4 @@
-from django.db.models import Count, F, OuterRef, Prefetch, Subquery
+from django.db.models import Count, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -10,7 +10,7 @@ from clusters.models import KubernetesVersion, Region
 from nodepools import selectors, services
 from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.filtersets import NodeFilter, NodePoolFilter
-from nodepools.models import DriverRelease, Gpu, GpuModel, GpuShare, Node, NodeImage, NodePool, SharingMode
+from nodepools.models import DriverRelease, GpuModel, Node, NodeImage, NodePool, SharingMode
 from nvke.api.permissions import AuthenticatedReadOnly
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
@@ -72,36 +72,20 @@ class NodePoolViewSet(
         return Response(PoolAutoscalingSerializer(selectors.autoscaling(self.get_object())).data)
 
 
-# What a GPU's snapshot says of each share's claim, read with the share instead of as two more models.
-SHARE_CLAIM = {
-    "claim_pk": F("allocation__claim_id"),
-    "claim_namespace": F("allocation__claim__namespace"),
-    "claim_name": F("allocation__claim__name"),
-}
-
-
 class NodeViewSet(ReadOnlyTenantViewSet):
     """Nodes of the tenant's pools, with their GPUs as the provider reports them and each GPU's
     allocation snapshot (which claim holds which memory, compute share and MIG slice)."""
 
-    # Prefetched into plain lists (to_attr): a page of 50 nodes is 400 GPUs, and a related manager with
-    # its own queryset per GPU cost more than the whole rest of the request.
-    queryset = Node.objects.select_related("pool").prefetch_related(
-        Prefetch(
-            "gpus",
-            to_attr="gpu_list",
-            queryset=Gpu.objects.prefetch_related(
-                Prefetch(
-                    "shares",
-                    to_attr="share_list",
-                    queryset=GpuShare.objects.annotate(**SHARE_CLAIM),
-                )
-            ),
-        )
-    )
+    queryset = Node.objects.select_related("pool")
     serializer_class = NodeSerializer
     filterset_class = NodeFilter
     ordering_fields = ["name", "created_at"]
+
+    def get_serializer(self, *args, **kwargs):
+        # The page's (or the one node's) GPUs and shares, as plain rows in two queries.
+        if args:
+            selectors.attach_gpu_snapshots(args[0] if kwargs.get("many") else [args[0]])
+        return super().get_serializer(*args, **kwargs)
 
 
 class CatalogViewSet(viewsets.ReadOnlyModelViewSet):

@@ -16,6 +16,7 @@ from django import forms
 from django.db import models
 from django_filters import rest_framework as filters
 from django_filters.rest_framework import DjangoFilterBackend
+from django_filters.utils import translate_validation
 from rest_framework.exceptions import ValidationError
 
 TRUE, FALSE = ("true", "True", "1"), ("false", "False", "0")
@@ -85,16 +86,21 @@ class FilterBackend(DjangoFilterBackend):
     filterset_base = StrictFilterSet
 
     def filter_queryset(self, request, queryset, view):
+        # django-filter's own, with the check of empty parameters: the filterset is built once per
+        # request, not twice (each build deep-copies every filter).
         filterset = self.get_filterset(request, queryset, view)
-        if filterset is not None:
-            empty = [
-                name
-                for name, value in request.query_params.items()
-                if value == "" and name in filterset.filters and not _takes_text(filterset.filters[name])
-            ]
-            if empty:
-                raise ValidationError({name: ["Give a value or leave the parameter out."] for name in empty})
-        return super().filter_queryset(request, queryset, view)
+        if filterset is None:
+            return queryset
+        empty = [
+            name
+            for name, value in request.query_params.items()
+            if value == "" and name in filterset.filters and not _takes_text(filterset.filters[name])
+        ]
+        if empty:
+            raise ValidationError({name: ["Give a value or leave the parameter out."] for name in empty})
+        if not filterset.is_valid() and self.raise_exception:
+            raise translate_validation(filterset.errors)
+        return filterset.qs
 
 
 def _takes_text(filter_) -> bool:

@@ -58,12 +58,35 @@ class UserRateThrottle(_CounterThrottle):
         return f"user:{request.user.pk}"
 
 
+class RequestRateThrottle(BaseThrottle):
+    """The API's throttle: the token's and the user's limits checked in one Redis round trip (as two
+    throttles they cost two on every request). Like DRF with several throttles, each counter counts
+    the request when within its own limit, even when the other refuses; the wait is the longer one."""
+
+    parts = (TokenRateThrottle, UserRateThrottle)
+
+    def __init__(self) -> None:
+        self.retry_after_s: float | None = None
+
+    def allow_request(self, request, view) -> bool:
+        checks = []
+        for part in self.parts:
+            rate = settings.NVKE_RATE_LIMITS.get(part.scope)
+            key = part().get_cache_key(request, view)
+            if rate and key is not None:
+                checks.append((key, *parse_rate(rate)))
+        refused = [d.retry_after_s for d in ratelimit.hit_all(checks) if not d.allowed]
+        self.retry_after_s = max(refused, default=None)
+        return not refused
+
+    def wait(self) -> float | None:
+        return self.retry_after_s
+
+
 def handshake_allowed(token: ApiToken) -> bool:
     """A websocket handshake with a token counts as one request of the token and of its user, in the
-    same counters as the API. Like DRF, every throttle counts the request even when another refuses."""
-    request = SimpleNamespace(user=token.user, auth=token)
-    throttles = (TokenRateThrottle(), UserRateThrottle())
-    return all([throttle.allow_request(request, None) for throttle in throttles])
+    same counters as the API."""
+    return RequestRateThrottle().allow_request(SimpleNamespace(user=token.user, auth=token), None)
 
 
 def anonymous_handshake_allowed(address: str | None) -> bool:

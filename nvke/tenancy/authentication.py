@@ -1,14 +1,14 @@
 import datetime
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from nvke import ratelimit
 from nvke.addresses import request_address
 
-from .models import ApiToken, hash_token
+from .models import ApiToken, Membership, hash_token
 
 LAST_USE_RESOLUTION = datetime.timedelta(minutes=1)  # record a token's use at most once a minute
 
@@ -65,8 +65,16 @@ def count_auth_failure(address: str | None) -> None:
 
 def active_token(raw: str) -> ApiToken | None:
     """The token `raw` names if it works now (not revoked or expired, its user active), its use
-    recorded; else None. The one check of the API and the websockets (nvke/websocket_auth.py)."""
-    token = ApiToken.objects.select_related("user", "tenant").filter(key_hash=hash_token(raw)).first()
+    recorded; else None. The one check of the API and the websockets (nvke/websocket_auth.py). It comes
+    with its tenant's quota and its user's role there (`member_role`, None when no longer a member), so
+    `find_context` needs no query of its own: one round trip less on every request."""
+    role = Membership.objects.filter(user_id=OuterRef("user_id"), tenant_id=OuterRef("tenant_id"))
+    token = (
+        ApiToken.objects.select_related("user", "tenant__quota")
+        .annotate(member_role=Subquery(role.values("role")[:1]))
+        .filter(key_hash=hash_token(raw))
+        .first()
+    )
     if token is None or not token.is_active or not token.user.is_active:
         return None
     record_use(token)

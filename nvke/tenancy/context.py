@@ -24,6 +24,8 @@ def find_context(user, *, session=None, token: ApiToken | None = None) -> Tenant
     """The user's tenant: the token's, else the session's choice if still a member, else the first."""
     if not user.is_authenticated:
         return None
+    if token is not None and hasattr(token, "member_role"):  # read with the token (`active_token`)
+        return TenantContext(token.tenant, token.member_role) if token.member_role else None
     memberships = Membership.objects.select_related("tenant__quota").filter(user=user)
     if token is not None:
         memberships = memberships.filter(tenant_id=token.tenant_id)

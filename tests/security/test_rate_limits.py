@@ -118,6 +118,22 @@ def test_the_window_slides(settings, monkeypatch, redis):
     assert ratelimit.hit("slide", 3, 60).allowed
 
 
+@pytest.mark.parametrize("redis", [True, False], ids=["redis", "memory"])
+def test_several_counters_in_one_call_count_each_within_its_own_limit(settings, redis):
+    """A request's token and user counters go to Redis in one call: each counts the request when within
+    its own limit, even when the other refuses, as two separate throttles did."""
+    if not redis:
+        settings.REDIS_URL = ""
+        ratelimit.MEMORY.clear()
+    tight, loose = ("both-tight", 2, 60), ("both-loose", 5, 60)
+    decisions = [[d.allowed for d in ratelimit.hit_all([tight, loose])] for _ in range(4)]
+    assert decisions == [[True, True], [True, True], [False, True], [False, True]]
+    refused = ratelimit.hit_all([tight, loose])[0]
+    assert not refused.allowed and refused.retry_after_s >= 1
+    assert ratelimit.hit("both-loose", 5, 60).allowed is False  # the refused requests counted there
+    assert ratelimit.hit_all([]) == []
+
+
 def test_failed_token_authentications_are_limited_per_address(owner, settings):
     """Random bearer tokens from one address: 401 up to the limit, then 429 for every token request
     from there (a working token too) before any lookup; another address is not affected."""

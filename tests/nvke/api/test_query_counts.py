@@ -13,8 +13,8 @@ from nvke.tenancy.context import TenantContext
 
 pytestmark = pytest.mark.django_db
 
-# The most any read below may take: authentication (token, membership with tenant and quota), the
-# page's count, its rows and one query per prefetched relation.
+# The most any read below may take: authentication (the token with its user, tenant, quota and role),
+# the page's count, its rows and one query per prefetched relation.
 MOST = 8
 
 
