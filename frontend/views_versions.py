@@ -61,7 +61,9 @@ def _allowed(options: list[dict], key: str = "version") -> list[str]:
     return [option[key] for option in options if option["allowed"]]
 
 
-def _start(request: HttpRequest, context: TenantContext, cluster: Cluster, action: str, data: dict):
+def _start(
+    request: HttpRequest, context: TenantContext, cluster: Cluster, action: str, data: dict
+) -> HttpResponse:
     """Start what the form asks for, and go where its progress shows."""
     version = data["kubernetes_version"]
     if action == "control-plane":
