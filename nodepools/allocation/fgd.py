@@ -26,11 +26,12 @@ NVKE's additions (bench/README.md has what each saved on the trace and its workl
 
        S_n = max(0, free GPU - min(free CPU / CPU per GPU, free memory / memory per GPU))
 
-2. Claims that may run only on some GPU models (`allowed_models`) reserve a share of those models.
-   `reserved[model]` is that share of the workload's GPU demand; Fleet.place charges a claim taking GPU
-   from a model the part of it those claims would need if the fleet's free capacity filled with the
-   workload (fleet.py, `_reserve_cost`). It depends on the fleet's free capacity per model, so it is
-   added when nodes of different models are compared, not memoised per node state."""
+2. Claims that may run only on some GPU models (`allowed_models`, or a size that fits whole only on
+   nodes of some models) reserve a share of those models. `reserved[model]` is that share of the
+   workload's GPU demand; Fleet.place charges a claim taking GPU from a model the part of it those
+   claims would need if the fleet's free capacity filled with the workload (fleet.py, `_reserve_cost`).
+   It depends on the fleet's free capacity per model, so it is added when nodes of different models are
+   compared, not memoised per node state."""
 
 from __future__ import annotations
 
