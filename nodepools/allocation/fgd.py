@@ -26,11 +26,12 @@ NVKE's additions (bench/README.md has what each saved on the trace and its workl
 
        S_n = max(0, free GPU - min(free CPU / CPU per GPU, free memory / memory per GPU))
 
-2. Claims that may run only on some GPU models (`allowed_models`) reserve a share of those models.
-   `reserved[model]` is that share of the workload's GPU demand; Fleet.place charges a claim taking GPU
-   from a model the part of it those claims would need if the fleet's free capacity filled with the
-   workload (fleet.py, `_reserve_cost`). It depends on the fleet's free capacity per model, so it is
-   added when nodes of different models are compared, not memoised per node state."""
+2. Claims that may run only on some GPU models (`allowed_models`, or a size that fits whole only on
+   nodes of some models) reserve a share of those models. `reserved[model]` is that share of the
+   workload's GPU demand; Fleet.place charges a claim taking GPU from a model the part of it those
+   claims would need if the fleet's free capacity filled with the workload (fleet.py, `_reserve_cost`).
+   It depends on the fleet's free capacity per model, so it is added when nodes of different models are
+   compared, not memoised per node state."""
 
 from __future__ import annotations
 
@@ -142,9 +143,15 @@ def solo(request: Request) -> Distribution:
 
 class FragModel:
     """Fragmentation of interned node states against one distribution, memoised per state.
-    `cpu_bound`: the fleet has less CPU per GPU than the workload asks (Distribution.cpu_per_gpu)."""
+    `cpu_bound`: the fleet has less CPU per GPU than the workload asks (Distribution.cpu_per_gpu).
+    `node_types`: the fleet's (static part, GPU count) pairs, for the models a shape fits at all."""
 
-    def __init__(self, distribution: Distribution, cpu_bound: bool = False) -> None:
+    def __init__(
+        self,
+        distribution: Distribution,
+        cpu_bound: bool = False,
+        node_types: frozenset[tuple[StaticInfo, int]] = frozenset(),
+    ) -> None:
         self.distribution = distribution
         self._shapes = distribution.shapes
         pairs = list(zip(distribution.shapes, distribution.weights, strict=True))
@@ -169,7 +176,7 @@ class FragModel:
         self._gpu_vectors: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._static_ok: dict[int, tuple[bool, ...]] = {}
         # Per GPU model, the share of the workload's GPU demand that may run only there (Fleet.place).
-        self.reserved = reserved_shares(pairs) if distribution.extensions else {}
+        self.reserved = reserved_shares(pairs, node_types) if distribution.extensions else {}
 
     def frag(self, node: InternedNode) -> float:
         value = self._frag.get(node.id)
@@ -241,14 +248,7 @@ class FragModel:
         vector = self._static_ok.get(static.id)
         if vector is None:
             names = {p.name for p in static.profiles}
-            vector = self._static_ok[static.id] = tuple(
-                static.schedulable
-                and not static.preflight_failure
-                and (not s.allowed_models or static.gpu_model in s.allowed_models)
-                and static.mode in MODES_FOR_KIND[s.kind]
-                and (s.kind != MIG_SLICE or s.mig_profile in names)
-                for s in self._shapes
-            )
+            vector = self._static_ok[static.id] = tuple(static_admits(static, names, s) for s in self._shapes)
         return vector
 
     def _vectors(self, gpu: InternedGpu, count: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -261,14 +261,41 @@ class FragModel:
         return vectors
 
 
-def reserved_shares(pairs: list[tuple[Request, float]]) -> dict[str, float]:
+def static_admits(static: StaticInfo, profile_names: set[str], shape: Request) -> bool:
+    """Can a node of this static part ever take `shape` (model, mode, MIG profile; not its size)?"""
+    return (
+        static.schedulable
+        and not static.preflight_failure
+        and (not shape.allowed_models or static.gpu_model in shape.allowed_models)
+        and static.mode in MODES_FOR_KIND[shape.kind]
+        and (shape.kind != MIG_SLICE or shape.mig_profile in profile_names)
+    )
+
+
+def reserved_shares(
+    pairs: list[tuple[Request, float]], node_types: frozenset[tuple[StaticInfo, int]] = frozenset()
+) -> dict[str, float]:
     """Per GPU model: the share of the workload's GPU demand that may run only on it (a claim allowed
-    k models counts 1/k on each)."""
+    k models counts 1/k on each). A shape that fits whole only on nodes of some models (`node_types`:
+    too many GPUs, CPU or memory for the others, e.g. 8 GPUs and 120 cores) is as bound to them as one
+    that names them: other claims filling those nodes strand it (bench/README.md, multigpu)."""
     total = sum(p * s.gpu_demand for s, p in pairs)
+    everywhere = {static.gpu_model for static, _ in node_types}
     reserved: Counter[str] = Counter()
     for s, p in pairs if total else ():
-        for model in s.allowed_models:
-            reserved[model] += p * s.gpu_demand / len(s.allowed_models) / total
+        models = s.allowed_models
+        if not models and node_types:
+            fits = {
+                static.gpu_model
+                for static, count in node_types
+                if count >= s.gpus
+                and static.cpu_total >= s.cpu_milli
+                and static.memory_total >= s.host_memory_mib
+                and static_admits(static, {p.name for p in static.profiles}, s)
+            }
+            models = tuple(fits) if fits != everywhere else ()
+        for model in models:
+            reserved[model] += p * s.gpu_demand / len(models) / total
     return dict(reserved)
 
 

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 
 from . import fgd
-from .keys import PCIE, InternedNode, Interner, gpu_id
+from .keys import PCIE, InternedNode, Interner, StaticInfo, gpu_id
 from .mig import gpu_geometry
 from .state import (
     CPU_ONLY,
@@ -274,13 +274,18 @@ class PlacementCache:
             found = self._solo[request] = fgd.solo(request)
         return found
 
-    def frag_model(self, distribution: fgd.Distribution, cpu_bound: bool = False) -> fgd.FragModel:
-        key = (distribution.version, cpu_bound)
+    def frag_model(
+        self,
+        distribution: fgd.Distribution,
+        cpu_bound: bool = False,
+        node_types: frozenset[tuple[StaticInfo, int]] = frozenset(),
+    ) -> fgd.FragModel:
+        key = (distribution.version, cpu_bound, node_types)
         model = self._models.get(key)
         if model is None:
             if len(self._models) >= self.MODELS:
                 del self._models[next(iter(self._models))]  # the oldest
-            model = self._models[key] = fgd.FragModel(distribution, cpu_bound)
+            model = self._models[key] = fgd.FragModel(distribution, cpu_bound, node_types)
         return model
 
 
@@ -336,6 +341,9 @@ class Fleet:
         for i, node in enumerate(self.nodes):
             self._state.append(self.cache.interner.signature(node))
             self._join(i)
+        # The node kinds at creation, for the models each claim shape fits at all (fgd.reserved_shares);
+        # a frozenset hashes once, and it keys the fragmentation models.
+        self._node_types = frozenset((info.static, len(info.gpus)) for info, _ in self._state)
 
     @property
     def distinct_states(self) -> int:
@@ -360,7 +368,7 @@ class Fleet:
         if policy == FGD:
             distribution = self.cache.distribution(request, workload)
             cpu_bound = distribution.cpu_per_gpu > self._cpu_per_gpu
-            frag = self.cache.frag_model(distribution, cpu_bound)
+            frag = self.cache.frag_model(distribution, cpu_bound, self._node_types)
             version = (distribution.version, cpu_bound)
         rid = self.cache.request_id(policy, request, version)
         interner = self.cache.interner

@@ -453,6 +453,33 @@ def test_a_claim_allowed_two_models_takes_the_less_reserved_one():
 
 
 @pytest.mark.parametrize(
+    ("big_cpu", "expected"),
+    [
+        # 8 GPUs and 120 cores fit whole only on B (128 cores): 40% of the claims are bound to B as if
+        # they named it, so a claim that may go anywhere leaves B's GPUs, although B is the tighter fit.
+        (120_000, "a"),
+        # 8 GPUs and 64 cores fit on both models: nothing is reserved, the tighter fit (B) wins.
+        (64_000, "b"),
+    ],
+)
+def test_fgd_keeps_the_model_that_a_shape_fits_whole_only_on(big_cpu, expected):
+    a = used(node("a", gpus=8, model="A", cpu=96_000), 0, exclusive=True)
+    b = used(node("b", gpus=8, model="B", cpu=128_000), 0, exclusive=True)
+    b.cpu_milli_used = 60_000
+    shapes = [whole(1, cpu_milli=4_000)] * 6 + [whole(8, cpu_milli=big_cpu)] * 4
+    assert place(whole(1, cpu_milli=4_000), [a, b], "fgd", Workload(shapes)).node_id == expected
+
+
+def test_the_papers_measure_alone_fills_the_model_a_shape_needs_whole():
+    """Both nodes already lack the 8 free GPUs, so their fragmentation falls alike: the tighter fit."""
+    a = used(node("a", gpus=8, model="A", cpu=96_000), 0, exclusive=True)
+    b = used(node("b", gpus=8, model="B", cpu=128_000), 0, exclusive=True)
+    b.cpu_milli_used = 60_000
+    shapes = [whole(1, cpu_milli=4_000)] * 6 + [whole(8, cpu_milli=120_000)] * 4
+    assert place(whole(1, cpu_milli=4_000), [a, b], "fgd", Workload(shapes, extensions=False)).node_id == "b"
+
+
+@pytest.mark.parametrize(
     ("busy_gpus", "expected"),
     [
         # 2 GPUs, 142 cores: CPU to spare. 14 cores left on `gpu` still feed its GPU's claims (10 each),
