@@ -140,7 +140,7 @@ class _Writes(threading.local):
         """Write it all; the state of every row written, by node name (what the provider mirrors)."""
         states = {row.name: row.state for row in self.rows.values()}
         UpgradeNode.objects.bulk_update(
-            self.rows.values(), ["state", "entered_at", "reason", "message", "driver_touched"]
+            self.rows.values(), ["name", "node", "state", "entered_at", "reason", "message", "driver_touched"]
         )
         UpgradeNode.objects.bulk_update(
             self.intents.values(), ["cordon_wanted", "drain_wanted", "driver_wanted", "call_error"]
@@ -208,6 +208,8 @@ def _observe(
         returned=row.returned_at is not None,
         deferred_by=deferred.get(row.name, ""),
     )
+    if node is None and _replacing(row, seen):
+        return replace(view, busy=True)
     if node is None or view.state not in ACTIVE:
         return view  # only nodes in flight cost a provider call
     if seen is None:
@@ -274,8 +276,11 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             Gpu.objects.filter(node__pool=pool, healthy=False).values_list("node__name", flat=True)
         )
         target = target_of(run)
+        _follow_replacements(run, rows, nodes, seen)
         rows += _join_new_nodes(run, target, rows, nodes, now)
         for row in (r for r in rows if r.name not in nodes):
+            if _replacing(row, seen.get(row.name)):
+                continue  # its machine is being replaced; the new node has not joined the pool yet
             if row.state not in (State.DONE, State.FAILED):  # a node scaled away mid-run cannot finish
                 _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
             if _outstanding(row) or row.call_error:  # nothing left to call on
@@ -402,6 +407,32 @@ def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, No
             _fail_after_error(run, row, nodes.get(row.name), error, now)
         refused = True
     return refused
+
+
+def _replacing(row: UpgradeNode, status: Seen | None) -> bool:
+    """The row's node is being given a new machine and the provider still answers for it by its old
+    name (`status`, read this tick): the node may be gone from the pool meanwhile."""
+    return row.state == State.VALIDATION_REQUIRED and status is not None
+
+
+def _follow_replacements(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], seen) -> None:
+    """A row whose node's new machine brought a node of another name (Cluster API's do) follows that
+    node once the pool has it: the run validates and uncordons the successor, and the provider's answer
+    read for the old name is the successor's."""
+    for row in rows:
+        status = seen.get(row.name)
+        successor = status.driver.replaced_by if status else ""
+        if not _replacing(row, status) or successor in ("", row.name) or successor not in nodes:
+            continue
+        message = f"Its machine was replaced: node {row.name} is now {successor}."
+        _writes.conditions.append(
+            UpgradeCondition(run=run, node=successor, type="NodeState", reason="Replaced", message=message)
+        )
+        seen[successor] = seen.pop(row.name)
+        row.name, row.node = successor, nodes[successor]
+        row.reason, row.message = "Replaced", message
+        _writes.rows[row.pk] = row
+        events.publish_node(run, row)
 
 
 def _join_new_nodes(

@@ -42,7 +42,8 @@ class DriverTarget:
 
 class _Replacement(DriverTarget):
     """A new machine per node: what the provider reports of it (`machine_status`) is read as a driver
-    install's status is, its `version` the kubelet's or the image's."""
+    install's status is, its `version` the kubelet's or the image's. Where the new machine's node has
+    a name of its own (`replaced_by`), the run's row follows it (controller._follow_replacements)."""
 
     def _reported(self, kubelet: str, image: str) -> str:
         raise NotImplementedError
@@ -55,6 +56,7 @@ class _Replacement(DriverTarget):
             failure=machine.failure,
             gpus_healthy=machine.gpus_healthy,
             ready=machine.ready,
+            replaced_by=machine.replaced_by,
         )
 
 

@@ -27,10 +27,10 @@ PROVIDERS: dict[str, ProviderPaths] = {
         "nvke.providers.kubernetes.infrastructure.KubernetesInfrastructure",
         "nvke.providers.kubernetes.operations.KubernetesOperations",
     ),
-    # Clusters Cluster API provisions are then plain Kubernetes clusters to operate on.
+    # Clusters Cluster API provisions are Kubernetes clusters to operate on, whose machines it replaces.
     "clusterapi": ProviderPaths(
         "nvke.providers.clusterapi.infrastructure.ClusterAPIInfrastructure",
-        "nvke.providers.kubernetes.operations.KubernetesOperations",
+        "nvke.providers.clusterapi.operations.ClusterAPIOperations",
     ),
 }
 

@@ -139,6 +139,7 @@ class DriverStatus:
     failure: str = ""  # why the last install (or replacement) failed; empty when it did not
     gpus_healthy: bool = True
     ready: bool = True
+    replaced_by: str = ""  # a replacement's node, where it has a name of its own (MachineStatus)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,9 @@ class MachineStatus:
     failure: str = ""
     gpus_healthy: bool = True
     ready: bool = True
+    # The new machine's node where it got a name of its own (Cluster API's machines do): the fields above
+    # are that node's. Empty where the node keeps its name (the simulator).
+    replaced_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -297,8 +301,8 @@ class Infrastructure(ABC):
 class ClusterOperations(ABC):
     """Operations on one running cluster's nodes, bound to its `ClusterRef`."""
 
-    # Whether replace_node can give a node a new machine on another Kubernetes version, keeping its name
-    # (what a pool's Kubernetes upgrade steps through).
+    # Whether replace_node can give a node a new machine on another Kubernetes version or image (what a
+    # pool's Kubernetes and image upgrades step through).
     replaces_nodes: bool = False
 
     def __init__(self, cluster: ClusterRef):
@@ -342,12 +346,14 @@ class ClusterOperations(ABC):
     def replace_node(self, node: str, kubernetes_version: str, image: str = "") -> None:
         """Replace a drained node's machine with one whose kubelet runs `kubernetes_version` (a minor:
         1.35), booted from `image` (the catalog's name; "" the provider's own), keeping its place in the
-        pool. Idempotent, like install_driver; progress is `machine_status`. A provider that does not
-        make machines refuses (an attached cluster's are the tenant's own)."""
+        pool; the new machine's node may have another name (`MachineStatus.replaced_by`). Idempotent,
+        like install_driver; progress is `machine_status`, asked by the old name. A provider that does
+        not make machines refuses (an attached cluster's are the tenant's own)."""
         raise ProviderError("Unsupported", f"{type(self).__name__} cannot replace nodes.")
 
     def machine_status(self, node: str) -> MachineStatus:
-        """The node's machine during a replacement: its kubelet and image, and whether it is done."""
+        """The node's machine during a replacement (or, replaced, its successor's): its kubelet and
+        image, and whether it is done."""
         raise ProviderError("Unsupported", f"{type(self).__name__} cannot replace nodes.")
 
     def report_upgrade_state(self, node: str, state: str) -> None:

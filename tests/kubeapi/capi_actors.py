@@ -10,10 +10,17 @@ tests/kubeapi/actors.py simulates a cluster's own components: run after every wr
   `<cluster>-kubeconfig` (key `value`; a client-certificate user, which the fake accepts) owned by it.
   Its machines run `spec.version` (`status.versions`) at once, unless its cluster is `rolling`: then
   they keep the version they ran, as in the middle of a rolling update.
-- MachineDeployment: one Machine per replica (`<md>-<n>`, lowest free n; scale-down removes the highest),
-  owned by it, labelled with its template's labels and `cluster.x-k8s.io/deployment-name`; a Machine
-  becomes a GPU Node on the workload cluster (the infrastructure template's `gpu`, the KubeadmConfigTemplate's
-  `node-labels` kubelet argument and registration taints) unless its deployment is in `pending`.
+- MachineDeployment: one Machine per replica, named as a MachineSet names them (`<md>-<5 random
+  characters>`, never reused), from the template as it is when the Machine is made; scale-down removes
+  the Machines annotated `cluster.x-k8s.io/delete-machine` first, then the newest (Cluster API's
+  `deletion.order: Newest`; its default, Random, would make tests depend on chance). Under the default
+  `rollout.strategy.type: RollingUpdate` a Machine whose version or infrastructure template differs from
+  the template's is replaced at once (a rolling update in one step); under `OnDelete` only when someone
+  deletes it. Machines are owned by it, labelled with its template's labels and
+  `cluster.x-k8s.io/deployment-name`; a Machine becomes a GPU Node of the Machine's name on the workload
+  cluster (the infrastructure template's `gpu`, the KubeadmConfigTemplate's `node-labels` kubelet
+  argument and registration taints, the Machine's version as the kubelet's) unless its deployment is in
+  `pending`.
   MachineDeployments and MachineHealthChecks report their counters and conditions; a Machine annotated
   `cluster.x-k8s.io/remediate-machine` is remediated (deleted, so its MachineDeployment replaces it).
 - Garbage collection: an object whose every owner is gone is deleted; a deleted Machine's Node goes too.
@@ -23,6 +30,8 @@ No MachineSets: Machines belong to their MachineDeployment directly (NVKE never 
 from __future__ import annotations
 
 import base64
+import random
+import string
 from typing import Any
 
 import yaml
@@ -35,6 +44,7 @@ KUBECONFIG_TYPE = "cluster.x-k8s.io/secret"
 CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
 DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
 REMEDIATE = "cluster.x-k8s.io/remediate-machine"
+DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 CORE = f"{capi.CORE}/{capi.VERSION}"
 OWNED_KINDS = (
     (CORE, "Machine"),
@@ -89,6 +99,9 @@ class ClusterAPI:
         self.hold: set[str] = set()  # clusters whose control plane never becomes available
         self.pending: set[str] = set()  # MachineDeployments whose machines never get a Node
         self.rolling: set[str] = set()  # clusters whose control plane's machines keep their version
+        self.names = random.Random(7)  # Machine name suffixes
+        self.born: dict[str, int] = {}  # Machine name -> the order it was made in
+        self.booted: dict[str, str] = {}  # Machine name -> its cluster, once it has a Node
         management.actors.extra.append(self.reconcile)
 
     def _list(self, api_version: str, kind: str, **selectors: str) -> list[dict[str, Any]]:
@@ -117,6 +130,7 @@ class ClusterAPI:
 
     def reconcile(self) -> None:
         self._collect_garbage()
+        self._reap_nodes()
         for cluster in self._list(CORE, "Cluster"):
             if "deletionTimestamp" not in cluster["metadata"]:
                 self._cluster(cluster)
@@ -140,6 +154,13 @@ class ClusterAPI:
                     if kind == "Machine":
                         self._remove_node(obj)
                     self.api.delete(api_version, kind, obj["metadata"]["name"], self.namespace)
+
+    def _reap_nodes(self) -> None:
+        """The Node of a Machine someone deleted goes with it (the Machine controller deletes it)."""
+        live = {m["metadata"]["name"] for m in self._list(CORE, "Machine")}
+        for name, cluster in list(self.booted.items()):
+            if name not in live:
+                self._remove_node({"metadata": {"name": name}, "spec": {"clusterName": cluster}})
 
     # ---- Cluster and KubeadmControlPlane -----------------------------------------------------------------
 
@@ -276,16 +297,20 @@ class ClusterAPI:
         machines = {
             m["metadata"]["name"]: m
             for m in self._list(CORE, "Machine", label_selector=f"{DEPLOYMENT_LABEL}={name}")
+            if "deletionTimestamp" not in m["metadata"]
         }
+        strategy = (spec.get("rollout") or {}).get("strategy") or {}
+        if strategy.get("type", "RollingUpdate") == "RollingUpdate":
+            for machine in [m for m in machines.values() if self._outdated(m, spec["template"]["spec"])]:
+                self._delete_machine(machines.pop(machine["metadata"]["name"]))
         wanted = spec.get("replicas", 1)
         initialized = (self._get(CORE, "Cluster", cluster) or {}).get("status", {}).get("initialization", {})
         if initialized.get("controlPlaneInitialized"):  # workers join once the API server answers
-            for index in range(wanted):
-                if f"{name}-{index}" not in machines:
-                    machines[f"{name}-{index}"] = self._create_machine(deployment, f"{name}-{index}")
-        for extra in sorted(machines, key=lambda n: int(n.rpartition("-")[2]))[wanted:]:
-            self._remove_node(machines.pop(extra))
-            self.api.delete(CORE, "Machine", extra, self.namespace)
+            while len(machines) < wanted:
+                machine = self._create_machine(deployment, f"{name}-{self._suffix()}")
+                machines[machine["metadata"]["name"]] = machine
+        for extra in sorted(machines.values(), key=self._deletion_order)[: max(len(machines) - wanted, 0)]:
+            self._delete_machine(machines.pop(extra["metadata"]["name"]))
         ready = 0
         for machine in machines.values():
             ready += self._machine(machine, deployment)
@@ -310,6 +335,26 @@ class ClusterAPI:
         }
         self._update_status(self._get(CORE, "MachineDeployment", name), status)
 
+    def _suffix(self) -> str:
+        return "".join(self.names.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+
+    @staticmethod
+    def _outdated(machine: dict[str, Any], template: dict[str, Any]) -> bool:
+        spec = machine["spec"]
+        return (spec.get("version"), spec["infrastructureRef"]) != (
+            template.get("version"),
+            template["infrastructureRef"],
+        )
+
+    def _deletion_order(self, machine: dict[str, Any]) -> tuple[bool, int]:
+        """Annotated delete-machine first, then the newest."""
+        meta = machine["metadata"]
+        return DELETE_MACHINE not in (meta.get("annotations") or {}), -self.born.get(meta["name"], 0)
+
+    def _delete_machine(self, machine: dict[str, Any]) -> None:
+        self._remove_node(machine)
+        self.api.delete(CORE, "Machine", machine["metadata"]["name"], self.namespace)
+
     def _create_machine(self, deployment: dict[str, Any], name: str) -> dict[str, Any]:
         template = deployment["spec"]["template"]
         labels = {
@@ -317,6 +362,7 @@ class ClusterAPI:
             DEPLOYMENT_LABEL: deployment["metadata"]["name"],
             CLUSTER_LABEL: deployment["spec"]["clusterName"],
         }
+        self.born[name] = len(self.born) + 1
         return self.api.create(
             {
                 "apiVersion": CORE,
@@ -338,6 +384,7 @@ class ClusterAPI:
         boots = workload is not None and deployment["metadata"]["name"] not in self.pending
         if boots and workload.get("v1", "Node", name) is None:
             workload.create(self._node(machine, name))
+            self.booted[name] = deployment["spec"]["clusterName"]
         status = {
             "initialization": {"infrastructureProvisioned": boots, "bootstrapDataSecretCreated": True},
             "phase": "Running" if boots else "Provisioning",
@@ -385,6 +432,7 @@ class ClusterAPI:
         return node
 
     def _remove_node(self, machine: dict[str, Any]) -> None:
+        self.booted.pop(machine["metadata"]["name"], None)
         workload = self.workloads.get(machine["spec"]["clusterName"])
         if workload is not None and workload.get("v1", "Node", machine["metadata"]["name"]) is not None:
             workload.delete("v1", "Node", machine["metadata"]["name"])
@@ -398,8 +446,7 @@ class ClusterAPI:
         machines = []
         for machine in self._list(CORE, "Machine", label_selector=selector):
             if REMEDIATE in (machine["metadata"].get("annotations") or {}):
-                self._remove_node(machine)
-                self.api.delete(CORE, "Machine", machine["metadata"]["name"], self.namespace)
+                self._delete_machine(machine)
             else:
                 machines.append(machine)
         healthy = [m for m in machines if m.get("status", {}).get("nodeRef")]

@@ -2,6 +2,7 @@
 provision control planes, machines and nodes, report status, and collect what a deleted cluster owned."""
 
 import base64
+import re
 
 import kubernetes
 import pytest
@@ -181,8 +182,17 @@ def test_machines_become_gpu_nodes_and_go_with_their_cluster(management, workloa
             },
         },
     )
+
+    def machines() -> dict[str, str]:
+        """Machine name -> its version; each Machine's Node has its name."""
+        found = management.list(f"{capi.CORE}/v1beta2", "Machine", NS)
+        return {m["metadata"]["name"]: m["spec"]["version"] for m in found}
+
     nodes = workload.list("v1", "Node")
-    assert [n["metadata"]["name"] for n in nodes] == ["c1-gpu-0", "c1-gpu-1"]
+    first = machines()
+    assert sorted(n["metadata"]["name"] for n in nodes) == sorted(first)
+    assert all(re.fullmatch(r"c1-gpu-[a-z0-9]{5}", name) for name in first)
+    assert nodes[0]["status"]["nodeInfo"]["kubeletVersion"] == "v1.34.2"
     assert nodes[0]["metadata"]["labels"]["nvke.io/pool"] == "gpu"
     assert nodes[0]["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert nodes[0]["spec"]["taints"] == [{"key": "nvke.io/pool", "value": "gpu", "effect": "NoSchedule"}]
@@ -197,7 +207,25 @@ def test_machines_become_gpu_nodes_and_go_with_their_cluster(management, workloa
         deployment["metadata"]["name"],
         {"spec": {"replicas": 1}},
     )
-    assert [n["metadata"]["name"] for n in workload.list("v1", "Node")] == ["c1-gpu-0"]
+    kept = [n["metadata"]["name"] for n in workload.list("v1", "Node")]
+    assert kept == list(machines()) and kept[0] in first
+
+    # A changed template: the default rollout strategy (RollingUpdate) replaces the Machine at once, with
+    # a Machine (and Node) of a new name; under OnDelete only a deleted Machine comes back changed.
+    def template_version(version: str, strategy: str) -> None:
+        rollout = {"strategy": {"type": strategy}}
+        patch = {"spec": {"rollout": rollout, "template": {"spec": {"version": version}}}}
+        custom.patch_namespaced_custom_object(capi.CORE, "v1beta2", NS, "machinedeployments", "c1-gpu", patch)
+
+    template_version("v1.35.1", "RollingUpdate")
+    rolled = machines()
+    assert list(rolled.values()) == ["v1.35.1"] and set(rolled).isdisjoint(first)
+    assert [n["metadata"]["name"] for n in workload.list("v1", "Node")] == list(rolled)
+    template_version("v1.36.0", "OnDelete")
+    assert machines() == rolled
+    custom.delete_namespaced_custom_object(capi.CORE, "v1beta2", NS, "machines", list(rolled)[0])
+    management.settle()
+    assert list(machines().values()) == ["v1.36.0"] and set(machines()).isdisjoint(rolled)
 
     custom.delete_namespaced_custom_object(capi.CORE, "v1beta2", NS, "clusters", "c1")
     management.settle()

@@ -5,4 +5,5 @@
 KubeadmConfigTemplate, MachineDeployment and MachineHealthCheck (v1beta2); `status` reads their status;
 `access` turns the cluster's kubeconfig Secret into NVKE's own service-account token; `infrastructure`
 is the provider's infrastructure half; `watch` follows the objects' status. Operations on a provisioned
-cluster are the Kubernetes provider's (nvke.providers.kubernetes.operations), bound to that token."""
+cluster (`operations`) are the Kubernetes provider's, bound to that token, plus replacing a node's
+Machine and following it to its successor (a pool's Kubernetes and node image upgrades)."""

@@ -4,7 +4,7 @@ from django.contrib import admin
 from nvke.providers.base import ProviderError
 
 from . import kubeconfig
-from .models import ManagementCluster
+from .models import MachineReplacement, ManagementCluster
 
 
 class ManagementClusterForm(forms.ModelForm):
@@ -53,3 +53,18 @@ class ManagementClusterAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return not ManagementCluster.objects.exists()  # one management cluster
+
+
+@admin.register(MachineReplacement)
+class MachineReplacementAdmin(admin.ModelAdmin):
+    """Read-only: what a run's Kubernetes or image upgrade had Cluster API replace."""
+
+    list_display = ("cluster", "node", "deployment", "created_at")
+    list_filter = ("cluster",)
+    readonly_fields = ("cluster", "node", "deployment", "machines_before", "created_at")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

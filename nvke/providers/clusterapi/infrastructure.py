@@ -17,6 +17,28 @@ from nvke.providers.base import (
 
 from . import access, manifests, status
 from .management import Management, TemplateRef, load
+from .models import MachineReplacement
+
+
+def machine_template(
+    m: Management, gpu_model: str, image: str = "", exact: bool = False
+) -> tuple[TemplateRef, str]:
+    """The operator's machine template for a GPU model's machines, labelled nvke.io/gpu-model, and the
+    catalog image it boots: the one also labelled nvke.io/node-image=`image` where there is one, else
+    (unless `exact`: a node image upgrade needs that image) one labelled with no image, booting the
+    infrastructure's own (returned as "")."""
+    kind = m.control_plane_template.kind
+    found = m.list(m.infrastructure, kind, label_selector=f"{manifests.GPU_MODEL}={gpu_model}")
+    labels = [(t, t["metadata"].get("labels") or {}) for t in found]
+    with_image = [t for t, them in labels if image and them.get(manifests.NODE_IMAGE) == image]
+    plain = [t for t, them in labels if manifests.NODE_IMAGE not in them]
+    chosen, booted = (with_image, image) if with_image else ([] if exact else plain, "")
+    if not chosen:
+        wanted = f"{manifests.GPU_MODEL}={gpu_model}" + (f",{manifests.NODE_IMAGE}={image}" if exact else "")
+        raise ProviderError(
+            "NoMachineTemplate", f"The management cluster has no {kind} labelled {wanted} in {m.namespace}."
+        )
+    return TemplateRef(m.infrastructure, kind, sorted(t["metadata"]["name"] for t in chosen)[0]), booted
 
 
 class ClusterAPIInfrastructure(Infrastructure):
@@ -83,6 +105,7 @@ class ClusterAPIInfrastructure(Infrastructure):
         """Delete the Cluster: Cluster API removes its control plane, machines and infrastructure, and
         Kubernetes' garbage collector what NVKE made owned by it."""
         load().delete(manifests.CORE, "Cluster", cluster)
+        MachineReplacement.objects.filter(cluster=cluster).delete()
 
     def scale_pool(self, spec: PoolSpec, count: int) -> ScaleResult:
         m = load()
@@ -91,11 +114,13 @@ class ClusterAPIInfrastructure(Infrastructure):
             raise ProviderError(
                 "NotFound", f"Cluster {spec.cluster} does not exist in the management cluster.", status=404
             )
-        machines = self._machine_template(m, spec.gpu_model)
+        machines, image = machine_template(m, spec.gpu_model, spec.node_image)
         release = m.release(spec.kubernetes_version)
         m.ensure(manifests.config_template(spec, m.namespace, owner))
         m.ensure(manifests.health_check(spec, m.namespace, owner))
-        deployment = m.ensure(manifests.machine_deployment(spec, m.namespace, count, release, machines))
+        deployment = m.ensure(
+            manifests.machine_deployment(spec, m.namespace, count, release, machines, image)
+        )
         if spec.remove_first and deployment["spec"].get("replicas", count) > count:
             self._delete_first(m, spec)
         deployment = self._resize(m, deployment, spec, count)
@@ -123,18 +148,6 @@ class ClusterAPIInfrastructure(Infrastructure):
             return deployment
         name = deployment["metadata"]["name"]
         return m.patch(manifests.CORE, "MachineDeployment", name, patch)
-
-    @staticmethod
-    def _machine_template(m: Management, gpu_model: str) -> TemplateRef:
-        kind = m.control_plane_template.kind
-        found = m.list(m.infrastructure, kind, label_selector=f"{manifests.GPU_MODEL}={gpu_model}")
-        if not found:
-            raise ProviderError(
-                "NoMachineTemplate",
-                f"The management cluster has no {kind} labelled {manifests.GPU_MODEL}={gpu_model} "
-                f"in {m.namespace}.",
-            )
-        return TemplateRef(m.infrastructure, kind, sorted(t["metadata"]["name"] for t in found)[0])
 
     @staticmethod
     def _machines(m: Management, cluster: str, pool: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ bootstrap.cluster.x-k8s.io, all v1beta2)."""
 from typing import Any
 
 from nvke.providers.base import PoolSpec
+from nvke.providers.kubernetes.gpus import NODE_IMAGE_LABEL as NODE_IMAGE
 
 from .management import TemplateRef
 
@@ -19,11 +20,13 @@ CORE = f"cluster.x-k8s.io/{VERSION}"
 CONTROL_PLANE = f"controlplane.cluster.x-k8s.io/{VERSION}"
 BOOTSTRAP = f"bootstrap.cluster.x-k8s.io/{VERSION}"
 CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
+DEPLOYMENT_NAME = "cluster.x-k8s.io/deployment-name"  # Cluster API labels a MachineDeployment's Machines
 NVKE_CLUSTER = "nvke.io/cluster"  # on every object NVKE makes: the cluster's key
 POOL = "nvke.io/pool"
 GPU_MODEL = "nvke.io/gpu-model"
 REMEDIATE = "cluster.x-k8s.io/remediate-machine"  # a Machine a MachineHealthCheck is to replace
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"  # removed first when its MachineSet shrinks
+REPLACES = "nvke.io/replaces"  # on a Machine: the node whose replacement it is (ClusterAPIOperations)
 AUTOSCALER_MIN = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 AUTOSCALER_MAX = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
 # A node that stops reporting, or never joins, is replaced; a GPU node's first boot installs its driver.
@@ -116,10 +119,13 @@ def config_template(spec: PoolSpec, namespace: str, owner: dict[str, Any]) -> di
 
 
 def machine_deployment(
-    spec: PoolSpec, namespace: str, replicas: int, release: str, machines: TemplateRef
+    spec: PoolSpec, namespace: str, replicas: int, release: str, machines: TemplateRef, image: str = ""
 ) -> dict[str, Any]:
+    """`image`: the catalog image the machine template boots (its nvke.io/node-image label), which the
+    pool's Machines then carry; "" the infrastructure's own."""
     name = pool_name(spec.cluster, spec.name)
     labels = _pool_labels(spec)
+    machine_labels = {**labels, GPU_MODEL: spec.gpu_model, **({NODE_IMAGE: image} if image else {})}
     metadata = _meta(name, namespace, labels)
     if spec.max_nodes:
         metadata["annotations"] = autoscaler_bounds(spec)
@@ -135,7 +141,7 @@ def machine_deployment(
             "rollout": {"strategy": {"type": "OnDelete"}},
             "selector": {"matchLabels": labels},
             "template": {
-                "metadata": {"labels": {**labels, GPU_MODEL: spec.gpu_model}},
+                "metadata": {"labels": machine_labels},
                 "spec": {
                     "clusterName": spec.cluster,
                     "version": release,

@@ -61,7 +61,9 @@ class ManagementCluster(models.Model):
         max_length=253,
         validators=[KIND_NAME],
         help_text="Kind/name of the infrastructure machine template of control-plane machines. GPU pools "
-        "use the machine template of the same kind labelled nvke.io/gpu-model=<GPU model name>.",
+        "use the machine template of the same kind labelled nvke.io/gpu-model=<GPU model name> and "
+        "nvke.io/node-image=<the pool's node image> (or, for the infrastructure's own image, no "
+        "node-image label).",
     )
     kubernetes_versions = models.JSONField(
         default=dict,
@@ -77,3 +79,24 @@ class ManagementCluster(models.Model):
 
     def __str__(self) -> str:
         return f"Cluster API management cluster (namespace {self.namespace})"
+
+
+class MachineReplacement(models.Model):
+    """A node whose Machine NVKE deleted to have it replaced (ClusterAPIOperations.replace_node): the
+    MachineDeployment that makes its successor and the Machines it had then, so that the successor is a
+    Machine that was not there yet. Kept with the cluster (removed when it is deleted): the old node's
+    name is how a run keeps asking after its successor until it follows it."""
+
+    cluster = models.CharField(max_length=63, help_text="The Cluster API Cluster's name.")
+    node = models.CharField(max_length=253, help_text="The node whose Machine was deleted.")
+    deployment = models.CharField(max_length=253, help_text="Its MachineDeployment.")
+    machines_before = models.JSONField(default=list, help_text="The deployment's Machines then.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "node"], name="machine_replacement_unique_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.node} (replaced)"

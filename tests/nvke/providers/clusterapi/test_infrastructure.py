@@ -3,6 +3,7 @@ Cluster API's v1beta2 CRDs, which validates every object written): what it creat
 pool, how Cluster API's status comes back, and what deleting removes."""
 
 import base64
+import re
 
 import pytest
 
@@ -201,10 +202,11 @@ def test_a_pool_is_a_machine_deployment_with_its_bootstrap_and_health_check(
         ClusterRef("c1", provisioned.endpoint, provisioned.token, provisioned.ca_bundle)
     )
     nodes = ops.list_nodes("train")
-    assert [(n.name, n.pool, len(n.gpus), n.ready) for n in nodes] == [
-        ("c1-train-0", "train", 8, True),
-        ("c1-train-1", "train", 8, True),
-    ]
+    assert [(n.pool, len(n.gpus), n.ready) for n in nodes] == [("train", 8, True)] * 2
+    # Named as a MachineSet names its Machines, each Node as its Machine.
+    machines = management.list(CORE, "Machine", NS, label_selector="nvke.io/pool=train")
+    assert sorted(n.name for n in nodes) == sorted(m["status"]["nodeRef"]["name"] for m in machines)
+    assert all(re.fullmatch(r"c1-train-[a-z0-9]{5}", n.name) for n in nodes)
 
 
 def test_a_pool_waits_for_its_machines_and_says_how_many_are_ready(provisioned, cluster_api):
@@ -216,7 +218,13 @@ def test_a_pool_waits_for_its_machines_and_says_how_many_are_ready(provisioned, 
     )
 
 
+def node_names(workload) -> list[str]:
+    return [n["metadata"]["name"] for n in workload.list("v1", "Node")]
+
+
 def test_scaling_changes_the_replicas_and_autoscaler_bounds_in_place(provisioned, management, workload):
+    infrastructure().scale_pool(pool_spec(), 1)
+    first = node_names(workload)
     infrastructure().scale_pool(pool_spec(), 2)
     uid = management.get(CORE, "MachineDeployment", "c1-train", NS)["metadata"]["uid"]
     result = infrastructure().scale_pool(pool_spec(max_nodes=4), 1)
@@ -228,7 +236,7 @@ def test_scaling_changes_the_replicas_and_autoscaler_bounds_in_place(provisioned
         deployment["metadata"]["annotations"]["cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"]
         == "4"
     )
-    assert [n["metadata"]["name"] for n in workload.list("v1", "Node")] == ["c1-train-0"]
+    assert node_names(workload) == first  # the newest went (the fake's deletion order)
 
     management.clear_requests()
     infrastructure().scale_pool(pool_spec(max_nodes=4), 1)  # nothing to change: five reads
@@ -252,7 +260,7 @@ def test_deleting_a_pool_then_the_cluster_removes_what_was_made(provisioned, man
     assert [t["metadata"]["name"] for t in management.list(BOOTSTRAP, "KubeadmConfigTemplate", NS)] == [
         "c1-infer"
     ]
-    assert [n["metadata"]["name"] for n in workload.list("v1", "Node")] == ["c1-infer-0"]
+    assert [name.rpartition("-")[0] for name in node_names(workload)] == ["c1-infer"]
     infrastructure().delete_pool("c1", "train")  # already gone: no error
 
     infrastructure().delete_cluster("c1")
@@ -309,25 +317,30 @@ def test_a_kubeconfig_that_is_not_one_is_refused_by_name(capi_setting):
 
 def test_repairing_a_node_has_cluster_api_replace_its_machine(provisioned, management, workload):
     infrastructure().scale_pool(pool_spec(), 2)
-    before = management.get(CORE, "Machine", "c1-train-1", NS)["metadata"]["uid"]
-    assert infrastructure().repair_node("c1", "train", "c1-train-1") is True
+    sick, well = node_names(workload)
+    assert infrastructure().repair_node("c1", "train", sick) is True
     management.settle()
-    replaced = management.get(CORE, "Machine", "c1-train-1", NS)
-    assert replaced["metadata"]["uid"] != before  # remediated, and made again by its MachineDeployment
-    assert management.get(CORE, "Machine", "c1-train-0", NS)["metadata"].get("annotations") is None
-    assert workload.get("v1", "Node", "c1-train-1") is not None
+    machines = management.list(CORE, "Machine", NS)
+    # remediated, and made again by its MachineDeployment: a Machine and Node of another name
+    assert len(machines) == 2 and sick not in node_names(workload) and well in node_names(workload)
+    assert all(m["metadata"].get("annotations") is None for m in machines)
     assert infrastructure().repair_node("c1", "train", "not-a-node") is False
 
 
-def test_a_chosen_node_is_marked_for_cluster_api_to_remove_first(provisioned, management):
+def test_a_chosen_node_is_marked_for_cluster_api_to_remove_first(
+    provisioned, management, workload, cluster_api
+):
     """The autoscaler drains one node and shrinks the pool by one: that node's Machine gets Cluster API's
     delete-machine annotation before the replicas go down, which every MachineSet deletion policy
     removes first (the cluster-autoscaler's own way of removing a chosen node)."""
     assert infrastructure().removes_chosen_nodes
     infrastructure().scale_pool(pool_spec(), 3)
     management.settle()
-    infrastructure().scale_pool(pool_spec(remove_first=("c1-train-0",)), 2)
-    chosen = management.get(CORE, "Machine", "c1-train-0", NS)
-    assert chosen["metadata"]["annotations"] == {"cluster.x-k8s.io/delete-machine": "yes"}
-    assert management.get(CORE, "Machine", "c1-train-1", NS)["metadata"].get("annotations") is None
+    oldest, other, newest = sorted(node_names(workload), key=cluster_api.born.get)
+    management.clear_requests()
+    infrastructure().scale_pool(pool_spec(remove_first=(oldest,)), 2)
+    marked = [r for r in management.requests if r[0] == "PATCH" and "/machines/" in r[1]]
+    assert [r[1].rpartition("/")[2] for r in marked] == [oldest]
+    # The fake's own order would have removed the newest; the annotation made it remove the chosen one.
+    assert sorted(node_names(workload)) == sorted([other, newest])
     assert management.get(CORE, "MachineDeployment", "c1-train", NS)["spec"]["replicas"] == 2
