@@ -43,13 +43,15 @@ class ClusterAdmin(admin.ModelAdmin):
         "region",
         "kubernetes_version",
         "control_plane_nodes",
+        "provider",
         "status",
         "status_reason",
         "created_at",
     ]
-    list_filter = ["status", "region", "kubernetes_version", "tenant"]
+    list_filter = ["status", "provider", "region", "kubernetes_version", "tenant"]
     search_fields = ["name", "tenant__name", "endpoint"]
     readonly_fields = [
+        "provider",
         "status",
         "status_reason",
         "status_message",

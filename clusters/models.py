@@ -47,6 +47,13 @@ class Cluster(Conditions):
         help_text="An existing cluster a tenant attached (the Kubernetes provider drives it); NVKE never "
         "provisions or deletes it.",
     )
+    provider = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="The provider that made it and drives it (nvke.providers: simulator, clusterapi; "
+        "kubernetes for an attached cluster), recorded when it is created so that changing NVKE_PROVIDER "
+        "leaves it with its own. Empty: whichever NVKE_PROVIDER names.",
+    )
     # An attached cluster has neither: NVKE did not choose its version or its machines' region.
     kubernetes_version = models.ForeignKey(KubernetesVersion, on_delete=models.PROTECT, null=True, blank=True)
     kubernetes_target = models.ForeignKey(

@@ -3,6 +3,7 @@
 import copy
 import re
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from nvke import jobs
@@ -36,7 +37,7 @@ def cluster_ref(cluster: Cluster) -> ClusterRef:
         endpoint=cluster.endpoint,
         token=cluster.admin_token,
         ca_bundle=cluster.ca_bundle,
-        provider="kubernetes" if cluster.attached else "",
+        provider=cluster.provider or ("kubernetes" if cluster.attached else ""),
     )
 
 
@@ -78,6 +79,7 @@ def create_cluster(
                 region=region,
                 control_plane_nodes=control_plane_nodes,
                 status=Cluster.Status.PROVISIONING,
+                provider=settings.NVKE_PROVIDER,
             )
             cluster.set_condition("Ready", False, "Provisioning", "Creating the control plane.")
             cluster.save()
@@ -124,6 +126,7 @@ def attach_cluster(
                 tenant=context.tenant,
                 name=name,
                 attached=True,
+                provider="kubernetes",
                 control_plane_nodes=0,
                 status=Cluster.Status.RUNNING,
                 endpoint=endpoint,

@@ -248,7 +248,7 @@ def cluster_detail(request: HttpRequest, context: TenantContext, pk: int) -> Htt
         {
             "cluster": cluster,
             # The simulator plays every cluster NVKE provisions on the embedded default.
-            "simulated": not cluster.attached and settings.NVKE_PROVIDER == "simulator",
+            "simulated": (cluster.provider or settings.NVKE_PROVIDER) == "simulator" and not cluster.attached,
             "pools": _pools_with_ready_nodes(cluster.node_pools.all()),
             "nodes": nodes,
             "addons": [(addon, ADDON_CATALOG.get(addon.name)) for addon in cluster.addons.all()],

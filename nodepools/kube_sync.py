@@ -22,6 +22,7 @@ import zlib
 
 from django.conf import settings
 from django.db import close_old_connections, connection
+from django.db.models import Q
 
 from clusters.models import Cluster
 from clusters.services import cluster_operations, provision, record_control_plane, record_observation
@@ -230,12 +231,18 @@ class ManagementSync:
 
 
 def attached_clusters(shard: int, shards: int) -> dict[int, Cluster]:
-    """The running clusters of this shard on a real Kubernetes: attached ones, and with Cluster API the
-    ones NVKE provisioned."""
+    """The running clusters of this shard on a real Kubernetes: attached ones, and the ones Cluster API
+    provisioned."""
+    # A cluster of no recorded provider is NVKE_PROVIDER's.
+    providers = ["clusterapi", ""] if settings.NVKE_PROVIDER == "clusterapi" else ["clusterapi"]
     clusters = Cluster.objects.filter(status=Cluster.Status.RUNNING)
-    if settings.NVKE_PROVIDER != "clusterapi":
-        clusters = clusters.filter(attached=True)
+    clusters = clusters.filter(Q(attached=True) | Q(provider__in=providers))
     return {c.pk: c for c in clusters if shard_of(c.pk, shards) == shard}
+
+
+def follows_cluster_api() -> bool:
+    """Whether Cluster API made any cluster, or makes the next one."""
+    return settings.NVKE_PROVIDER == "clusterapi" or Cluster.objects.filter(provider="clusterapi").exists()
 
 
 def _management_sync(shard: int, shards: int, options: dict) -> ManagementSync | None:
@@ -256,7 +263,7 @@ def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float
     try:
         while not stop.is_set():
             close_old_connections()
-            if capi is None and settings.NVKE_PROVIDER == "clusterapi":
+            if capi is None and follows_cluster_api():
                 capi = _management_sync(shard, shards, options)
             wanted = attached_clusters(shard, shards)
             connection.close()

@@ -1,6 +1,7 @@
 """The provider registry: each cluster is driven by one pair of implementations (infrastructure, cluster
-operations). A cluster NVKE provisioned uses the pair NVKE_PROVIDER names; a cluster a tenant attached
-uses "kubernetes". `register` adds another pair."""
+operations). A cluster NVKE provisioned uses the pair of the provider that made it (Cluster.provider,
+NVKE_PROVIDER's when it was created); a cluster a tenant attached uses "kubernetes". `register` adds
+another pair."""
 
 from dataclasses import dataclass
 

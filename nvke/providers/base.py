@@ -108,8 +108,8 @@ class ClusterAccess:
 @dataclass(frozen=True)
 class ClusterRef:
     """One cluster as operations reach it: its name, API endpoint, bearer token and CA bundle, and the
-    provider that drives it (empty: the one NVKE_PROVIDER names, which provisioned it; "kubernetes" for
-    a cluster a tenant attached). Neither the token nor the CA bundle appears in a repr, so a ref in a
+    provider that drives it (the one that provisioned it, "kubernetes" for a cluster a tenant attached;
+    empty: the one NVKE_PROVIDER names). Neither the token nor the CA bundle appears in a repr, so a ref in a
     log line or a traceback leaks nothing."""
 
     name: str

@@ -1,7 +1,9 @@
 import pytest
 
 from clusters.models import Cluster
+from clusters.services import cluster_infrastructure, cluster_operations
 from nvke.providers.simulator.models import SimCluster, SimFault
+from nvke.providers.simulator.provider import SimulatorInfrastructure, SimulatorOperations
 
 pytestmark = pytest.mark.django_db
 
@@ -19,6 +21,18 @@ def test_create_provisions_through_the_provider(api, catalog, django_capture_on_
     assert SimCluster.objects.filter(key=f"c{cluster.pk}", control_plane_nodes=3).exists()
     ready = next(c for c in cluster.conditions if c["type"] == "Ready")
     assert ready["status"] == "True" and ready["reason"] == "Provisioned"
+
+
+def test_a_cluster_keeps_the_provider_that_made_it_when_nvke_provider_changes(
+    api, catalog, settings, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post("/api/v1/clusters/", VALID)
+    cluster = Cluster.objects.get(pk=response.data["id"])
+    assert cluster.provider == "simulator"
+    settings.NVKE_PROVIDER = "clusterapi"  # the operator switches: new clusters go to Cluster API
+    assert type(cluster_infrastructure(cluster)) is SimulatorInfrastructure
+    assert type(cluster_operations(cluster)) is SimulatorOperations
 
 
 def test_provider_failure_leaves_cluster_failed_with_reason(api, catalog, django_capture_on_commit_callbacks):

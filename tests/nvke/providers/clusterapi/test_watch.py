@@ -89,7 +89,12 @@ def test_with_cluster_api_kube_sync_also_watches_the_clusters_nvke_provisioned(
     Cluster.objects.filter(pk=provisioned.pk).update(status=Cluster.Status.RUNNING)
     assert set(kube_sync.attached_clusters(0, 1)) == {provisioned.pk}
     settings.NVKE_PROVIDER = "simulator"
-    assert kube_sync.attached_clusters(0, 1) == {}
+    assert kube_sync.attached_clusters(0, 1) == {}  # no provider recorded: NVKE_PROVIDER's
+    assert not kube_sync.follows_cluster_api()
+    # One Cluster API made keeps being followed when the operator switches NVKE_PROVIDER.
+    Cluster.objects.filter(pk=provisioned.pk).update(provider="clusterapi")
+    assert set(kube_sync.attached_clusters(0, 1)) == {provisioned.pk}
+    assert kube_sync.follows_cluster_api()
 
 
 def test_kube_sync_follows_cluster_api_once_the_management_cluster_is_configured(
