@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from nvke import jobs
+from nvke.encryption import Undecryptable
 from nvke.errors import Conflict, DomainError
 from nvke.models import check_dns_label
 from nvke.providers import get_infrastructure, operations_for
@@ -43,6 +44,12 @@ def cluster_ref(cluster: Cluster) -> ClusterRef:
 
 def cluster_operations(cluster: Cluster) -> ClusterOperations:
     """The provider's operations bound to this (provisioned or attached) cluster."""
+    if isinstance(cluster.admin_token, Undecryptable):
+        raise ProviderError(
+            "SecretUndecryptable",
+            f"Cluster {cluster.name}'s stored token does not decrypt with NVKE_ENCRYPTION_KEY: restore the "
+            "key it was stored with (keys rotate by listing the new one first and keeping the old).",
+        )
     return operations_for(cluster_ref(cluster))
 
 

@@ -49,15 +49,37 @@ def decrypt(stored: str) -> str:
         raise ValueError("A stored secret does not decrypt with NVKE_ENCRYPTION_KEY.") from None
 
 
+class Undecryptable(str):
+    """A stored secret the configured keys do not decrypt (the key was replaced, not rotated): empty,
+    so that the row still reads (a cluster list does not fail on one cluster), while `stored` keeps the
+    ciphertext, which saving the row writes back unchanged: the right key still recovers it. Whatever
+    would use the secret checks for it and says so (clusters.services.cluster_ref)."""
+
+    stored: str
+
+    def __new__(cls, stored: str) -> "Undecryptable":
+        secret = super().__new__(cls, "")
+        secret.stored = stored
+        return secret
+
+
 class EncryptedTextField(models.TextField):
     """A text field stored encrypted. Not searchable, not orderable: it is a secret."""
 
     def get_prep_value(self, value):
+        if isinstance(value, Undecryptable):
+            return value.stored
         value = super().get_prep_value(value)
         return value if value in (None, "") else encrypt(value)
 
     def from_db_value(self, value, expression, connection):
-        return value if value in (None, "") else decrypt(value)
+        if value in (None, ""):
+            return value
+        try:
+            return decrypt(value)
+        except ValueError as error:
+            log.error("%s.%s: %s", self.model.__name__, self.name, error)
+            return Undecryptable(value)
 
 
 @checks.register(checks.Tags.security, deploy=True)

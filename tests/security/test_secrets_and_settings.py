@@ -122,3 +122,31 @@ def test_check_deploy_wants_the_encryption_key(tmp_path):
         timeout=120,
     )
     assert result.returncode != 0 and "nvke.W001" in result.stdout + result.stderr
+
+
+@pytest.mark.django_db
+def test_a_secret_the_key_does_not_decrypt_leaves_its_row_readable_and_its_ciphertext_intact(
+    key, api, owner, make_cluster
+):
+    from clusters.models import Cluster
+    from clusters.services import cluster_operations
+    from nvke.providers.base import ProviderError
+
+    old = Fernet.generate_key().decode()
+    key(old)
+    cluster = make_cluster(owner.memberships.get().tenant, "prod")
+    token = cluster.admin_token
+    key(Fernet.generate_key().decode())  # replaced instead of rotated
+
+    response = api.get("/api/v1/clusters/")
+    assert response.status_code == 200 and [c["name"] for c in response.data["results"]] == ["prod"]
+    unreadable = Cluster.objects.get(pk=cluster.pk)
+    assert unreadable.admin_token == ""
+    with pytest.raises(ProviderError) as refused:
+        cluster_operations(unreadable)
+    assert refused.value.reason == "SecretUndecryptable" and "NVKE_ENCRYPTION_KEY" in refused.value.message
+    unreadable.status_message = "saved while the key was wrong"
+    unreadable.save()
+
+    key(old)  # the right key back: nothing was lost
+    assert Cluster.objects.get(pk=cluster.pk).admin_token == token

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from kubernetes import client
 
+from nvke.encryption import Undecryptable
 from nvke.providers.base import ProviderError
 from nvke.providers.kubernetes.client import call, read
 
@@ -62,6 +63,12 @@ def load() -> "Management":
 class Management:
     def __init__(self, row: ManagementCluster):
         text = row.kubeconfig
+        if isinstance(text, Undecryptable):
+            raise ProviderError(
+                "SecretUndecryptable",
+                "The management cluster's kubeconfig does not decrypt with NVKE_ENCRYPTION_KEY: restore the "
+                "key it was stored with, or paste the kubeconfig again.",
+            )
         if not text and settings.NVKE_CAPI_KUBECONFIG:
             try:
                 text = Path(settings.NVKE_CAPI_KUBECONFIG).read_text()
