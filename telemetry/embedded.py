@@ -2,7 +2,9 @@
 dashboard is live: the store is in this process (store.client() without REDIS_URL), and one daemon
 thread of the web process plays the other two parts. Every second it writes a sample of each GPU of the
 simulated clusters (attached clusters' GPUs report through nvke-agent, as in production), and it runs
-beat's telemetry upkeep (rollup, rescale, heartbeats) on beat's own schedule. nvke/asgi.py starts it."""
+beat's telemetry upkeep (rollup, rescale, heartbeats) and upgrades' resync (automatic upgrades, fleet
+rollouts, control plane steps, lost tick chains) on beat's own schedule, both by task name (the other
+beat entries have embedded paths of their own). nvke/asgi.py starts it."""
 
 import logging
 import threading
@@ -19,15 +21,16 @@ log = logging.getLogger(__name__)
 SAMPLE_INTERVAL_S = 1.0
 RESTART_AFTER_S = 5.0
 SIMULATED_GPUS = {"node__pool__cluster__attached": False}
+UPKEEP = ("telemetry.", "upgrades.tasks.resync_runs")  # beat's entries this thread plays
 _started = threading.Event()
 
 
 def upkeep_schedule() -> dict[str, float]:
-    """Beat's telemetry tasks: task name → seconds between runs."""
+    """Beat's tasks this thread plays: task name → seconds between runs."""
     return {
         entry["task"]: float(entry["schedule"])
         for entry in settings.CELERY_BEAT_SCHEDULE.values()
-        if entry["task"].startswith("telemetry.")
+        if entry["task"].startswith(UPKEEP)
     }
 
 

@@ -73,12 +73,14 @@ def test_the_embedded_simulator_plays_only_simulated_clusters(frac_pool):
     assert synthetic_load.layout(embedded.SIMULATED_GPUS) == []
 
 
-def test_the_embedded_upkeep_is_beats_telemetry_schedule():
+def test_the_embedded_upkeep_is_beats_telemetry_schedule_and_the_upgrades_resync(settings):
     schedule = embedded.upkeep_schedule()
     assert schedule == {
         "telemetry.tasks.rollup": 10.0,
         "telemetry.tasks.rescale": 5.0,
         "telemetry.tasks.check_heartbeats": 15.0,
+        # automatic upgrades start from it: without it they never would on a laptop
+        "upgrades.tasks.resync_runs": settings.CELERY_BEAT_SCHEDULE["resync-upgrades"]["schedule"],
     }
     celery_app.loader.import_default_modules()
     assert set(schedule) <= set(celery_app.tasks)
