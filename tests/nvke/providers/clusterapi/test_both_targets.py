@@ -1,8 +1,10 @@
 """One scenario, two management clusters: the fake (with Cluster API's simulated controllers) always, and a
 real one when NVKE_CAPI_TEST_KUBECONFIG names it (skipped with the reason otherwise). The scenario makes a
 cluster, waits until it serves and NVKE's token works, grows a one-node GPU pool, upgrades the control
-plane a minor (1.34 → 1.35) and waits until every control plane machine runs it, then deletes both. A
-difference between the two targets means the fake is wrong. See docs/operations.md."""
+plane a minor (1.34 → 1.35) and waits until every control plane machine runs it, replaces the pool's
+node's machine with one on 1.35 (as a pool's Kubernetes upgrade does after draining it) and follows it to
+its successor, then deletes both. A difference between the two targets means the fake is wrong. See
+docs/operations.md."""
 
 import os
 import time
@@ -12,7 +14,7 @@ import pytest
 from nvke.providers.base import ClusterRef, PoolSpec, ProvisioningInProgress
 from nvke.providers.clusterapi.infrastructure import ClusterAPIInfrastructure
 from nvke.providers.clusterapi.models import ManagementCluster
-from nvke.providers.kubernetes.operations import KubernetesOperations
+from nvke.providers.clusterapi.operations import ClusterAPIOperations
 
 ENV = "NVKE_CAPI_TEST_KUBECONFIG"
 REAL = {  # the setting's fields on a real management cluster, from the environment
@@ -54,7 +56,7 @@ def scenario(*, key: str, gpu_model: str, timeout: float, interval: float, settl
 
     try:
         access = until(provisioned, timeout, interval)
-        ops = KubernetesOperations(ClusterRef(key, access.endpoint, access.token, access.ca_bundle))
+        ops = ClusterAPIOperations(ClusterRef(key, access.endpoint, access.token, access.ca_bundle))
         assert ops.list_nodes("gpu") == []  # NVKE's own token is accepted
 
         spec = PoolSpec(
@@ -86,6 +88,25 @@ def scenario(*, key: str, gpu_model: str, timeout: float, interval: float, settl
             return infrastructure.upgrade_control_plane(key, "1.35") == "1.35"
 
         until(upgraded, timeout, interval)
+
+        (old,) = [node.name for node in ops.list_nodes("gpu")]
+        ops.replace_node(old, "1.35")
+
+        def replaced():
+            settle()
+            status = ops.machine_status(old)
+            gone = old not in [node.name for node in ops.list_nodes("gpu")]
+            return (
+                gone
+                and not status.busy
+                and status.ready
+                and status.kubelet_version.startswith("v1.35")
+                and status
+            )
+
+        successor = until(replaced, timeout, interval).replaced_by
+        assert successor and successor != old
+        assert [(n.name, n.kubelet_version[:5]) for n in ops.list_nodes("gpu")] == [(successor, "v1.35")]
     finally:
         infrastructure.delete_pool(key, "gpu")
         infrastructure.delete_cluster(key)
