@@ -37,7 +37,14 @@ class PoolVersionForm(VersionForm):
     max_unavailable = forms.CharField(
         max_length=STRATEGY["max_unavailable"].max_length,
         initial=STRATEGY["max_unavailable"].default,
-        help_text="Nodes (or N%) replaced at once; each is drained first.",
+        help_text="Nodes (or N%) replaced at once; each is drained first. 0 with a surge: the pool never "
+        "has fewer nodes in service than its size.",
+    )
+    max_surge = forms.CharField(
+        max_length=STRATEGY["max_surge"].max_length,
+        initial=STRATEGY["max_surge"].default,
+        help_text="Extra nodes (or N%) on the new version while machines are replaced: each lets one more "
+        "node be drained at once; drained away again at the end.",
     )
 
 
@@ -81,6 +88,7 @@ def _start(
         context=context,
         pool=pool,
         max_unavailable=data["max_unavailable"],
+        max_surge=data["max_surge"],
         override_window=data["override_window"],
         user=request.user,
         **target,

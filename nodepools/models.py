@@ -258,6 +258,19 @@ class NodePool(Conditions):
     scale_down_node = models.CharField(max_length=253, blank=True)
     scale_down_phase = models.CharField(max_length=12, choices=ScaleDown.choices, blank=True)
     scale_down_started_at = models.DateTimeField(null=True, blank=True)
+    # While an upgrade run replaces the pool's machines (upgrades.controller): what new machines get, and
+    # its surge (maxSurge): extra nodes kept beyond the node count, and those it drained to be removed.
+    new_machines = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The kubernetes_version or node_image new machines get while an upgrade replaces them",
+    )
+    surge_nodes = models.PositiveIntegerField(
+        default=0, help_text="Extra nodes an upgrade keeps beyond the node count (its maxSurge)"
+    )
+    surge_remove = models.JSONField(
+        default=list, blank=True, help_text="Surge nodes an upgrade drained: the provider removes them first"
+    )
     # Telemetry's summary (telemetry.history): the mean utilization of its GPUs over the last minute, for
     # the layers that may not read telemetry (an upgrade's deferral policy).
     gpu_utilization = models.FloatField(

@@ -200,11 +200,12 @@ def pool_spec(pool: NodePool) -> PoolSpec:
         labels={"nvke.io/pool": pool.name, "nvke.io/sharing-mode": pool.sharing_mode},
         gpu_product=model.product_name,
         node_selector=pool.node_selector,
-        kubernetes_version=pool.kubernetes_version,
-        node_image=pool.node_image.name if pool.node_image else "",
+        kubernetes_version=pool.new_machines.get("kubernetes_version", pool.kubernetes_version),
+        node_image=pool.new_machines.get("node_image", pool.node_image.name if pool.node_image else ""),
         min_nodes=pool.min_nodes,
         max_nodes=pool.max_nodes,
-        remove_first=(pool.scale_down_node,) if pool.scale_down_phase in TAKING_OUT else (),
+        remove_first=tuple(pool.surge_remove)
+        + ((pool.scale_down_node,) if pool.scale_down_phase in TAKING_OUT else ()),
     )
 
 
@@ -230,7 +231,7 @@ def reconcile(pool_id: int) -> None:
         return  # the cluster's provisioning re-queues its pools when it is up
     cap = capacity.pool_cap(pool)
     try:
-        result = infrastructure.scale_pool(pool_spec(pool), cap.nodes)
+        result = infrastructure.scale_pool(pool_spec(pool), cap.nodes + pool.surge_nodes)
         failure = None
     except ProviderError as error:
         failure, result = error, None

@@ -41,7 +41,7 @@ from django.utils import timezone
 from clusters.services import cluster_operations
 from nodepools import allocator
 from nodepools import nodes as node_rows
-from nodepools.models import Allocation, Gpu, Node
+from nodepools.models import Allocation, Gpu, Node, NodePool
 from nvke import jobs
 from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
@@ -207,6 +207,8 @@ def _observe(
         driver_touched=row.driver_touched,
         returned=row.returned_at is not None,
         deferred_by=deferred.get(row.name, ""),
+        retire=row.retire,
+        gone=node is None,
     )
     if node is None and _replacing(row, seen):
         return replace(view, busy=True)
@@ -279,14 +281,17 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         _follow_replacements(run, rows, nodes, seen)
         rows += _join_new_nodes(run, target, rows, nodes, now)
         for row in (r for r in rows if r.name not in nodes):
-            if _replacing(row, seen.get(row.name)):
-                continue  # its machine is being replaced; the new node has not joined the pool yet
+            if _replacing(row, seen.get(row.name)) or (row.retire and row.state == State.VALIDATION_REQUIRED):
+                continue  # its machine is being replaced (or removed); a successor has not joined yet
             if row.state not in (State.DONE, State.FAILED):  # a node scaled away mid-run cannot finish
                 _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
             if _outstanding(row) or row.call_error:  # nothing left to call on
                 row.cordon_wanted, row.drain_wanted, row.driver_wanted, row.call_error = None, False, "", {}
                 _writes.intents[row.pk] = row
         refused = _take_refusals(run, rows, nodes, now)
+        strategy = strategy_of(run, sum(not r.retire for r in rows))
+        window_open, window_message = maintenance.run_window(run)
+        surge, surge_ready = _surge(run, target, strategy, rows, nodes, window_open, now)
         policy = deferral.policy_of(pool.pk)
         deferred = deferral.holding(pool.pk, policy, now)
         views = [
@@ -295,8 +300,6 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             )
             for row in rows
         ]
-        strategy = strategy_of(run, len(rows))
-        window_open, window_message = maintenance.run_window(run)
         result = plan(
             RunView(
                 phase=Phase(run.status),
@@ -309,6 +312,8 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
                 window_message=window_message,
                 deferral_deadline_s=policy.deadline_s if policy else 0.0,
                 deferral_stops=policy is not None and policy.after_deadline == policy.AfterDeadline.STOP,
+                surge=surge,
+                surge_ready=surge_ready,
             ),
             views,
             strategy,
@@ -485,13 +490,101 @@ def _carry_out(run, target: DriverTarget, steps, rows, nodes, seen: dict[str, Se
             if drain is not None and drain.blocked:  # waiting on a disruption budget: say so, retry
                 _note(run, row, drain.reason, drain.message or f"{drain.pods_left} pods wait to be evicted.")
                 continue
+        elif step.effect == Effect.INSTALL and row.retire:
+            row.driver_touched = True  # drained, its machine going: it takes no claim again
+            _remove_surge_node(run, row.name)
         elif step.effect == Effect.INSTALL:
             row.driver_touched = True  # from now on: the old driver may be gone
             row.driver_wanted = target.version
             _writes.intents[row.pk] = row
-        if step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
+        if row.retire:
+            pass  # a surge node's versions are not the run's to record
+        elif step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
             target.record(node, seen[step.node].driver)
         _record(run, row, step.to, step.reason, message, now)
+
+
+def _surge(run, target: DriverTarget, strategy: Strategy, rows, nodes: dict[str, Node], window_open, now):
+    """maxSurge, for runs that replace machines: the first tick that may start nodes gives the pool its
+    extra nodes (NodePool.surge_nodes; the pool's reconcile adds them, on the target: new_machines), and
+    once every node is upgraded the extra nodes the pool has left become rows to retire (drained, then
+    removed first by the reconcile). Returns (the surge the pool is to have, surge nodes in service)."""
+    pool = run.pool
+    if target.replaces and run.status in LIVE and pool.new_machines != target.new_machines():
+        pool.new_machines = target.new_machines()
+        pool.save(update_fields=["new_machines"])
+    if not (target.replaces and strategy.max_surge):
+        return 0, 0
+    if run.surge_added_at is None:
+        if run.status != Phase.RUNNING or not window_open:
+            return 0, 0
+        run.surge_added_at, pool.surge_nodes = now, strategy.max_surge
+        pool.save(update_fields=["surge_nodes"])
+        _reconcile_pool(pool)
+        message = f"{_count(strategy.max_surge)} added on {target.what} {target.version} for the upgrade."
+        _writes.conditions.append(UpgradeCondition(run=run, type="Run", reason="SurgeAdded", message=message))
+    known = {row.name for row in rows}
+    extra = [node for name, node in sorted(nodes.items()) if name not in known]
+    settled = all(row.state in (State.DONE, State.FAILED) for row in rows)
+    if run.status == Phase.RUNNING and settled and not any(row.retire for row in rows) and extra:
+        claims = Counter(Allocation.objects.filter(node__in=extra).values_list("node_id", flat=True))
+        going = sorted(extra, key=lambda node: claims[node.pk])[: max(pool.surge_nodes, 0)]
+        retiring = [
+            UpgradeNode(
+                run=run,
+                node=node,
+                name=node.name,
+                state=State.UPGRADE_REQUIRED,
+                entered_at=now,
+                retire=True,
+                from_version=target.node_version(node),
+                reason="Surge",
+                message="A surge node: drained, then removed.",
+            )
+            for node in going
+        ]
+        UpgradeNode.objects.bulk_create(retiring)
+        rows += retiring
+        message = f"Every node upgraded: draining away the {_count(len(retiring))} of surge."
+        _writes.conditions.append(
+            UpgradeCondition(run=run, type="Run", reason="SurgeRemoving", message=message)
+        )
+    ready = sum(node.status == Node.Status.READY and not node.cordoned for node in extra)
+    return pool.surge_nodes, ready
+
+
+def _count(nodes: int) -> str:
+    return f"{nodes} node" + ("" if nodes == 1 else "s")
+
+
+def _remove_surge_node(run: UpgradeRun, name: str) -> None:
+    """A drained surge node goes: the pool keeps one node less beyond its count, that one removed first."""
+    pool = run.pool
+    pool.surge_nodes = max(pool.surge_nodes - 1, 0)
+    pool.surge_remove = [*pool.surge_remove, name]
+    pool.save(update_fields=["surge_nodes", "surge_remove"])
+    _reconcile_pool(pool)
+
+
+def _reconcile_pool(pool) -> None:
+    jobs.enqueue("nodepools.tasks.reconcile_pool", pool.pk)  # after commit
+
+
+def release_pool(run: UpgradeRun) -> None:
+    """A run that ends gives the pool back its own version for new machines; surge nodes it did not drain
+    away (it ended early) stay as the pool's own nodes, so nothing running on them is disturbed."""
+    pool = NodePool.objects.select_for_update().get(pk=run.pool_id)
+    kept = pool.surge_nodes
+    pool.new_machines, pool.surge_nodes, pool.surge_remove = {}, 0, []
+    if kept:
+        pool.node_count += kept
+        pool.max_nodes = max(pool.max_nodes, pool.node_count)
+        message = (
+            f"The run ended before its {_count(kept)} of surge were drained away: the pool keeps them "
+            f"({pool.node_count} nodes); scale it down when you wish."
+        )
+        UpgradeCondition.objects.create(run=run, type="Run", reason="SurgeKept", message=message)
+    pool.save(update_fields=["new_machines", "surge_nodes", "surge_remove", "node_count", "max_nodes"])
 
 
 def _want_cordon(row: UpgradeNode, cordon: bool) -> None:
@@ -581,6 +674,8 @@ def enter(run: UpgradeRun, move: Move, now, message: str = "") -> None:
     if move.to is not None:
         run.status = move.to
         run.finished_at = now if move.to in FINISHED else None
+        if move.to in FINISHED:
+            release_pool(run)
     if not move.history_only:
         run.reason, run.message = move.reason, message
     UpgradeCondition.objects.create(run=run, type="Run", reason=move.reason, message=message)

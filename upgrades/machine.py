@@ -326,9 +326,19 @@ STRATEGY_FIELDS: tuple[StrategyField, ...] = (
     StrategyField(
         "max_unavailable",
         "1",
-        'Nodes out of service at once: a count ("2") or a percent of the pool ("10%", rounded up).',
+        'Nodes out of service at once: a count ("2") or a percent of the pool ("10%", rounded up); 0 only '
+        "with a max_surge.",
         max_length=8,
         suggested="10%",
+    ),
+    StrategyField(
+        "max_surge",
+        "0",
+        "Kubernetes and node image upgrades: extra nodes, on the new version, the pool gets while its "
+        'machines are replaced: a count ("1") or a percent of the pool ("10%", rounded up). Each lets one '
+        "more node be drained at once; the run drains them away again at its end.",
+        max_length=8,
+        in_form=False,  # a driver is installed in place: only the versions page's pool forms offer it
     ),
     StrategyField("canary_nodes", 0, "Upgrade this many nodes first."),
     StrategyField(
@@ -360,22 +370,23 @@ STRATEGY_FIELDS: tuple[StrategyField, ...] = (
     ),
 )
 STRATEGY = {spec.name: spec for spec in STRATEGY_FIELDS}
-MAX_UNAVAILABLE = re.compile(r"(?P<n>[0-9]{1,4})(?P<percent>%?)")
+NODES = re.compile(r"(?P<n>[0-9]{1,4})(?P<percent>%?)")
 
 
-def parse_max_unavailable(text: str) -> tuple[int, bool]:
-    """`max_unavailable` as people write it: a count of at least 1 ("2") or a percent of the pool from
-    1% to 100% ("10%"), as (n, percent). ValueError for anything else."""
-    match = MAX_UNAVAILABLE.fullmatch(str(text))
-    if not match or int(match["n"]) < 1 or (match["percent"] and int(match["n"]) > 100):
-        raise ValueError(f"max_unavailable {text!r} is neither a count nor a percent")
+def parse_nodes(text: str) -> tuple[int, bool]:
+    """`max_unavailable` or `max_surge` as people write it: a count ("2") or a percent of the pool up to
+    100% ("10%"), as (n, percent). ValueError for anything else."""
+    match = NODES.fullmatch(str(text))
+    if not match or (match["percent"] and int(match["n"]) > 100):
+        raise ValueError(f"{text!r} is neither a count nor a percent")
     return int(match["n"]), bool(match["percent"])
 
 
-def max_unavailable_of(text: str, nodes: int) -> int:
-    """The budget in nodes of a pool of `nodes`: the count, or the percent rounded up; at least 1."""
-    n, percent = parse_max_unavailable(text)
-    return max(1, math.ceil(nodes * n / 100)) if percent else n
+def nodes_of(text: str, nodes: int) -> int:
+    """A count of nodes in a pool of `nodes`: the count, or the percent rounded up (so at least 1 when
+    it is not 0%)."""
+    n, percent = parse_nodes(text)
+    return max(1 if n else 0, math.ceil(nodes * n / 100)) if percent else n
 
 
 def strategy_error(values: Mapping[str, object], nodes: int) -> tuple[str, str] | None:
@@ -390,10 +401,13 @@ def strategy_error(values: Mapping[str, object], nodes: int) -> tuple[str, str] 
     for spec in STRATEGY_FIELDS:
         if spec.kind is bool and not isinstance(given[spec.name], bool):
             return spec.name, f"{spec.name} is true or false."
-    try:
-        parse_max_unavailable(given["max_unavailable"])
-    except ValueError:
-        message = 'max_unavailable is a count of at least 1 ("2") or a percent from 1% to 100% ("10%").'
+    for name in ("max_unavailable", "max_surge"):
+        try:
+            parse_nodes(given[name])
+        except ValueError:
+            return name, f'{name} is a count ("2") or a percent up to 100% ("10%").'
+    if not parse_nodes(given["max_unavailable"])[0] and not parse_nodes(given["max_surge"])[0]:
+        message = "max_unavailable is at least 1 without a max_surge: the run must take some node out."
         return "max_unavailable", message
     if given["canary_nodes"] > nodes:
         return "canary_nodes", f"canary_nodes {given['canary_nodes']} is more than the pool's {nodes} nodes."
@@ -410,6 +424,7 @@ class Strategy:
     """The strategy the plan follows: STRATEGY_FIELDS, max_unavailable resolved for the pool."""
 
     max_unavailable: int  # already resolved from a count or a percent of the pool
+    max_surge: int = 0  # the same; a replacement run's extra nodes (the shell adds and removes them)
     canary_nodes: int = STRATEGY["canary_nodes"].default  # the first N nodes go alone
     canary_bake_s: float = STRATEGY["canary_bake_s"].default  # then wait this long ...
     canary_approval: bool = STRATEGY["canary_approval"].default  # ... or for an operator's approval
@@ -423,7 +438,8 @@ class Strategy:
         """The strategy of a run as stored (each of STRATEGY_FIELDS; max_unavailable as written) for a
         pool of `nodes`."""
         given = {spec.name: values.get(spec.name, spec.default) for spec in STRATEGY_FIELDS}
-        given["max_unavailable"] = max_unavailable_of(given["max_unavailable"], nodes)
+        for name in ("max_unavailable", "max_surge"):
+            given[name] = nodes_of(given[name], nodes)
         given["failed_nodes"] = FailedNodes(given["failed_nodes"])
         return cls(**given)
 
@@ -447,6 +463,8 @@ class NodeView:
     driver_touched: bool = False  # the run started a driver install here that has not validated since
     returned: bool = False  # failed, then returned to service by a person, its driver as it is
     deferred_by: str = ""  # what the pool's deferral policy waits for before draining, in words
+    retire: bool = False  # a surge node the run drains and has removed at its end (not upgraded)
+    gone: bool = False  # a retiring node's machine was removed
 
     @property
     def unavailable(self) -> bool:
@@ -470,6 +488,8 @@ class RunView:
     window_message: str = ""  # when it is not: what the run waits for
     deferral_deadline_s: float = 0.0  # how long a node waits for the claims its pool defers for
     deferral_stops: bool = False  # past the deadline the node fails instead of being drained
+    surge: int = 0  # extra nodes (maxSurge) the pool is to have while the run replaces machines ...
+    surge_ready: int = 0  # ... and those in service now: each lets one more node be out at once
 
 
 @dataclass(frozen=True)
@@ -603,6 +623,9 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
         case State.POD_RESTART_REQUIRED if not node.busy:
             if node.claims:  # something landed since the drain: drain again, never install under it
                 return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsReturned")
+            if node.retire:
+                removing = "Removing its machine."
+                return Step(node.name, State.VALIDATION_REQUIRED, Effect.INSTALL, "Removing", removing)
             return Step(
                 node.name,
                 State.VALIDATION_REQUIRED,
@@ -612,6 +635,11 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                 if run.what == "driver"
                 else f"Replacing its machine with one on {run.what} {run.target_version}.",
             )
+        case State.VALIDATION_REQUIRED if node.retire:
+            if node.gone:
+                return Step(node.name, State.DONE, reason="Removed", message="The surge node was removed.")
+            if waited >= strategy.validation_timeout_s:
+                return _fail(node, strategy, "NotRemoved", "The surge node's machine was not removed.")
         case State.VALIDATION_REQUIRED:
             if node.install_failure:
                 return _fail(node, strategy, "DriverInstallFailed", node.install_failure)
@@ -699,24 +727,32 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
             if any(n.state == State.UPGRADE_REQUIRED for n in settled):
                 result.reason, result.message = "OutsideWindow", run.window_message
         else:
-            _start_nodes(result, settled, strategy, gate_open)
+            budget = strategy.max_unavailable + min(run.surge_ready, run.surge)
+            _start_nodes(result, settled, budget, gate_open)
             startable = [n for n in settled if n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary)]
             in_flight = any(n.state in ACTIVE for n in settled) or any(s.to in ACTIVE for s in result.steps)
             held = sum(n.unavailable for n in kept if not n.pre_cordoned)
-            if startable and not in_flight and held >= strategy.max_unavailable:
+            if startable and not in_flight and not budget:
+                result.reason = "WaitingForSurge"
+                result.message = (
+                    f"Waiting for the pool's {_nodes(run.surge)} of surge on {run.what} "
+                    f"{run.target_version} (maxUnavailable 0): {run.surge_ready} ready."
+                )
+            elif startable and not in_flight and held >= budget:
                 # Only a retry or a rollback frees these nodes: waiting would be waiting forever.
                 result.phase, result.reason = Phase.FAILED, "FailedNodesHoldBudget"
                 result.message = (
                     f"Failed nodes kept cordoned ({held}) hold the whole maxUnavailable budget "
-                    f"({strategy.max_unavailable}); {_nodes(len(startable))} not upgraded. "
+                    f"({budget}); {_nodes(len(startable))} not upgraded. "
                     "Retry or roll back."
                 )
                 return result
-            if startable and not in_flight:
+            elif startable and not in_flight:
                 result.reason = "Blocked"
                 result.message = (
                     f"{unavailable_count(settled)} nodes are unavailable (maxUnavailable "
                     f"{strategy.max_unavailable}"
+                    + (f", surge {min(run.surge_ready, run.surge)}" if run.surge else "")
                     + (f"; {held} of them failed and kept cordoned" if held else "")
                     + "); it carries on when those outside the run are back."
                 )
@@ -733,7 +769,8 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
                 result.message = ended_message("NodesFailed", *counts)
             else:
                 result.phase, result.reason = Phase.COMPLETED, "AllNodesUpgraded"
-                result.message = f"All {len(nodes)} nodes run {run.what} {run.target_version}."
+                upgraded = sum(not n.retire for n in nodes)
+                result.message = f"All {upgraded} nodes run {run.what} {run.target_version}."
     return result
 
 
@@ -774,18 +811,19 @@ def _pause(result: Plan, reason: str, message: str) -> Plan:
     return result
 
 
-def _start_nodes(result: Plan, settled: list[NodeView], strategy: Strategy, gate_open: bool) -> None:
-    """Start waiting nodes: those already out of service first (they cost no budget), canaries before
-    the rest, nodes running claims their pool defers for last (they would hold the budget waiting), then
-    by name; stop at the unavailability budget."""
-    unavailable = unavailable_count(settled)
+def _start_nodes(result: Plan, settled: list[NodeView], budget: int, gate_open: bool) -> None:
+    """Start waiting nodes: those already out of service and surge nodes to retire first (they cost no
+    budget: the pool keeps its size without them), canaries before the rest, nodes running claims their
+    pool defers for last (they would hold the budget waiting), then by name; stop at the unavailability
+    budget (maxUnavailable, and one more per surge node in service)."""
+    unavailable = sum(n.unavailable and not n.retire for n in settled)
     queue = sorted(
         (n for n in settled if n.state == State.UPGRADE_REQUIRED and (gate_open or n.canary)),
-        key=lambda n: (not n.unavailable, not n.canary, bool(n.deferred_by), n.name),
+        key=lambda n: (not (n.unavailable or n.retire), not n.canary, bool(n.deferred_by), n.name),
     )
     for node in queue:
-        if not node.unavailable:
-            if unavailable >= strategy.max_unavailable:
+        if not (node.unavailable or node.retire):
+            if unavailable >= budget:
                 break
             unavailable += 1
         result.steps.append(Step(node.name, State.CORDON_REQUIRED, reason="Started"))

@@ -7,7 +7,7 @@ from django.db import models
 
 from nvke.models import TenantScopedQuerySet
 
-from .machine import FINISHED, LIVE, STRATEGY, FailedNodes, Phase, State, keeps_cordoned, max_unavailable_of
+from .machine import FINISHED, LIVE, STRATEGY, FailedNodes, Phase, State, keeps_cordoned, nodes_of
 
 
 def strategy_field(name: str) -> models.Field:
@@ -88,6 +88,7 @@ class UpgradeRun(models.Model):
     wave = models.PositiveSmallIntegerField(default=0)
     # strategy: machine.STRATEGY_FIELDS, stored as given (max_unavailable as written)
     max_unavailable = strategy_field("max_unavailable")
+    max_surge = strategy_field("max_surge")
     canary_nodes = strategy_field("canary_nodes")
     canary_bake_s = strategy_field("canary_bake_s")
     canary_approval = strategy_field("canary_approval")
@@ -107,6 +108,9 @@ class UpgradeRun(models.Model):
     tick_seq = models.PositiveIntegerField(default=0, help_text="Only the tick carrying this number runs")
     ticked_at = models.DateTimeField(null=True, blank=True)
     max_unavailable_seen = models.PositiveIntegerField(default=0)
+    surge_added_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the run asked for its surge nodes (max_surge)"
+    )
     window_override = models.BooleanField(
         default=False,
         help_text="Started outside the cluster's maintenance windows on purpose: it ignores them",
@@ -153,8 +157,8 @@ class UpgradeRun(models.Model):
         return self.status in FINISHED
 
     def max_unavailable_of(self, nodes: int) -> int:
-        """The budget in nodes: a count, or a percent of the pool rounded up; at least 1."""
-        return max_unavailable_of(self.max_unavailable, nodes)
+        """The budget in nodes: a count, or a percent of the pool rounded up."""
+        return nodes_of(self.max_unavailable, nodes)
 
 
 class UpgradeNode(models.Model):
@@ -177,6 +181,9 @@ class UpgradeNode(models.Model):
         null=True,
         blank=True,
         help_text="A person returned this failed node to service as it was, its driver not validated",
+    )
+    retire = models.BooleanField(
+        default=False, help_text="A surge node the run drains and has removed at its end (max_surge)"
     )
     # What a tick asked the provider for: written in its transaction, carried out after it commits
     # (controller.call_provider), cleared once the provider accepted it (a drain: once it is seen finished).

@@ -34,6 +34,7 @@ from .machine import (
     State,
     control_move,
     ended_message,
+    parse_nodes,
     return_refusal,
     returned_to_service,
     strategy_error,
@@ -123,6 +124,12 @@ def create_run(
         raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field=sorted(unknown)[0])
     nodes = list(Node.objects.filter(pool=pool).order_by("name"))
     validate_strategy(strategy, len(nodes))
+    if kind == UpgradeRun.Kind.DRIVER and parse_nodes(strategy.get("max_surge", "0"))[0]:
+        raise DomainError(
+            "max_surge applies to Kubernetes and node image upgrades: a driver is installed in place.",
+            field="max_surge",
+            code="not_supported",
+        )
     busy = Conflict(
         f"Pool {pool.name} already has an upgrade in progress.", field="pool", code="upgrade_in_progress"
     )

@@ -13,6 +13,7 @@ from .models import UpgradeRun
 
 class DriverTarget:
     what = "driver"
+    replaces = False  # machines: a run may add surge nodes (max_surge) and gives new machines its target
 
     def __init__(self, run: UpgradeRun):
         self.run = run
@@ -39,11 +40,17 @@ class DriverTarget:
     def complete(self) -> None:
         NodePool.objects.filter(pk=self.run.pool_id).update(driver_release=self.run.target_release)
 
+    def new_machines(self) -> dict[str, str]:
+        """What the pool's new machines get while the run is live (NodePool.new_machines)."""
+        return {}
+
 
 class _Replacement(DriverTarget):
     """A new machine per node: what the provider reports of it (`machine_status`) is read as a driver
     install's status is, its `version` the kubelet's or the image's. Where the new machine's node has
     a name of its own (`replaced_by`), the run's row follows it (controller._follow_replacements)."""
+
+    replaces = True
 
     def _reported(self, kubelet: str, image: str) -> str:
         raise NotImplementedError
@@ -92,6 +99,9 @@ class KubernetesTarget(_Replacement):
     def complete(self) -> None:
         NodePool.objects.filter(pk=self.run.pool_id).update(kubernetes_version=self.run.kubernetes_version)
 
+    def new_machines(self) -> dict[str, str]:
+        return {"kubernetes_version": self.version}
+
 
 class ImageTarget(_Replacement):
     what = "image"
@@ -114,6 +124,9 @@ class ImageTarget(_Replacement):
 
     def complete(self) -> None:
         NodePool.objects.filter(pk=self.run.pool_id).update(node_image=self.run.node_image)
+
+    def new_machines(self) -> dict[str, str]:
+        return {"node_image": self.version}
 
 
 TARGETS = {

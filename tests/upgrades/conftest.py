@@ -57,8 +57,9 @@ def check_invariants(run: UpgradeRun) -> None:
     run.refresh_from_db()
     out_before = run.nodes.filter(pre_cordoned=True).count()
     out_before += run.history.filter(reason="CordonedByEarlierRun").count()  # an earlier run's kept nodes
-    limit = max(run.max_unavailable_of(run.nodes.count()), out_before)
-    assert unavailable(run) <= limit, f"{unavailable(run)} nodes unavailable, limit {limit}"
+    limit = max(run.max_unavailable_of(run.nodes.filter(retire=False).count()), out_before)
+    surge = max(Node.objects.filter(pool=run.pool).count() - run.pool.node_count, 0)  # maxSurge's nodes
+    assert unavailable(run) <= limit + surge, f"{unavailable(run)} nodes unavailable, limit {limit} + {surge}"
     if run.failed_nodes == "keep-cordoned":  # a driver not validated never serves claims
         for row in run.nodes.filter(driver_touched=True, node__isnull=False).select_related("node"):
             assert row.node.cordoned, f"{row.name} ({row.state}) is in service on an unvalidated driver"

@@ -22,12 +22,13 @@ from upgrades.machine import (
     State,
     Strategy,
     control_move,
-    max_unavailable_of,
-    parse_max_unavailable,
+    nodes_of,
+    parse_nodes,
     plan,
     return_refusal,
     returned_to_service,
     rollout_move,
+    strategy_error,
     tick_move,
 )
 from upgrades.virtual_fleet import Durations, run_simulation
@@ -544,20 +545,40 @@ def test_makespan_is_close_to_the_critical_path():
 
 @pytest.mark.parametrize(
     ("text", "parsed", "of_ten"),
-    [("1", (1, False), 1), ("3", (3, False), 3), ("10%", (10, True), 1), ("25%", (25, True), 3)],
+    [
+        ("0", (0, False), 0),
+        ("1", (1, False), 1),
+        ("3", (3, False), 3),
+        ("0%", (0, True), 0),
+        ("10%", (10, True), 1),
+        ("25%", (25, True), 3),
+    ],
 )
-def test_max_unavailable_is_a_count_or_a_percent_rounded_up(text, parsed, of_ten):
-    assert parse_max_unavailable(text) == parsed
-    assert max_unavailable_of(text, 10) == of_ten
-    assert max_unavailable_of(text, 0) == (1 if parsed[1] else parsed[0])  # a percent is at least 1
+def test_max_unavailable_and_max_surge_are_a_count_or_a_percent_rounded_up(text, parsed, of_ten):
+    assert parse_nodes(text) == parsed
+    assert nodes_of(text, 10) == of_ten
+    assert nodes_of(text, 0) == (1 if parsed[1] and parsed[0] else parsed[0])  # a percent is at least 1
+
+
+@pytest.mark.parametrize("text", ["", "101%", "-1", "1.5", "%", "x", "12345", "2\n", "10%\n", " 2"])
+def test_max_unavailable_refuses_anything_else(text):
+    with pytest.raises(ValueError):
+        parse_nodes(text)
 
 
 @pytest.mark.parametrize(
-    "text", ["", "0", "0%", "101%", "-1", "1.5", "%", "x", "12345", "2\n", "10%\n", " 2"]
+    ("values", "refused"),
+    [
+        ({"max_unavailable": "0"}, "max_unavailable"),
+        ({"max_unavailable": "0%", "max_surge": "0"}, "max_unavailable"),
+        ({"max_unavailable": "0", "max_surge": "1"}, None),
+        ({"max_surge": "10%"}, None),
+        ({"max_surge": "x"}, "max_surge"),
+    ],
 )
-def test_max_unavailable_refuses_anything_else(text):
-    with pytest.raises(ValueError):
-        parse_max_unavailable(text)
+def test_max_unavailable_is_zero_only_with_a_surge(values, refused):
+    error = strategy_error(values, 10)
+    assert (error[0] if error else None) == refused
 
 
 # --- the run's lifecycle table ------------------------------------------------------------------------

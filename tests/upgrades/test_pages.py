@@ -55,7 +55,7 @@ def test_refused_start_is_400_with_the_reason_on_the_field(browser, pool):
     response = start(browser, pool, max_unavailable="0")
     assert (
         response.status_code == 400
-        and "max_unavailable is a count of at least 1" in response.content.decode()
+        and "max_unavailable is at least 1 without a max_surge" in response.content.decode()
     )
     assert not UpgradeRun.objects.exists()
 

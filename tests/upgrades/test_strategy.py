@@ -16,10 +16,12 @@ NAMES = [spec.name for spec in STRATEGY_FIELDS]
 def test_the_plans_strategy_has_the_same_fields_and_defaults():
     assert [f.name for f in fields(Strategy)] == NAMES
     default = Strategy.of({}, nodes=10)
-    for spec in STRATEGY_FIELDS[1:]:
+    for spec in STRATEGY_FIELDS[2:]:  # max_unavailable and max_surge are resolved to counts of nodes
         assert getattr(default, spec.name) == spec.default
-    assert Strategy.of({"max_unavailable": "25%", "failed_nodes": "uncordon"}, nodes=10) == Strategy(
-        max_unavailable=3, failed_nodes=FailedNodes.UNCORDON
+    assert (default.max_unavailable, default.max_surge) == (1, 0)
+    given = {"max_unavailable": "25%", "max_surge": "10%", "failed_nodes": "uncordon"}
+    assert Strategy.of(given, nodes=10) == Strategy(
+        max_unavailable=3, max_surge=1, failed_nodes=FailedNodes.UNCORDON
     )
 
 
@@ -51,9 +53,14 @@ def test_the_api_and_the_forms_offer_the_same_fields():
             {"max_unavailable": "0"},
             (
                 "max_unavailable",
-                'max_unavailable is a count of at least 1 ("2") or a percent from 1% to 100% ("10%").',
+                "max_unavailable is at least 1 without a max_surge: the run must take some node out.",
             ),
         ),
+        (
+            {"max_unavailable": "101%"},
+            ("max_unavailable", 'max_unavailable is a count ("2") or a percent up to 100% ("10%").'),
+        ),
+        ({"max_unavailable": "0", "max_surge": "1"}, None),
         ({"canary_nodes": 5}, ("canary_nodes", "canary_nodes 5 is more than the pool's 4 nodes.")),
         ({"failure_budget": 0}, ("failure_budget", "failure_budget is at least 1.")),
         ({"failed_nodes": ""}, ("failed_nodes", "failed_nodes is one of keep-cordoned, uncordon.")),

@@ -53,6 +53,7 @@ class UpgradeNodeSerializer(serializers.ModelSerializer):
             "name",
             "state",
             "canary",
+            "retire",
             "pre_cordoned",
             "driver_touched",
             "kept_cordoned",
@@ -141,6 +142,7 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
             "reason",
             "message",
             "max_unavailable_seen",
+            "surge_added_at",
             "canary_done_at",
             "approved_at",
             "created_at",
@@ -154,6 +156,7 @@ class UpgradeRunSerializer(serializers.ModelSerializer):
             "canary_done_at",
             "approved_at",
             "max_unavailable_seen",
+            "surge_added_at",
             "window_override",
         ]
         extra_kwargs = {

@@ -6,6 +6,8 @@ API's status says now. Provisioning raises
 ProvisioningInProgress until the control plane is available and NVKE's service account token is issued;
 a pool reports its ready machines, so the pool waits `pending` until they are up."""
 
+from typing import Any
+
 from nvke.providers.base import (
     ClusterAccess,
     Infrastructure,
@@ -39,6 +41,22 @@ def machine_template(
             "NoMachineTemplate", f"The management cluster has no {kind} labelled {wanted} in {m.namespace}."
         )
     return TemplateRef(m.infrastructure, kind, sorted(t["metadata"]["name"] for t in chosen)[0]), booted
+
+
+def template_patch(
+    deployment: dict, release: str, machines: TemplateRef | None, image: str = ""
+) -> dict[str, Any]:
+    """The change to a MachineDeployment's machine template for its new machines to run `release` and,
+    given `machines`, be made from that machine template, booting `image` (the Machines' label); {}
+    when they would already. Under OnDelete it replaces no machine that exists."""
+    template = deployment["spec"]["template"]
+    patch: dict[str, Any] = {}
+    if template["spec"].get("version") != release:
+        patch["spec"] = {"version": release}
+    if machines is not None and template["spec"]["infrastructureRef"] != machines.ref:
+        patch.setdefault("spec", {})["infrastructureRef"] = machines.ref
+        patch["metadata"] = {"labels": {manifests.NODE_IMAGE: image or None}}  # None: no label
+    return patch
 
 
 class ClusterAPIInfrastructure(Infrastructure):
@@ -123,7 +141,8 @@ class ClusterAPIInfrastructure(Infrastructure):
         )
         if spec.remove_first and deployment["spec"].get("replicas", count) > count:
             self._delete_first(m, spec)
-        deployment = self._resize(m, deployment, spec, count)
+        template = template_patch(deployment, release, machines, image)
+        deployment = self._resize(m, deployment, spec, count, template)
         if "status" not in deployment:  # just created: read again, the controllers may have acted since
             deployment = (
                 m.get(manifests.CORE, "MachineDeployment", deployment["metadata"]["name"]) or deployment
@@ -135,13 +154,17 @@ class ClusterAPIInfrastructure(Infrastructure):
             )
         return ScaleResult(ready, count)
 
-    def _resize(self, m: Management, deployment: dict, spec: PoolSpec, count: int) -> dict:
-        """The wanted replicas and autoscaler bounds on a MachineDeployment made by an earlier step."""
+    def _resize(self, m: Management, deployment: dict, spec: PoolSpec, count: int, template: dict) -> dict:
+        """The wanted replicas, autoscaler bounds and machine template (`template_patch`: while an upgrade
+        replaces the pool's machines, new ones get its target) on a MachineDeployment made by an earlier
+        step."""
         annotations = deployment["metadata"].get("annotations") or {}
         bounds = manifests.autoscaler_bounds(spec) if spec.max_nodes else {}
         patch: dict = {}
         if deployment["spec"].get("replicas") != count:
             patch["spec"] = {"replicas": count}
+        if template:
+            patch.setdefault("spec", {})["template"] = template
         if any(annotations.get(k) != v for k, v in bounds.items()):
             patch["metadata"] = {"annotations": bounds}
         if not patch:

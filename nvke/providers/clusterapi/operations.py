@@ -16,7 +16,7 @@ from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.operations import KubernetesOperations
 
 from . import manifests
-from .infrastructure import machine_template
+from .infrastructure import machine_template, template_patch
 from .management import Management, load
 from .models import MachineReplacement
 
@@ -59,7 +59,10 @@ class ClusterAPIOperations(KubernetesOperations):
         if deployment is None:
             why = f"Node {node}'s Machine belongs to no MachineDeployment."
             raise ProviderError("NotFound", why, status=404)
-        self._retarget(m, deployment, m.release(kubernetes_version), image)
+        model = deployment["spec"]["template"]["metadata"]["labels"][manifests.GPU_MODEL]
+        machines = machine_template(m, model, image, exact=True)[0] if image else None
+        if template := template_patch(deployment, m.release(kubernetes_version), machines, image):
+            m.patch(manifests.CORE, "MachineDeployment", name, {"spec": {"template": template}})
         siblings = m.list(manifests.CORE, "Machine", label_selector=f"{manifests.DEPLOYMENT_NAME}={name}")
         MachineReplacement.objects.get_or_create(
             cluster=self.cluster.name,
@@ -67,22 +70,6 @@ class ClusterAPIOperations(KubernetesOperations):
             defaults={"deployment": name, "machines_before": sorted(x["metadata"]["name"] for x in siblings)},
         )
         m.delete(manifests.CORE, "Machine", machine["metadata"]["name"])
-
-    @staticmethod
-    def _retarget(m: Management, deployment: dict[str, Any], release: str, image: str) -> None:
-        """The deployment's template on the release and, if given, the image's machine template."""
-        template = deployment["spec"]["template"]
-        patch: dict[str, Any] = {}
-        if template["spec"].get("version") != release:
-            patch["spec"] = {"version": release}
-        if image and template.get("metadata", {}).get("labels", {}).get(manifests.NODE_IMAGE) != image:
-            model = template["metadata"]["labels"][manifests.GPU_MODEL]
-            ref, _ = machine_template(m, model, image, exact=True)
-            patch.setdefault("spec", {})["infrastructureRef"] = ref.ref
-            patch["metadata"] = {"labels": {manifests.NODE_IMAGE: image}}
-        if patch:
-            body = {"spec": {"template": patch}}
-            m.patch(manifests.CORE, "MachineDeployment", deployment["metadata"]["name"], body)
 
     def machine_status(self, node: str) -> MachineStatus:
         m = load()

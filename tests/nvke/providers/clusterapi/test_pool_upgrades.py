@@ -146,3 +146,35 @@ def test_an_image_without_a_machine_template_fails_the_first_node_and_deletes_no
     assert failed.reason == "NoMachineTemplate" and "nvke.io/node-image=" + NEW_IMAGE in failed.message
     assert {m["metadata"]["name"] for m in management.list(CORE, "Machine", NS)} == machines
     assert not MachineReplacement.objects.exists()
+
+
+def test_a_surge_comes_up_on_the_new_version_and_goes_with_the_delete_machine_annotation(
+    pool, management, workload
+):
+    control_plane.start(pool.cluster, "1.36")
+    assert control_plane.step(pool.cluster_id)
+    pool.refresh_from_db()
+    before = set(Node.objects.filter(pool=pool).values_list("name", flat=True))
+
+    context = TenantContext(pool.tenant, "owner")
+    run = services.create_run(
+        context=context, pool=pool, kubernetes_version="1.36", max_unavailable="0", max_surge="1"
+    )
+    run.refresh_from_db()
+    tick(run.pk, run.tick_seq)  # asks for the surge: the pool's reconcile makes it on 1.36
+    management.settle()
+    reconcile(pool.pk)
+    surge = Node.objects.filter(pool=pool).exclude(name__in=before).get()
+    assert surge.kubelet_version == "v1.36.0"
+    assert deployment(management, pool)["spec"]["replicas"] == 4
+    run = drive(run, management)
+
+    assert (run.status, run.message) == ("completed", "All 3 nodes run Kubernetes 1.36.")
+    retired = run.nodes.get(retire=True)
+    assert (retired.name, retired.state, retired.reason) == (surge.name, "upgrade-done", "Removed")
+    nodes = Node.objects.filter(pool=pool)
+    # Not the newest Machine (the last successor), which the deployment would have removed unmarked.
+    assert nodes.count() == 3 and surge.name not in set(nodes.values_list("name", flat=True))
+    assert set(nodes.values_list("kubelet_version", flat=True)) == {"v1.36.0"}
+    assert deployment(management, pool)["spec"]["replicas"] == 3
+    assert Allocation.objects.filter(node__pool=pool).count() == 2
