@@ -104,12 +104,16 @@ def cluster_versions(request: HttpRequest, context: TenantContext, pk: int) -> H
     document = control_plane.document(cluster)
     action = request.POST.get("action", "")
     bound, allowed = {"control-plane": VersionForm}, {"control-plane": _allowed(document["options"])}
+    initial: dict[str, dict] = {}
+    budgets = cluster.node_pools.values_list("pk", "upgrade_max_unavailable", "upgrade_max_surge")
+    defaults = {pk: {"max_unavailable": out, "max_surge": surge} for pk, out, surge in budgets}
     for pool in document["pools"]:
         bound[f"pool-{pool['id']}"], bound[f"image-{pool['id']}"] = PoolVersionForm, PoolImageForm
         allowed[f"pool-{pool['id']}"] = _allowed(pool["options"])
         allowed[f"image-{pool['id']}"] = _allowed(pool["image_options"], "image")
+        initial[f"pool-{pool['id']}"] = initial[f"image-{pool['id']}"] = defaults.get(pool["id"], {})
     forms_by_action = {
-        name: form(request.POST if action == name else None, allowed=allowed[name])
+        name: form(request.POST if action == name else None, allowed=allowed[name], initial=initial.get(name))
         for name, form in bound.items()
     }
     settings_form = AutoUpgradeForm(initial={"auto_upgrade": cluster.auto_upgrade})

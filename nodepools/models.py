@@ -258,6 +258,17 @@ class NodePool(Conditions):
     scale_down_node = models.CharField(max_length=253, blank=True)
     scale_down_phase = models.CharField(max_length=12, choices=ScaleDown.choices, blank=True)
     scale_down_started_at = models.DateTimeField(null=True, blank=True)
+    # Its upgrades' defaults (a run's own strategy may say otherwise): nvke.node_counts' "N" or "N%".
+    upgrade_max_unavailable = models.CharField(
+        max_length=8,
+        default="1",
+        help_text="Its upgrades' default max_unavailable: nodes (or N%) out at a time",
+    )
+    upgrade_max_surge = models.CharField(
+        max_length=8,
+        default="0",
+        help_text="Its Kubernetes and image upgrades' default max_surge: extra nodes (or N%) meanwhile",
+    )
     # While an upgrade run replaces the pool's machines (upgrades.controller): what new machines get, and
     # its surge (maxSurge): extra nodes kept beyond the node count, and those it drained to be removed.
     new_machines = models.JSONField(

@@ -11,6 +11,7 @@ from clusters.services import cluster_infrastructure, cluster_key, cluster_opera
 from nvke import jobs
 from nvke.errors import Conflict, DomainError, Incompatible
 from nvke.models import check_dns_label
+from nvke.node_counts import budget_error
 from nvke.providers.base import PoolSpec, ProviderError
 from nvke.tenancy.context import TenantContext
 
@@ -38,6 +39,8 @@ MUTABLE_FIELDS = (
     "placement_policy",
     "compute_oversubscription_percent",
     "default_guaranteed_percent",
+    "upgrade_max_unavailable",
+    "upgrade_max_surge",
 )
 
 
@@ -64,6 +67,8 @@ def validate_pool(pool: NodePool) -> None:
             field="scale_down_delay_s",
             code="out_of_bounds",
         )
+    if error := budget_error(pool.upgrade_max_unavailable, pool.upgrade_max_surge):
+        raise DomainError(f"upgrade_{error[1]}", field=f"upgrade_{error[0]}")
     if not pool.min_nodes <= pool.node_count <= pool.max_nodes:
         raise DomainError(
             f"node_count {pool.node_count} must lie within min_nodes {pool.min_nodes} and max_nodes "

@@ -4,7 +4,7 @@ is at most one step per node plus the run's next phase. No ORM, no clock, no pro
 the run's lifecycle (LIFECYCLE: every phase change, an operator's control or the plan's, with the
 phases it starts from; control_move and tick_move look them up) and the upgrade strategy
 (STRATEGY_FIELDS: each field's name, default, bounds and help, from which the run's model, the API and
-the forms make their fields; strategy_error checks values, parse_max_unavailable reads "N or N%").
+the forms make their fields; strategy_error checks values, nvke.node_counts reads "N or N%").
 
 Node states are the NVIDIA GPU Operator's; each names what is required next:
 
@@ -26,11 +26,11 @@ Invariants the plan keeps (tests/upgrades check them at every tick):
 - a run never waits forever on its own failed nodes: when those kept cordoned hold the whole budget and
   nodes still wait, it ends failed and says so."""
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+
+from nvke.node_counts import budget_error, nodes_of
 
 
 class State(StrEnum):
@@ -370,23 +370,6 @@ STRATEGY_FIELDS: tuple[StrategyField, ...] = (
     ),
 )
 STRATEGY = {spec.name: spec for spec in STRATEGY_FIELDS}
-NODES = re.compile(r"(?P<n>[0-9]{1,4})(?P<percent>%?)")
-
-
-def parse_nodes(text: str) -> tuple[int, bool]:
-    """`max_unavailable` or `max_surge` as people write it: a count ("2") or a percent of the pool up to
-    100% ("10%"), as (n, percent). ValueError for anything else."""
-    match = NODES.fullmatch(str(text))
-    if not match or (match["percent"] and int(match["n"]) > 100):
-        raise ValueError(f"{text!r} is neither a count nor a percent")
-    return int(match["n"]), bool(match["percent"])
-
-
-def nodes_of(text: str, nodes: int) -> int:
-    """A count of nodes in a pool of `nodes`: the count, or the percent rounded up (so at least 1 when
-    it is not 0%)."""
-    n, percent = parse_nodes(text)
-    return max(1 if n else 0, math.ceil(nodes * n / 100)) if percent else n
 
 
 def strategy_error(values: Mapping[str, object], nodes: int) -> tuple[str, str] | None:
@@ -401,14 +384,8 @@ def strategy_error(values: Mapping[str, object], nodes: int) -> tuple[str, str] 
     for spec in STRATEGY_FIELDS:
         if spec.kind is bool and not isinstance(given[spec.name], bool):
             return spec.name, f"{spec.name} is true or false."
-    for name in ("max_unavailable", "max_surge"):
-        try:
-            parse_nodes(given[name])
-        except ValueError:
-            return name, f'{name} is a count ("2") or a percent up to 100% ("10%").'
-    if not parse_nodes(given["max_unavailable"])[0] and not parse_nodes(given["max_surge"])[0]:
-        message = "max_unavailable is at least 1 without a max_surge: the run must take some node out."
-        return "max_unavailable", message
+    if error := budget_error(given["max_unavailable"], given["max_surge"]):
+        return error
     if given["canary_nodes"] > nodes:
         return "canary_nodes", f"canary_nodes {given['canary_nodes']} is more than the pool's {nodes} nodes."
     for spec in STRATEGY_FIELDS:

@@ -6,8 +6,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from nvke.models import TenantScopedQuerySet
+from nvke.node_counts import nodes_of
 
-from .machine import FINISHED, LIVE, STRATEGY, FailedNodes, Phase, State, keeps_cordoned, nodes_of
+from .machine import FINISHED, LIVE, STRATEGY, FailedNodes, Phase, State, keeps_cordoned
 
 
 def strategy_field(name: str) -> models.Field:

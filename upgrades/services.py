@@ -13,6 +13,7 @@ from clusters.services import cluster_operations
 from nodepools import nodes as node_rows
 from nodepools.models import DriverRelease, Node, NodeImage, NodePool
 from nvke.errors import Conflict, DomainError, Incompatible, NotFound, ProviderFailed
+from nvke.node_counts import parse_nodes
 from nvke.providers.base import ProviderError
 from nvke.tenancy.context import TenantContext
 
@@ -34,7 +35,6 @@ from .machine import (
     State,
     control_move,
     ended_message,
-    parse_nodes,
     return_refusal,
     returned_to_service,
     strategy_error,
@@ -123,6 +123,7 @@ def create_run(
     if unknown:
         raise DomainError(f"Unknown strategy field {sorted(unknown)[0]}.", field=sorted(unknown)[0])
     nodes = list(Node.objects.filter(pool=pool).order_by("name"))
+    strategy = {**_pool_defaults(pool, kind), **strategy}
     validate_strategy(strategy, len(nodes))
     if kind == UpgradeRun.Kind.DRIVER and parse_nodes(strategy.get("max_surge", "0"))[0]:
         raise DomainError(
@@ -193,6 +194,15 @@ def create_run(
     except IntegrityError:  # a concurrent start won the pool
         raise busy from None
     return run
+
+
+def _pool_defaults(pool: NodePool, kind: str) -> dict[str, str]:
+    """The pool's own max_unavailable and max_surge, for a run that does not say. A driver run, which
+    cannot surge, takes at least one node out."""
+    if kind != UpgradeRun.Kind.DRIVER:
+        return {"max_unavailable": pool.upgrade_max_unavailable, "max_surge": pool.upgrade_max_surge}
+    none_out = parse_nodes(pool.upgrade_max_unavailable)[0] == 0
+    return {"max_unavailable": "1" if none_out else pool.upgrade_max_unavailable}
 
 
 def _new_row(

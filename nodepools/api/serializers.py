@@ -173,6 +173,8 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "node_selector",
             "autoscaling",
             "scale_down_delay_s",
+            "upgrade_max_unavailable",
+            "upgrade_max_surge",
             "status",
             "status_reason",
             "status_message",

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nvke.node_counts import nodes_of, parse_nodes
 from upgrades.machine import (
     KEPT_MESSAGE,
     LIFECYCLE,
@@ -22,8 +23,6 @@ from upgrades.machine import (
     State,
     Strategy,
     control_move,
-    nodes_of,
-    parse_nodes,
     plan,
     return_refusal,
     returned_to_service,

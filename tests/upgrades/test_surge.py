@@ -101,7 +101,7 @@ def test_a_run_aborted_before_its_surge_was_drained_away_leaves_the_nodes_to_the
         tick(run.pk, run.tick_seq)
         reconcile(run.pool_id)
     assert Node.objects.filter(pool=pool).count() == 4
-    services.control(context=context, run=run, action="abort")
+    services.control(run, "abort", context=context)
     run = drive(run)
 
     assert run.status == "aborted"
@@ -110,3 +110,31 @@ def test_a_run_aborted_before_its_surge_was_drained_away_leaves_the_nodes_to_the
     pool.refresh_from_db()
     assert (pool.node_count, pool.surge_nodes, pool.new_machines) == (4, 0, {})
     assert Node.objects.filter(pool=pool).count() == 4  # nothing running on it was disturbed
+
+
+def test_a_pools_own_budget_is_its_runs_default_and_a_bad_one_is_refused_naming_it(api, context, pool):
+    url = f"/api/v1/node-pools/{pool.pk}/"
+    for change, field in (
+        ({"upgrade_max_unavailable": "0"}, "upgrade_max_unavailable"),
+        ({"upgrade_max_surge": "x"}, "upgrade_max_surge"),
+        ({"upgrade_max_unavailable": "101%", "upgrade_max_surge": "1"}, "upgrade_max_unavailable"),
+    ):
+        response = api.patch(url, change, format="json")
+        assert response.status_code == 400 and response.data["details"]["field"] == field, response.data
+    response = api.patch(url, {"upgrade_max_unavailable": "0", "upgrade_max_surge": "1"}, format="json")
+    assert response.status_code == 200
+    assert (response.data["upgrade_max_unavailable"], response.data["upgrade_max_surge"]) == ("0", "1")
+    pool.refresh_from_db()
+
+    kubernetes = services.create_run(context=context, pool=pool, kubernetes_version="1.36", start=False)
+    assert (kubernetes.max_unavailable, kubernetes.max_surge) == ("0", "1")
+    services.control(kubernetes, "abort", context=context)
+    own = services.create_run(
+        context=context, pool=pool, kubernetes_version="1.36", max_surge="2", start=False
+    )
+    assert (own.max_unavailable, own.max_surge) == ("0", "2")  # what the run says wins
+    services.control(own, "abort", context=context)
+    driver = services.create_run(
+        context=context, pool=pool, target_release=DriverRelease.objects.get(version="595.71.05"), start=False
+    )
+    assert (driver.max_unavailable, driver.max_surge) == ("1", "0")  # in place: at least one node out
