@@ -50,7 +50,7 @@ def pool(make_upgrade_pool):
 
 
 def test_a_surge_keeps_every_node_in_service_and_every_claim_placed_while_machines_are_replaced(
-    context, pool
+    context, pool, client, owner
 ):
     before = set(Node.objects.filter(pool=pool).values_list("name", flat=True))
     lowest = []
@@ -77,6 +77,9 @@ def test_a_surge_keeps_every_node_in_service_and_every_claim_placed_while_machin
     pool.refresh_from_db()
     assert (pool.node_count, pool.surge_nodes, pool.surge_remove, pool.new_machines) == (3, 0, [], {})
     assert Claim.objects.filter(cluster=pool.cluster, status="allocated").count() == 5
+    client.force_login(owner)
+    page = client.get(f"/upgrades/{run.pk}/").content.decode()
+    assert "<dt>Max surge</dt><dd>1</dd>" in page and page.count(">surge</span>") == 1
 
 
 def test_without_a_surge_maxunavailable_zero_is_refused_and_a_driver_run_takes_none(context, pool):
