@@ -62,6 +62,7 @@ from .machine import (
     Strategy,
     keeps_cordoned,
     kept_message,
+    nodes_text,
     plan,
     tick_move,
 )
@@ -440,27 +441,37 @@ def _follow_replacements(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[s
         events.publish_node(run, row)
 
 
+def _new_rows(run: UpgradeRun, target: DriverTarget, nodes: list[Node], now, **fields) -> list[UpgradeNode]:
+    """Rows of the run for `nodes` that joined it now, waiting to start, saved; `fields` say why."""
+    rows = [
+        UpgradeNode(
+            run=run,
+            node=node,
+            name=node.name,
+            state=State.UPGRADE_REQUIRED,
+            entered_at=now,
+            pre_cordoned=node.cordoned,
+            from_version=target.node_version(node),
+            **fields,
+        )
+        for node in nodes
+    ]
+    UpgradeNode.objects.bulk_create(rows)
+    return rows
+
+
 def _join_new_nodes(
     run: UpgradeRun, target: DriverTarget, rows: list[UpgradeNode], nodes: dict[str, Node], now
 ) -> list[UpgradeNode]:
     """Nodes the pool gained since the run started (a scale-up) join it, unless they already run the
     target: they came up on the release (or version) the pool had then."""
     known = {row.name for row in rows}
-    joined = [
-        UpgradeNode(
-            run=run,
-            node=node,
-            name=node.name,
-            state=State.UPGRADE_REQUIRED,
-            reason="JoinedPool",
-            entered_at=now,
-            pre_cordoned=node.cordoned,
-            from_version=target.node_version(node),
-        )
+    new = [
+        node
         for name, node in sorted(nodes.items())
         if name not in known and target.node_version(node) != target.version and run.status != Phase.ABORTING
     ]
-    UpgradeNode.objects.bulk_create(joined)
+    joined = _new_rows(run, target, new, now, reason="JoinedPool")
     for row in joined:
         _writes.conditions.append(
             UpgradeCondition(
@@ -521,7 +532,7 @@ def _surge(run, target: DriverTarget, strategy: Strategy, rows, nodes: dict[str,
         run.surge_added_at, pool.surge_nodes = now, strategy.max_surge
         pool.save(update_fields=["surge_nodes"])
         _reconcile_pool(pool)
-        message = f"{_count(strategy.max_surge)} added on {target.what} {target.version} for the upgrade."
+        message = f"{nodes_text(strategy.max_surge)} added on {target.what} {target.version} for the upgrade."
         _writes.conditions.append(UpgradeCondition(run=run, type="Run", reason="SurgeAdded", message=message))
     known = {row.name for row in rows}
     extra = [node for name, node in sorted(nodes.items()) if name not in known]
@@ -529,32 +540,15 @@ def _surge(run, target: DriverTarget, strategy: Strategy, rows, nodes: dict[str,
     if run.status == Phase.RUNNING and settled and not any(row.retire for row in rows) and extra:
         claims = Counter(Allocation.objects.filter(node__in=extra).values_list("node_id", flat=True))
         going = sorted(extra, key=lambda node: claims[node.pk])[: max(pool.surge_nodes, 0)]
-        retiring = [
-            UpgradeNode(
-                run=run,
-                node=node,
-                name=node.name,
-                state=State.UPGRADE_REQUIRED,
-                entered_at=now,
-                retire=True,
-                from_version=target.node_version(node),
-                reason="Surge",
-                message="A surge node: drained, then removed.",
-            )
-            for node in going
-        ]
-        UpgradeNode.objects.bulk_create(retiring)
+        message = "A surge node: drained, then removed."
+        retiring = _new_rows(run, target, going, now, retire=True, reason="Surge", message=message)
         rows += retiring
-        message = f"Every node upgraded: draining away the {_count(len(retiring))} of surge."
+        message = f"Every node upgraded: draining away the {nodes_text(len(retiring))} of surge."
         _writes.conditions.append(
             UpgradeCondition(run=run, type="Run", reason="SurgeRemoving", message=message)
         )
     ready = sum(node.status == Node.Status.READY and not node.cordoned for node in extra)
     return pool.surge_nodes, ready
-
-
-def _count(nodes: int) -> str:
-    return f"{nodes} node" + ("" if nodes == 1 else "s")
 
 
 def _remove_surge_node(run: UpgradeRun, name: str) -> None:
@@ -580,7 +574,7 @@ def release_pool(run: UpgradeRun) -> None:
         pool.node_count += kept
         pool.max_nodes = max(pool.max_nodes, pool.node_count)
         message = (
-            f"The run ended before its {_count(kept)} of surge were drained away: the pool keeps them "
+            f"The run ended before its {nodes_text(kept)} of surge were drained away: the pool keeps them "
             f"({pool.node_count} nodes); scale it down when you wish."
         )
         UpgradeCondition.objects.create(run=run, type="Run", reason="SurgeKept", message=message)

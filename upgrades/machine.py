@@ -507,7 +507,8 @@ def kept_message(message: str) -> str:
     return f"{message.rstrip('. ')}. {KEPT_MESSAGE}" if message else KEPT_MESSAGE
 
 
-def _nodes(count: int) -> str:
+def nodes_text(count: int) -> str:
+    """ "1 node", "3 nodes"."""
     return f"{count} node" + ("" if count == 1 else "s")
 
 
@@ -712,7 +713,7 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
             if startable and not in_flight and not budget:
                 result.reason = "WaitingForSurge"
                 result.message = (
-                    f"Waiting for the pool's {_nodes(run.surge)} of surge on {run.what} "
+                    f"Waiting for the pool's {nodes_text(run.surge)} of surge on {run.what} "
                     f"{run.target_version} (maxUnavailable 0): {run.surge_ready} ready."
                 )
             elif startable and not in_flight and held >= budget:
@@ -720,7 +721,7 @@ def plan(run: RunView, nodes: list[NodeView], strategy: Strategy, now: float) ->
                 result.phase, result.reason = Phase.FAILED, "FailedNodesHoldBudget"
                 result.message = (
                     f"Failed nodes kept cordoned ({held}) hold the whole maxUnavailable budget "
-                    f"({budget}); {_nodes(len(startable))} not upgraded. "
+                    f"({budget}); {nodes_text(len(startable))} not upgraded. "
                     "Retry or roll back."
                 )
                 return result
@@ -758,8 +759,10 @@ def ended_message(reason: str, failed: int, total: int, kept: int, returned: int
     """The message of a run that ended `Aborted` or `NodesFailed`, from its node counts. The plan writes
     it when the run ends; returning a kept node to service writes it again."""
     head = "The run was aborted" if reason == "Aborted" else f"{failed} of {total} nodes failed"
-    kept_note = f"; {_nodes(kept)} kept cordoned (driver not validated): retry or roll back" if kept else ""
-    returned_note = f"; {_nodes(returned)} returned to service unvalidated" if returned else ""
+    kept_note = ""
+    if kept:
+        kept_note = f"; {nodes_text(kept)} kept cordoned (driver not validated): retry or roll back"
+    returned_note = f"; {nodes_text(returned)} returned to service unvalidated" if returned else ""
     return head + kept_note + returned_note + "."
 
 
