@@ -183,16 +183,20 @@ def uuids(claim: WorkloadClaim) -> str:
     return ",".join(share.uuid for share in claim.shares)
 
 
+def share_words(memory: str, guaranteed: object, ceiling: object) -> str:
+    """A fraction's share as NVKE's events say it: "8Gi of GPU memory, compute 10% guaranteed up to 40%"."""
+    return f"{memory} of GPU memory, compute {guaranteed}% guaranteed up to {ceiling}%"
+
+
+def fraction_words(claim: WorkloadClaim) -> str:
+    share = claim.shares[0]
+    return share_words(quantity.format_mib(share.memory_mib), share.guaranteed_percent, share.ceiling_percent)
+
+
 def holding(claim: WorkloadClaim) -> str:
     """What a placed claim holds, in words: its GPUs and node, and for a fraction memory and compute."""
     text = f"{uuids(claim)} on node {claim.node}"
-    if claim.kind == "fraction":
-        share = claim.shares[0]
-        text += (
-            f" ({quantity.format_mib(share.memory_mib)} of GPU memory, compute "
-            f"{share.guaranteed_percent}% guaranteed up to {share.ceiling_percent}%)"
-        )
-    return text
+    return text + (f" ({fraction_words(claim)})" if claim.kind == "fraction" else "")
 
 
 def moved(claim: WorkloadClaim, was: str) -> tuple[str, str]:
@@ -219,10 +223,9 @@ def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
         if error.status in (404, 409):  # gone or changed: the next pass sees it as it is
             return
         raise
-    memory, ceiling = wanted[ANNOTATIONS["memory"]], wanted[ANNOTATIONS["ceiling"]]
-    guaranteed = wanted[ANNOTATIONS["guaranteed"]]
-    message = f"NVKE resized its GPU claim: {memory} of GPU memory, compute {guaranteed}% guaranteed"
-    say(pod, "Normal", "Resized", f"{message} up to {ceiling}%.")
+    memory, guaranteed = wanted[ANNOTATIONS["memory"]], wanted[ANNOTATIONS["guaranteed"]]
+    share = share_words(memory, guaranteed, wanted[ANNOTATIONS["ceiling"]])
+    say(pod, "Normal", "Resized", f"NVKE resized its GPU claim: {share}.")
 
 
 def evict(core, say, pod: dict, reason: str, message: str) -> None:

@@ -22,7 +22,7 @@ from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, Wor
 from . import dra, gpus, records
 from .client import call, read
 from .namespaces import Namespaces
-from .scheduler import PodScheduler, annotations, evict, holding, moved, refresh
+from .scheduler import PodScheduler, annotations, evict, fraction_words, holding, moved, refresh
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -448,11 +448,7 @@ def describe(claim: WorkloadClaim, results: list[dict]) -> str:
     devices = ", ".join(r["device"] for r in results)
     text = f"NVKE allocated {devices} on node {claim.node}"
     if claim.kind == "fraction":
-        share = claim.shares[0]
-        text += (
-            f": {share.memory_mib} MiB of GPU memory, compute {share.guaranteed_percent}% guaranteed "
-            f"up to {share.ceiling_percent}% ({claim.sharing_mode}, isolation {claim.isolation})"
-        )
+        text += f": {fraction_words(claim)} ({claim.sharing_mode}, isolation {claim.isolation})"
     return text + "."
 
 

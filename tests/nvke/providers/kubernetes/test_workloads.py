@@ -105,7 +105,7 @@ def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, 
         assert "config" not in allocation["devices"]  # the driver refuses MPS across claims
         assert (
             "Allocated",
-            f"NVKE allocated gpu-0 on node a10-0: {parse_mib(result['consumedCapacity']['memory'])} MiB"
+            f"NVKE allocated gpu-0 on node a10-0: {result['consumedCapacity']['memory']}"
             " of GPU memory, compute 10% guaranteed up to "
             f"{70 if name == 'train' else 20}% (time-slicing, isolation none).",
         ) in events(kubeapi, name)
