@@ -7,6 +7,7 @@ from django.db import transaction
 
 from clusters.models import Cluster, KubernetesVersion, Region
 from clusters.services import create_cluster
+from nodepools.allocator import create_claim
 from nodepools.catalog import seed_catalog
 from nodepools.models import DriverRelease, GpuModel
 from nodepools.services import create_pool
@@ -14,11 +15,20 @@ from nvke.tenancy.context import TenantContext
 from nvke.tenancy.demo import DEMO_PASSWORD, DEMO_USER, OPERATOR_PASSWORD, OPERATOR_USER
 from nvke.tenancy.models import Membership, Tenant
 
+# (name, namespace, kind, fields): fractions of the L4s, MIG slices of the H100s.
+DEMO_CLAIMS = [
+    ("chat-7b", "inference", "fraction", {"gpu_memory_mib": 8192, "compute_percent": 40}),
+    ("embeddings", "inference", "fraction", {"gpu_memory_mib": 4096, "compute_percent": 20}),
+    ("rerank", "inference", "fraction", {"gpu_memory_mib": 6144, "compute_percent": 30}),
+    ("notebook", "research", "mig", {"mig_profile": "1g.10gb"}),
+    ("finetune", "research", "mig", {"mig_profile": "3g.40gb", "training": True}),
+]
+
 
 class Command(BaseCommand):
     help = (
-        "Seed the catalog, a demo tenant (its owner demo / nvke-demo) with a cluster and two GPU pools, "
-        "and an operator (operator / nvke-operator)."
+        "Seed the catalog, a demo tenant (its owner demo / nvke-demo) with a cluster, two GPU pools and a "
+        "few claims placed on them, and an operator (operator / nvke-operator)."
     )
 
     def handle(self, *args, **options):
@@ -72,6 +82,10 @@ class Command(BaseCommand):
             sharing_mode="mig",
             mig_layout=["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
         )
+        for name, namespace, kind, fields in DEMO_CLAIMS:  # something placed to look at, and live load
+            create_claim(
+                context=context, cluster=cluster, name=name, namespace=namespace, kind=kind, **fields
+            )
         self.stdout.write(self.style.SUCCESS(f"Demo tenant created: owner {DEMO_USER} / {DEMO_PASSWORD}"))
 
 
