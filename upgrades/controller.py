@@ -568,6 +568,8 @@ def release_pool(run: UpgradeRun) -> None:
     """A run that ends gives the pool back its own version for new machines; surge nodes it did not drain
     away (it ended early) stay as the pool's own nodes, so nothing running on them is disturbed."""
     pool = NodePool.objects.select_for_update().get(pk=run.pool_id)
+    if not (pool.new_machines or pool.surge_nodes or pool.surge_remove):
+        return  # a driver run's, or one that never surged
     kept = pool.surge_nodes
     pool.new_machines, pool.surge_nodes, pool.surge_remove = {}, 0, []
     if kept:
