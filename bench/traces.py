@@ -18,7 +18,14 @@ number of GPU pods, draws with replacement from the source's pods of each kind, 
 - `gpuspec` L (5–33): L% of the GPU pods may run only on some GPU models: one model, or with a third's
   chance two models of the same memory family (V100M16|V100M32), drawn in proportion to the GPUs each
   model has, among the models with a node that fits the pod whole (GPUs, CPU, memory).
-- `cpu` L (50–300, in %): CPU-only pods resampled until their CPU adds up to L% of the source's.
+- `cpu` L (50–300, in ‰ of the list's pods): CPU-only pods drawn from the source's CPU-only pods until
+  they are L/10 % of all pods (L 250: 2,355 CPU-only pods beside the 7,064 GPU pods), listed first, then
+  the source's GPU pods unchanged and in order. This is how the dataset's own `openb_pod_list_cpu<L>.csv`
+  are made, as far as they show: `cpu250` (read whole) is 2,356 pods drawn with replacement from the
+  default list's CPU-only pods (timestamps and all) followed by the default's 7,064 GPU pods in order, and
+  the sizes of `cpu050`–`cpu300` fit 5–30% CPU-only pods to within 5 pods. (Before 5 December 2026 the
+  level scaled the CPU-only pods' CPU to L% of the source's: 2,727 CPU-only pods at 250, harsher than the
+  dataset's list at every level.)
 """
 
 from __future__ import annotations
@@ -161,7 +168,7 @@ def family(pods: list[PodRow], nodes: list[NodeRow], name: str, level: int, seed
     elif name == "gpuspec":
         out = _constrain(rng, gpu, nodes, level) + cpu_only
     else:
-        out = gpu + _cpu_scaled(rng, cpu_only, level)
+        out = _cpu_share(rng, cpu_only, len(gpu), level) + gpu
     return [replace(p, name=f"{name}{level}-pod-{i:05d}") for i, p in enumerate(out)]
 
 
@@ -196,15 +203,14 @@ def _fits_node(pod: PodRow, node: NodeRow) -> bool:
     return node.gpus >= pod.num_gpu and node.cpu_milli >= pod.cpu_milli and node.memory_mib >= pod.memory_mib
 
 
-def _cpu_scaled(rng: random.Random, cpu_only: list[PodRow], level: int) -> list[PodRow]:
-    target = sum(p.cpu_milli for p in cpu_only) * level / 100
-    out: list[PodRow] = []
-    total = 0
-    while cpu_only and total < target:
-        pod = rng.choice(cpu_only)
-        out.append(pod)
-        total += pod.cpu_milli
-    return out
+def _cpu_share(rng: random.Random, cpu_only: list[PodRow], gpu_pods: int, level: int) -> list[PodRow]:
+    """CPU-only pods drawn with replacement until they are `level` ‰ of the pods, `gpu_pods` beside them."""
+    if not 0 <= level < 1000:
+        raise ValueError(f"cpu level {level}: CPU-only pods must be 0–999 ‰ of the pods")
+    if not cpu_only:
+        raise ValueError("the source has none of the pods this family needs")
+    count = -(-gpu_pods * level // (1000 - level))  # the least n with n / (n + gpu_pods) ≥ level / 1000
+    return [rng.choice(cpu_only) for _ in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,13 +64,22 @@ def test_gpuspec_constrains_pods_to_models_that_fit_them(traces, source):
     assert all("T4" not in p.gpu_spec for p in constrained if p.num_gpu > 2)  # T4 nodes have 2 GPUs
 
 
-def test_cpu_scales_the_cpu_of_cpu_only_pods(traces, source):
+@pytest.mark.parametrize(("level", "count"), [(50, 6), (100, 12), (250, 34), (300, 43)])
+def test_cpu_sets_the_share_of_cpu_only_pods_as_the_datasets_lists_do(traces, source, level, count):
+    # the dataset's openb_pod_list_cpu250.csv: 2,356 CPU-only pods drawn from the default list's, then
+    # the default's 7,064 GPU pods in order (25.0% of the pods CPU-only)
     pods, nodes = source
-    base = sum(p.cpu_milli for p in pods if not p.num_gpu)
-    out = traces.family(pods, nodes, "cpu", 250, seed=0)
-    cpu = sum(p.cpu_milli for p in out if not p.num_gpu)
-    assert 2.5 * base <= cpu < 2.5 * base + 4000  # the last pod drawn crosses the target
-    assert len(gpu_pods(out)) == 100
+    out = traces.family(pods, nodes, "cpu", level, seed=0)
+    cpu_only = [p for p in out if not p.num_gpu]
+    assert len(cpu_only) == count  # the least n with n / (n + 100) ≥ level / 1000
+    assert count / (count + 100) >= level / 1000 > (count - 1) / (count - 1 + 100)
+    assert not out[0].num_gpu and all(p.num_gpu for p in out[count:])  # CPU-only pods first
+    source_cpu = {(p.cpu_milli, p.memory_mib) for p in pods if not p.num_gpu}
+    assert all((p.cpu_milli, p.memory_mib) in source_cpu for p in cpu_only)
+    gpu = [p for p in pods if p.num_gpu]
+    assert [(p.cpu_milli, p.num_gpu, p.gpu_milli) for p in gpu_pods(out)] == [
+        (p.cpu_milli, p.num_gpu, p.gpu_milli) for p in gpu
+    ]  # the source's GPU pods, unchanged and in order
 
 
 def test_families_are_seeded_and_round_trip_through_csv(traces, source, tmp_path):
