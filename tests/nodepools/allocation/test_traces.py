@@ -47,10 +47,20 @@ def test_gpushare_sets_the_share_of_sharing_pods(traces, source, level):
     assert sum(not p.num_gpu for p in out) == 20  # CPU-only pods as in the source
 
 
-def test_multigpu_sets_the_share_of_multi_gpu_pods(traces, source):
+@pytest.mark.parametrize("level", [50, 80])  # the source: 39% of its GPUs multi-GPU
+def test_multigpu_appends_multi_gpu_pods_until_they_ask_the_level_of_the_gpus(traces, source, level):
+    # the dataset's openb_pod_list_multigpu50.csv: the default list's pods in order, then 909 pods drawn
+    # from its multi-GPU pods (multi-GPU pods then ask 50.3% of the GPUs)
     pods, nodes = source
-    gpu = gpu_pods(traces.family(pods, nodes, "multigpu", 30, seed=0))
-    assert len(gpu) == 100 and sum(p.num_gpu > 1 for p in gpu) == 30
+    out = traces.family(pods, nodes, "multigpu", level, seed=0)
+    assert [(p.cpu_milli, p.num_gpu, p.gpu_milli) for p in out[: len(pods)]] == [
+        (p.cpu_milli, p.num_gpu, p.gpu_milli) for p in pods
+    ]  # the source unchanged and in order
+    added = out[len(pods) :]
+    assert added and all(p.num_gpu == 4 for p in added)  # drawn from the source's multi-GPU pods
+    gpus = sum(p.gpus for p in out)
+    multi = sum(p.gpus for p in out if p.num_gpu > 1)
+    assert multi >= gpus * level / 100 > multi - 4  # the last pod drawn crosses the level
 
 
 def test_gpuspec_constrains_pods_to_models_that_fit_them(traces, source):
