@@ -10,28 +10,27 @@ Reading: the columns `name,cpu_milli,memory_mib,num_gpu,gpu_milli` are required;
 A malformed file stops with the file, line and column named (`TraceError`), never a traceback.
 
 Families (the dataset's own variants are "sampled from the default one, emphasizing certain types of
-workloads", and the gpuspec ones "augment tasks with GPU type requirements"); each keeps the source's
-number of GPU pods, draws with replacement from the source's pods of each kind, and is seeded:
+workloads", and the gpuspec ones "augment tasks with GPU type requirements"); each draws with replacement
+from the source's pods of each kind and is seeded:
 - `gpushare` L (20–100): L% of the GPU pods share a GPU (num_gpu 1, gpu_milli < 1000), the rest are
-  whole-GPU pods; CPU-only pods as in the source.
-- `multigpu` L (20–50): the source unchanged, then multi-GPU pods drawn from the source's until multi-GPU
-  pods ask L% of the GPUs the GPU pods ask. The dataset's `openb_pod_list_multigpu50.csv` (read whole) is
-  the default list's 8,152 pods in order (its first five columns) followed by 909 pods drawn with
-  replacement from the default's 75 multi-GPU pods (5,272 GPUs: multi-GPU pods then ask 50.3% of the
-  GPUs); the sizes of `multigpu20`–`multigpu40` fit the same rule (172, 355, 593 pods appended; ours
-  about 5% fewer). (Before 5 December 2026, L% of the GPU pods by count asked 2–8 GPUs: about 85% of
-  the GPUs at 50, far more multi-GPU demand than the dataset's list.)
+  whole-GPU pods; as many GPU pods as the source, CPU-only pods as in the source.
+- `multigpu` L (20–50): the source unchanged, then multi-GPU pods drawn from the source's until
+  multi-GPU pods ask L% of the GPUs that the GPU pods ask. The dataset's `openb_pod_list_multigpu50.csv`
+  (read whole) is the default list's 8,152 pods in order (first five columns), then 909 pods drawn from
+  the default's 75 multi-GPU pods (5,272 GPUs: multi-GPU pods then ask 50.3% of the GPUs); the sizes
+  of `multigpu20`–`multigpu40` fit the same rule (172, 355, 593 pods appended; ours 3–8% fewer).
+  Until the evening of 4 December 2026, L% of the GPU pods by count asked 2–8 GPUs instead: about 85%
+  of the GPUs at 50, far more multi-GPU demand than the dataset's list.
 - `gpuspec` L (5–33): L% of the GPU pods may run only on some GPU models: one model, or with a third's
   chance two models of the same memory family (V100M16|V100M32), drawn in proportion to the GPUs each
   model has, among the models with a node that fits the pod whole (GPUs, CPU, memory).
-- `cpu` L (50–300, in ‰ of the list's pods): CPU-only pods drawn from the source's CPU-only pods until
-  they are L/10 % of all pods (L 250: 2,355 CPU-only pods beside the 7,064 GPU pods), listed first, then
-  the source's GPU pods unchanged and in order. This is how the dataset's own `openb_pod_list_cpu<L>.csv`
-  are made, as far as they show: `cpu250` (read whole) is 2,356 pods drawn with replacement from the
-  default list's CPU-only pods (timestamps and all) followed by the default's 7,064 GPU pods in order, and
-  the sizes of `cpu050`–`cpu300` fit 5–30% CPU-only pods to within 5 pods. (Before 5 December 2026 the
-  level scaled the CPU-only pods' CPU to L% of the source's: 2,727 CPU-only pods at 250, harsher than the
-  dataset's list at every level.)
+- `cpu` L (50–300, in ‰ of the list's pods): CPU-only pods drawn from the source's until they are
+  L/10 % of all pods (L 250: 2,355 beside the 7,064 GPU pods), listed first, then the source's GPU pods
+  unchanged and in order. The dataset's `openb_pod_list_cpu250.csv` (read whole) is 2,356 pods drawn from
+  the default list's CPU-only pods (timestamps and all), then the default's 7,064 GPU pods in order; the
+  sizes of `cpu050`–`cpu300` fit 5–30% CPU-only pods to within 5 pods. Until the evening of 4 December
+  2026 the level scaled the CPU-only pods' CPU to L% of the source's instead: 2,727 CPU-only pods at
+  250, harsher than the dataset's list at every level.
 """
 
 from __future__ import annotations
