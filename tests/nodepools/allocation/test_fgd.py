@@ -64,6 +64,24 @@ def test_distribution_covers_the_most_frequent_shapes_and_drops_cpu_only():
     assert d.weights == pytest.approx((90 / 92, 2 / 92))
 
 
+def test_fgd_measures_against_the_rare_multi_gpu_shapes_unless_cpu_binds():
+    """A rare 8-GPU shape (4% of the claims, outside the 95% typical set) still counts where CPU does
+    not bind: a node that can no longer take it strands its free GPU for it (the default list: 263.15 ->
+    260.3 unallocated GPUs). Where CPU binds fleet-wide the typical shapes alone are measured, as before
+    (cpu300: measuring every shape there left 828.7 instead of 762.3). Rare one-GPU shapes stay out."""
+    common, rare, odd = frac(500), Request("whole", gpus=8), frac(900)
+    d = distribution_of({common: 95, rare: 4, odd: 1}, coverage=0.95)
+    assert d.shapes == (common,)  # the typical set is unchanged
+    assert odd not in d.extended_shapes
+    broken = Interner().signature(with_used(node("n", gpus=8), 500, 0, 0, 0, 0, 0, 0, 0))[0]
+    assert FragModel(d, cpu_bound=True).frag(broken) == pytest.approx(0)  # every GPU can take a 500
+    assert FragModel(d, cpu_bound=False).frag(broken) == pytest.approx(4 / 99 * 7500)  # but not the 8
+    whole = Interner().signature(node("m", gpus=8))[0]
+    assert FragModel(d, cpu_bound=False).frag(whole) == pytest.approx(0)
+    paper = distribution_of({common: 95, rare: 4, odd: 1}, coverage=0.95, extensions=False)
+    assert FragModel(paper).frag(broken) == pytest.approx(0)  # the paper's measure: typical shapes only
+
+
 def test_workload_keeps_a_window_and_refreshes_its_snapshot():
     w = Workload(window=3, refresh_every=2)
     w.record(frac(100))

@@ -47,10 +47,20 @@ def test_gpushare_sets_the_share_of_sharing_pods(traces, source, level):
     assert sum(not p.num_gpu for p in out) == 20  # CPU-only pods as in the source
 
 
-def test_multigpu_sets_the_share_of_multi_gpu_pods(traces, source):
+@pytest.mark.parametrize("level", [50, 80])  # the source: 39% of its GPUs multi-GPU
+def test_multigpu_appends_multi_gpu_pods_until_they_ask_the_level_of_the_gpus(traces, source, level):
+    # the dataset's openb_pod_list_multigpu50.csv: the default list's pods in order, then 909 pods drawn
+    # from its multi-GPU pods (multi-GPU pods then ask 50.3% of the GPUs)
     pods, nodes = source
-    gpu = gpu_pods(traces.family(pods, nodes, "multigpu", 30, seed=0))
-    assert len(gpu) == 100 and sum(p.num_gpu > 1 for p in gpu) == 30
+    out = traces.family(pods, nodes, "multigpu", level, seed=0)
+    assert [(p.cpu_milli, p.num_gpu, p.gpu_milli) for p in out[: len(pods)]] == [
+        (p.cpu_milli, p.num_gpu, p.gpu_milli) for p in pods
+    ]  # the source unchanged and in order
+    added = out[len(pods) :]
+    assert added and all(p.num_gpu == 4 for p in added)  # drawn from the source's multi-GPU pods
+    gpus = sum(p.gpus for p in out)
+    multi = sum(p.gpus for p in out if p.num_gpu > 1)
+    assert multi >= gpus * level / 100 > multi - 4  # the last pod drawn crosses the level
 
 
 def test_gpuspec_constrains_pods_to_models_that_fit_them(traces, source):
@@ -64,13 +74,22 @@ def test_gpuspec_constrains_pods_to_models_that_fit_them(traces, source):
     assert all("T4" not in p.gpu_spec for p in constrained if p.num_gpu > 2)  # T4 nodes have 2 GPUs
 
 
-def test_cpu_scales_the_cpu_of_cpu_only_pods(traces, source):
+@pytest.mark.parametrize(("level", "count"), [(50, 6), (100, 12), (250, 34), (300, 43)])
+def test_cpu_sets_the_share_of_cpu_only_pods_as_the_datasets_lists_do(traces, source, level, count):
+    # the dataset's openb_pod_list_cpu250.csv: 2,356 CPU-only pods drawn from the default list's, then
+    # the default's 7,064 GPU pods in order (25.0% of the pods CPU-only)
     pods, nodes = source
-    base = sum(p.cpu_milli for p in pods if not p.num_gpu)
-    out = traces.family(pods, nodes, "cpu", 250, seed=0)
-    cpu = sum(p.cpu_milli for p in out if not p.num_gpu)
-    assert 2.5 * base <= cpu < 2.5 * base + 4000  # the last pod drawn crosses the target
-    assert len(gpu_pods(out)) == 100
+    out = traces.family(pods, nodes, "cpu", level, seed=0)
+    cpu_only = [p for p in out if not p.num_gpu]
+    assert len(cpu_only) == count  # the least n with n / (n + 100) ≥ level / 1000
+    assert count / (count + 100) >= level / 1000 > (count - 1) / (count - 1 + 100)
+    assert not out[0].num_gpu and all(p.num_gpu for p in out[count:])  # CPU-only pods first
+    source_cpu = {(p.cpu_milli, p.memory_mib) for p in pods if not p.num_gpu}
+    assert all((p.cpu_milli, p.memory_mib) in source_cpu for p in cpu_only)
+    gpu = [p for p in pods if p.num_gpu]
+    assert [(p.cpu_milli, p.num_gpu, p.gpu_milli) for p in gpu_pods(out)] == [
+        (p.cpu_milli, p.num_gpu, p.gpu_milli) for p in gpu
+    ]  # the source's GPU pods, unchanged and in order
 
 
 def test_families_are_seeded_and_round_trip_through_csv(traces, source, tmp_path):
