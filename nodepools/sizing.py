@@ -16,8 +16,15 @@ def sizing_hints(claim: Claim, allocation: Allocation | None) -> dict | None:
     if claim.kind != Claim.Kind.FRACTION or allocation is None:
         return None
     pool = allocation.node.pool
-    card_mib = pool.gpu_model.memory_mib
-    memory_mib, ceiling = allocation.memory_mib, allocation.compute_milli // 10
+    return fraction_hints(
+        allocation.memory_mib, allocation.compute_milli, pool.gpu_model.memory_mib, pool.sharing_mode
+    )
+
+
+def fraction_hints(memory_mib: int, ceiling_milli: int, card_mib: int, sharing_mode: str) -> dict:
+    """The hints of a fraction holding `memory_mib` and a compute ceiling of `ceiling_milli` on a card
+    of `card_mib` in a pool of `sharing_mode`."""
+    ceiling = ceiling_milli // 10
     hints: dict = {"pod_resources": _pod_resources(memory_mib, ceiling)}
     if memory_mib and card_mib:
         # vLLM sizes its whole instance (weights, KV cache, activations, CUDA context) as this fraction of
@@ -31,7 +38,7 @@ def sizing_hints(claim: Claim, allocation: Allocation | None) -> dict | None:
             "activations and the CUDA context) against this fraction, so it is rounded down, never up; "
             f"see {VLLM_DOCS}."
         )
-    if pool.sharing_mode == SharingMode.MPS:
+    if sharing_mode == SharingMode.MPS:
         hints["mps_environment"] = mps_environment(memory_mib, ceiling)
     return hints
 

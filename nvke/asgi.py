@@ -1,3 +1,4 @@
+import gc
 import os
 
 import django
@@ -32,6 +33,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
 
 from nvke.routing import websocket_urlpatterns  # noqa: E402
 from nvke.websocket_auth import AnonymousHandshakeLimit, TokenAuthMiddleware  # noqa: E402
@@ -54,3 +56,12 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# What is loaded by now lives as long as the process (Django, and the URL conf with every view and
+# serializer it imports, loaded here rather than on the first request): frozen out of the cyclic
+# collector's way, so a full collection walks only what requests leave behind. A page of nodes/ (50
+# nodes, 2,300 shares) set one off every 15 requests or so, each 185-250 ms of the process (the list's
+# p99); with the start-up frozen, ~40 ms.
+get_resolver().url_patterns  # noqa: B018
+gc.collect()
+gc.freeze()

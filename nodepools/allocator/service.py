@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from audit import recorder as audit
 from clusters.models import Cluster
 from nvke import jobs
 from nvke.errors import Conflict, DomainError
@@ -91,7 +92,7 @@ def create_claim(
     with transaction.atomic():
         quotas.check_claim(context.tenant, claim)
         try:
-            claim.save()
+            audit.insert(claim)  # with its audit entry, in one statement
         except IntegrityError:  # the name is taken; leaving the block rolls back
             raise duplicate from None
         CACHE.workload(cluster.pk).record(request_of(claim))

@@ -1,16 +1,15 @@
 """Claims API: create (placed at once or pending with a reason), list with GPU-MEMORY and GPU-UTIL
 columns, read, release (DELETE). The defragmentation serializers serve the clusters' routes."""
 
-from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import mixins, serializers
 
 from clusters.models import Cluster
-from nodepools import allocator
+from nodepools import allocator, selectors
 from nodepools.filtersets import ClaimFilter
-from nodepools.models import Claim, GpuShare, NodePool
+from nodepools.models import Claim, NodePool
 from nodepools.sharing import isolation_detail
-from nodepools.sizing import sizing_hints
+from nodepools.sizing import fraction_hints
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.quantity import format_mib, human_mib, parse_mib
 from nvke.tenancy.context import resolve_tenant
@@ -33,38 +32,10 @@ class MemoryQuantityField(serializers.Field):
         return format_mib(value)
 
 
-class GpuShareSerializer(serializers.Serializer):
-    gpu_index = serializers.IntegerField(source="gpu.index")
-    gpu_uuid = serializers.UUIDField(source="gpu.uuid")
-    memory_mib = serializers.IntegerField()
-    compute_percent = serializers.SerializerMethodField(help_text="The compute ceiling on this GPU")
-    guaranteed_percent = serializers.SerializerMethodField(help_text="The guaranteed compute on this GPU")
-    exclusive = serializers.BooleanField()
-    mig_profile = serializers.CharField()
-    mig_start = serializers.IntegerField(allow_null=True)
-
-    def get_compute_percent(self, share) -> float:
-        return share.compute_milli / 10
-
-    def get_guaranteed_percent(self, share) -> float:
-        return share.guaranteed_milli / 10
-
-
-class AllocationSerializer(serializers.Serializer):
-    node = serializers.IntegerField(source="node_id")
-    node_name = serializers.CharField(source="node.name")
-    pool = serializers.CharField(source="node.pool.name")
-    isolation = serializers.CharField()
-    isolation_detail = serializers.SerializerMethodField(help_text="What holds its memory and compute")
-    gpus = GpuShareSerializer(source="shares", many=True)
-
-    def get_isolation_detail(self, allocation) -> str:
-        return isolation_detail(allocation.isolation, allocation.node.pool.sharing_mode)
-
-
-def gpu_util_display(allocation) -> str:
+def gpu_util_display(shares: list[dict]) -> str:
     """The GPU-UTIL column: the compute ceiling held, and the guaranteed part when it is less."""
-    ceiling, guaranteed = allocation.compute_milli // 10, allocation.guaranteed_milli // 10
+    ceiling = sum(s["compute_milli"] for s in shares) // 10
+    guaranteed = sum(s["guaranteed_milli"] for s in shares) // 10
     return f"{ceiling}%" if guaranteed == ceiling else f"{guaranteed}%/{ceiling}%"
 
 
@@ -136,41 +107,109 @@ class ClaimSerializer(serializers.ModelSerializer):
         read_only_fields = ["status", "pending_reason", "allocated_at", "source"]
         validators = []  # uniqueness is the service's, answered with 409 naming the field
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def get_fields(self) -> dict:
+        fields = super().get_fields()  # for input and the schema: a read is written out by hand
         request = self.context.get("request")
         if request is not None:
             context = resolve_tenant(request)
-            self.fields["cluster"].queryset = Cluster.objects.restrict(context)
-            self.fields["pool"].queryset = NodePool.objects.restrict(context)
+            fields["cluster"].queryset = Cluster.objects.restrict(context)
+            fields["pool"].queryset = NodePool.objects.restrict(context)
+        return fields
 
-    def _allocation(self, claim: Claim):
-        return getattr(claim, "allocation", None) if claim.status == Claim.Status.ALLOCATED else None
+    def to_representation(self, claim: dict) -> dict:
+        """The claim from a `selectors.claim_rows` row with its shares attached (`attach_claim_shares`),
+        written out by hand in the fields' order: DRF's field-by-field walk over a page of claims, their
+        allocations and shares cost most of the request. tests/nodepools/test_claim_document.py holds
+        it to what the fields (and before them, DRF's walk over the models) give."""
+        return {
+            "id": claim["id"],
+            "cluster": claim["cluster_id"],
+            "pool": claim["pool_id"],
+            "namespace": claim["namespace"],
+            "name": claim["name"],
+            "kind": claim["kind"],
+            "gpus": claim["gpus"],
+            "nvlink_required": claim["nvlink_required"],
+            "mig_profile": claim["mig_profile"],
+            "gpu_memory": None if claim["gpu_memory_mib"] is None else format_mib(claim["gpu_memory_mib"]),
+            "compute_percent": claim["compute_percent"],
+            "guaranteed_percent": claim["guaranteed_percent"],
+            "cpu_milli": claim["cpu_milli"],
+            "host_memory_mib": claim["host_memory_mib"],
+            "allowed_models": [str(model) for model in claim["allowed_models"]],
+            "priority": claim["priority"],
+            "training": claim["training"],
+            "status": claim["status"],
+            "pending_reason": claim["pending_reason"],
+            "allocation": self.get_allocation(claim),
+            "gpu_memory_display": self.get_gpu_memory_display(claim),
+            "gpu_util_display": self.get_gpu_util_display(claim),
+            "sizing": self.get_sizing(claim),
+            "source": claim["source"],
+            "workload": self.get_workload(claim),
+            "created_at": DATETIME.to_representation(claim["created_at"]),
+            "allocated_at": DATETIME.to_representation(claim["allocated_at"]),
+        }
 
-    @extend_schema(responses=AllocationSerializer(allow_null=True))
-    def get_allocation(self, claim: Claim) -> dict | None:
-        allocation = self._allocation(claim)
-        if allocation is None:
+    def get_allocation(self, claim: dict) -> dict | None:
+        shares = _placed_shares(claim)
+        if shares is None:
             return None
-        if not hasattr(self, "_allocation_serializer"):  # built once per list, not per claim
-            self._allocation_serializer = AllocationSerializer()
-        return self._allocation_serializer.to_representation(allocation)
+        return {
+            "node": claim["node_id"],
+            "node_name": claim["node_name"],
+            "pool": claim["pool_name"],
+            "isolation": claim["isolation"],
+            "isolation_detail": isolation_detail(claim["isolation"], claim["sharing_mode"]),
+            "gpus": [
+                {
+                    "gpu_index": share["gpu_index"],
+                    "gpu_uuid": str(share["gpu_uuid"]),
+                    "memory_mib": share["memory_mib"],
+                    "compute_percent": share["compute_milli"] / 10,
+                    "guaranteed_percent": share["guaranteed_milli"] / 10,
+                    "exclusive": share["exclusive"],
+                    "mig_profile": share["mig_profile"],
+                    "mig_start": share["mig_start"],
+                }
+                for share in shares
+            ],
+        }
 
     @extend_schema_field(WorkloadSerializer(allow_null=True))
-    def get_workload(self, claim: Claim) -> dict | None:
-        return claim.workload or None
+    def get_workload(self, claim: dict) -> dict | None:
+        return claim["workload"] or None
 
     @extend_schema_field({"type": "object", "nullable": True})
-    def get_sizing(self, claim: Claim) -> dict | None:
-        return sizing_hints(claim, self._allocation(claim))
+    def get_sizing(self, claim: dict) -> dict | None:
+        shares = _placed_shares(claim)
+        if claim["kind"] != Claim.Kind.FRACTION or shares is None:
+            return None
+        return fraction_hints(
+            sum(s["memory_mib"] for s in shares),
+            sum(s["compute_milli"] for s in shares),
+            claim["card_mib"],
+            claim["sharing_mode"],
+        )
 
-    def get_gpu_memory_display(self, claim: Claim) -> str:
-        allocation = self._allocation(claim)
-        return human_mib(allocation.memory_mib) if allocation else "-"
+    def get_gpu_memory_display(self, claim: dict) -> str:
+        shares = _placed_shares(claim)
+        return "-" if shares is None else human_mib(sum(s["memory_mib"] for s in shares))
 
-    def get_gpu_util_display(self, claim: Claim) -> str:
-        allocation = self._allocation(claim)
-        return gpu_util_display(allocation) if allocation else "-"
+    def get_gpu_util_display(self, claim: dict) -> str:
+        shares = _placed_shares(claim)
+        if shares is None:
+            return "-"
+        return gpu_util_display(shares)
+
+
+DATETIME = serializers.DateTimeField()  # as the model's date-time fields are written
+
+
+def _placed_shares(claim: dict) -> list[dict] | None:
+    """An allocated claim's GPU shares (None while it is not placed)."""
+    placed = claim["status"] == Claim.Status.ALLOCATED and claim["allocation_id"] is not None
+    return claim["shares"] if placed else None
 
 
 class ClaimViewSet(
@@ -184,25 +223,28 @@ class ClaimViewSet(
     `pending` with a reason and places it when capacity frees. DELETE releases it."""
 
     # In the unique index's order (cluster id, not name): a page of 10,000 claims walks the index to
-    # its 50 rows instead of joining and sorting them all. The shares come with their GPUs in one
-    # query, ordered within the allocation (one node) by GPU index: GpuShare's own ordering sorts
-    # through node, pool and cluster names.
-    queryset = (
-        Claim.objects.select_related("allocation__node__pool__gpu_model")
-        .prefetch_related(
-            Prefetch(
-                "allocation__shares",
-                queryset=GpuShare.objects.select_related("gpu").order_by("gpu__index", "mig_start"),
-            )
-        )
-        .order_by("cluster_id", "namespace", "name")
-    )
+    # its 50 rows instead of joining and sorting them all.
+    queryset = Claim.objects.order_by("cluster_id", "namespace", "name")
     serializer_class = ClaimSerializer
     filterset_class = ClaimFilter
     ordering_fields = ["name", "created_at", "priority"]
 
+    def get_queryset(self):
+        claims = super().get_queryset()
+        # Reads are plain rows, written out by hand (ClaimSerializer.to_representation); a release acts
+        # on the claim itself.
+        return claims if self.action == "destroy" else selectors.claim_rows(claims)
+
+    def get_serializer(self, *args, **kwargs):
+        # The page's (or the one claim's) GPU shares, as plain rows in one query.
+        if args:
+            selectors.attach_claim_shares(args[0] if kwargs.get("many") else [args[0]])
+        return super().get_serializer(*args, **kwargs)
+
     def perform_create(self, serializer):
-        serializer.instance = allocator.create_claim(context=self.tenant_context, **serializer.validated_data)
+        claim = allocator.create_claim(context=self.tenant_context, **serializer.validated_data)
+        serializer.instance = selectors.claim_rows(Claim.objects.filter(pk=claim.pk)).get()
+        selectors.attach_claim_shares([serializer.instance])
 
     def perform_destroy(self, instance):
         allocator.release_claim(instance)

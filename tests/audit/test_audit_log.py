@@ -227,3 +227,47 @@ def test_the_audit_ip_is_the_proxys_peer_not_what_the_client_wrote(owner, catalo
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert client.post("/api/v1/clusters/", {**CLUSTER, "name": "dev"}).status_code == 201
     assert AuditEntry.objects.get(object_type="clusters.cluster", object_repr="dev").ip == "10.0.0.2"
+
+
+def test_a_claim_and_its_entry_in_one_statement_are_what_save_and_the_signals_write(
+    owner, make_cluster, django_assert_num_queries
+):
+    """recorder.insert (the claim path's one statement) writes the row and the entry that save() and
+    the signals write, from a request with a token and an address as well as from the system."""
+    from django.db import connection
+
+    from audit.context import acting_as
+    from audit.recorder import insert
+    from nodepools.models import Claim
+
+    tenant = owner.memberships.get().tenant
+    cluster = make_cluster(tenant)
+    _, raw = ApiToken.issue(tenant=tenant, user=owner, name="ci")
+    client = APIClient(REMOTE_ADDR="203.0.113.7")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    body = {"cluster": cluster.pk, "name": "api", "kind": "fraction", "gpu_memory": "1Gi", "priority": 3}
+    assert client.post("/api/v1/claims/", body, format="json").status_code == 201
+    fields = {"tenant": tenant, "cluster": cluster, "kind": "fraction", "gpu_memory_mib": 1024, "priority": 3}
+    with acting_as("system test"):
+        saved = Claim(name="saved", **fields)
+        saved.save()
+        inserted = Claim(name="inserted", **fields)
+        with django_assert_num_queries(1 if connection.vendor == "postgresql" else 2):
+            insert(inserted)
+    assert not inserted._state.adding and inserted.created_at is not None
+    assert Claim.objects.filter(pk=inserted.pk, name="inserted", created_at=inserted.created_at).exists()
+
+    def entry(name: str) -> dict:
+        row = AuditEntry.objects.filter(object_type="nodepools.claim", object_repr=f"default/{name}").values()
+        found = dict(row.get())
+        assert found["object_id"] == str(Claim.objects.get(name=name).pk)
+        assert found["changes"].pop("name") == [None, name]
+        return {k: v for k, v in found.items() if k not in ("id", "object_id", "object_repr", "created_at")}
+
+    assert entry("inserted") == entry("saved")
+    by_api = entry("api")
+    assert (by_api["ip"], by_api["actor_user_id"], by_api["changes"]["priority"]) == (
+        "203.0.113.7",
+        owner.pk,
+        [None, 3],
+    )
