@@ -1,5 +1,7 @@
 """Telemetry benchmark: N simulated GPUs at 1 sample/s each, C websocket clients watching; reports the
-samples/s stored, end-to-end latency (sample time → frame received) p50/p99, and CPU used.
+samples/s stored, end-to-end latency (sample time → frame received) p50/p99, the server's own part of it
+(its /metrics histogram of frames by the age of their oldest sample when handed to the sockets), and
+CPU used.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/nvke_tm REDIS_URL=redis://127.0.0.1:6379/13 \
         python bench/telemetry.py --gpus 10000 --clients 200 --seconds 30 [--http] [--json]
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+METRICS_TOKEN = "bench-metrics"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -223,6 +226,26 @@ async def watch(ws, until: float, measure_from: float, stats: dict) -> None:
             stats["latencies"].extend(received - row[ts] for row in frame["gpus"])
 
 
+def frame_lag_buckets(port: int) -> dict[str, float]:
+    """The server's cumulative frame-lag histogram (/metrics: nvke_telemetry_frame_lag_seconds), by `le`."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    headers = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", headers=headers, timeout=60).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "nvke_telemetry_frame_lag_seconds":
+            return {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
+    return {}
+
+
+def bucket_quantile(before: dict[str, float], after: dict[str, float], q: float) -> str:
+    """The least bucket bound that at least `q` of the frames sent between the two reads were under."""
+    counts = [(le, after[le] - before.get(le, 0.0)) for le in after]
+    total = counts[-1][1] if counts else 0
+    return next((le for le, n in counts if total and n >= q * total), "")
+
+
 def percentile(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=1000)[int(p * 10) - 1] if len(values) > 1 else float("nan")
 
@@ -284,7 +307,7 @@ def main() -> None:
         print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
         return
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NVKE_METRICS_TOKEN": METRICS_TOKEN}
     log = open(args.server_log, "w") if args.server_log else subprocess.DEVNULL  # noqa: SIM115
     server = subprocess.Popen(
         web_server(args.server, port),
@@ -298,6 +321,7 @@ def main() -> None:
             time.sleep(0.2)
         total = args.warmup + args.seconds
         cpu_start: dict[str, float] = {}
+        lag_start: dict[str, float] = {}
 
         async def measure() -> tuple[dict, float, dict, subprocess.Popen]:
             gate = asyncio.Semaphore(10)
@@ -323,6 +347,7 @@ def main() -> None:
             stats = {"connected": len(sockets), "frames": 0, "latencies": []}
             watching = asyncio.gather(*(watch(ws, start + total, measure_from, stats) for ws in sockets))
             await asyncio.sleep(args.warmup)  # CPU counts from the end of the warmup
+            lag_start.update(await asyncio.to_thread(frame_lag_buckets, port))
             cpu_start.update(
                 server=cpu_seconds(server.pid),
                 sender=cpu_seconds(sender.pid),
@@ -340,6 +365,7 @@ def main() -> None:
             "clients": time.process_time() - cpu_start["clients"],
             "redis_server_shared": redis_cpu() - cpu_start["redis"],
         }
+        lag_end = frame_lag_buckets(port)
         sent = json.loads(sender.communicate(timeout=60)[0].strip().splitlines()[-1])
     finally:
         server.terminate()
@@ -360,6 +386,10 @@ def main() -> None:
         "latency_p50_s": round(percentile(latencies, 50), 3),
         "latency_p99_s": round(percentile(latencies, 99), 3),
         "latency_rows": len(latencies),
+        # The server's part, from its own histogram: the bucket bound under which half / 99% of the frames
+        # were handed to their sockets, counted from each frame's oldest sample.
+        "server_frame_lag_p50_le_s": bucket_quantile(lag_start, lag_end, 0.5),
+        "server_frame_lag_p99_le_s": bucket_quantile(lag_start, lag_end, 0.99),
         "cpu_cores_used": {k: round(v / window, 2) for k, v in cpu.items()},
         "load_average": os.getloadavg(),
     }

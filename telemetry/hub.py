@@ -135,16 +135,18 @@ class Hub:
         changed = await self._fresh()
         if not changed:
             return
+        lags = []  # (seconds since the frame's oldest sample, frames sent), for /metrics
         for view in views:
             rows = [changed[gpu["id"]] for gpu in view.gpus if gpu["id"] in changed]
             if rows:
                 text = json.dumps(
                     {"type": "telemetry.frame", "view": view.key, "columns": COLUMNS, "gpus": rows}
                 )
-                await asyncio.gather(
-                    *(send(text) for send in list(view.members.values())), return_exceptions=True
-                )
-                self.frames_sent += len(view.members)
+                members = list(view.members.values())
+                await asyncio.gather(*(send(text) for send in members), return_exceptions=True)
+                self.frames_sent += len(members)
+                lags.append((time.time() - min(row[1] for row in rows), len(members)))
+        await store.record_frame_lags(self.redis, lags)
 
     async def current(self, view: View) -> list[list]:
         """The view's GPUs' latest rows, as frames carry them (for a socket that just joined)."""

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import Count, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from clusters.models import Cluster
@@ -107,6 +107,14 @@ class FleetCollector(Collector):
         for reason in ("invalid", "unauthorized", "overloaded", "unavailable"):
             batches.add_metric([reason], counts.get(f"batches_rejected:{reason}", 0))
         yield batches
+        buckets, lag_sum = store.frame_lags()
+        yield HistogramMetricFamily(
+            "nvke_telemetry_frame_lag_seconds",
+            "Live frames sent to dashboards by every web process, by how long after their oldest sample "
+            "each was handed to its socket.",
+            buckets=buckets,
+            sum_value=lag_sum,
+        )
         events = TelemetryEvent.objects.values("kind").annotate(n=Count("pk"))
         yield _gauge(
             "nvke_telemetry_decisions",

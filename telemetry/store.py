@@ -11,6 +11,9 @@ Keys (all under `tm:`):
   tm:fresh                 stream: each write's newest sample per GPU, read by the live streams
   tm:ingest                hash: ingestion counters of every web process (samples accepted, late,
                            rejected; batches rejected by reason), for /metrics
+  tm:frame-lag             hash: live frames sent by every web process, counted by how long after
+                           their oldest sample they were sent (FRAME_LAG_BUCKETS_S), and the sum, for
+                           /metrics
 
 Without REDIS_URL (the embedded default) the same keys live in an in-process Redis (fakeredis), shared by
 every thread and the event loop of this process: the same commands, TTLs and stream trimming, so its
@@ -37,6 +40,8 @@ FRESH_MAXLEN = 20_000  # writes kept: minutes of a 10,000-GPU fleet posting per 
 STREAM_KEYS = ("util", "mem", "temp", "power", "sm", "xid")
 RAW_BUCKETS = "tm:raw-buckets"
 INGEST_COUNTS = "tm:ingest"
+FRAME_LAG = "tm:frame-lag"
+FRAME_LAG_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # and +Inf
 
 _client: redis.Redis | None = None
 _in_process: fakeredis.FakeServer | None = None
@@ -145,6 +150,34 @@ def count(counts: dict[str, int]) -> None:
 
 def ingest_counts() -> dict[str, int]:
     return {k.decode(): int(v) for k, v in client().hgetall(INGEST_COUNTS).items()}
+
+
+async def record_frame_lags(redis_client: aioredis.Redis, lags: list[tuple[float, int]]) -> None:
+    """Count `n` frames sent `lag` seconds after their oldest sample, for each (lag, n) of a hub tick:
+    one round trip."""
+    if not lags:
+        return
+    buckets: dict[str, int] = defaultdict(int)
+    total = 0.0
+    for lag, n in lags:
+        bound = next((b for b in FRAME_LAG_BUCKETS_S if lag <= b), "+Inf")
+        buckets[str(bound)] += n
+        total += lag * n
+    pipe = redis_client.pipeline(transaction=False)
+    for bound, n in buckets.items():
+        pipe.hincrby(FRAME_LAG, bound, n)
+    pipe.hincrbyfloat(FRAME_LAG, "sum", total)
+    await pipe.execute()
+
+
+def frame_lags() -> tuple[list[tuple[str, int]], float]:
+    """Cumulative counts per bucket bound (Prometheus' `le`, "+Inf" last) and the sum of the lags."""
+    found = {k.decode(): v for k, v in client().hgetall(FRAME_LAG).items()}
+    cumulative, running = [], 0
+    for bound in [*map(str, FRAME_LAG_BUCKETS_S), "+Inf"]:
+        running += int(found.get(bound, 0))
+        cumulative.append((bound, running))
+    return cumulative, float(found.get("sum", 0.0))
 
 
 def _track_claim(

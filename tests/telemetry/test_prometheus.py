@@ -48,3 +48,45 @@ def test_metrics_need_their_token(db):
     with override_settings(METRICS_TOKEN="scrape-me"):
         assert Client().get("/metrics").status_code == 401
         assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+
+
+@override_settings(METRICS_TOKEN="scrape-me")
+def test_frames_count_by_how_long_after_their_oldest_sample_they_were_sent(db):
+    """The hub's tick sends each view's frame to its sockets and counts it, once per socket, in the
+    bucket of its oldest sample's age: the server's part of sample-to-screen latency, from every process."""
+    import asyncio
+    import json
+    import time
+
+    from telemetry import store
+    from telemetry.hub import Hub, View
+
+    store.client().delete(store.FRAME_LAG)
+    received = []
+
+    async def send(text: str) -> None:
+        received.append(json.loads(text))
+
+    async def one_tick() -> None:
+        hub = Hub()
+        hub.redis = store.async_client()
+        view = View("pool:1", {})
+        view.gpus, view.loaded_at = [{"id": 1}, {"id": 2}], time.monotonic()
+        view.members = {1: send, 2: send, 3: send}
+        hub.views[view.key] = view
+        now = time.time()
+        rows = [[1, now - 0.3, 50, 0, 0, 0, 0, 0], [2, now - 0.01, 60, 0, 0, 0, 0, 0]]
+        await hub.redis.xadd(store.FRESH, {"rows": json.dumps(rows)})
+        await hub.tick()
+        await hub.redis.aclose()
+
+    asyncio.run(one_tick())
+    assert len(received) == 3 and {row[0] for row in received[0]["gpus"]} == {1, 2}
+    text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    lag = families["nvke_telemetry_frame_lag_seconds"]
+    assert lag.type == "histogram"
+    counts = {s.labels["le"]: s.value for s in lag.samples if s.name.endswith("_bucket")}
+    assert (counts["0.25"], counts["0.5"], counts["+Inf"]) == (0, 3, 3)  # aged by the older sample
+    total = next(s.value for s in lag.samples if s.name.endswith("_sum"))
+    assert 0.9 <= total < 1.5  # three frames, each ~0.3 s
