@@ -24,6 +24,13 @@ def test_the_embedded_default_grows_and_shrinks_an_autoscaling_pool(tmp_path):
             timeout=10,
         )
         assert changed.status_code == 200, changed.text
+        # The demo's own fractions on the pool go first: its two nodes are then free for whole claims.
+        fractions = f"{base}/api/v1/claims/?cluster={l4['cluster']}&kind=fraction"  # on the L4s only
+        demo = browser.get(fractions, timeout=10).json()["results"]
+        assert demo
+        for claim in demo:
+            gone = browser.delete(f"{base}/api/v1/claims/{claim['id']}/", headers=headers, timeout=10)
+            assert gone.status_code == 204
 
         def claim(name: str) -> dict:
             body = {"cluster": l4["cluster"], "pool": l4["id"], "kind": "whole", "gpus": 4, "name": name}
