@@ -472,7 +472,16 @@ class Claim(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="uniq_claim_name"),
         ]
-        indexes = [models.Index(fields=["cluster", "status", "-priority", "created_at"])]
+        indexes = [
+            models.Index(fields=["cluster", "status", "-priority", "created_at"]),
+            # Claims committed and not yet tried, which the allocation lock's holder places together:
+            # a handful at any time, so this index stays small however many claims the cluster has.
+            models.Index(
+                fields=["cluster", "-priority", "created_at"],
+                condition=models.Q(status="pending", pending_reason=""),
+                name="claim_untried",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

@@ -27,6 +27,40 @@ _sqlite_lock = threading.RLock()
 def allocation_lock(cluster_id: int) -> Iterator[None]:
     """A transaction holding the cluster's allocation lock until it commits. If it rolls back, this
     process's in-memory inventory of the cluster may hold changes that never happened: drop it."""
+    with _locked(cluster_id, "SELECT * FROM nvke_allocation_lock(%s, %s, %s)", []):
+        yield
+
+
+@contextmanager
+def allocation_lock_if_free(cluster_id: int, claim_id: int, up_to: int) -> Iterator[list[int] | None]:
+    """A transaction holding the cluster's allocation lock, as `allocation_lock`, when it is free; it
+    gives the ids of up to `up_to` claims committed and not yet tried (`claim_id` first if it is one).
+    None at once when another transaction holds the lock."""
+    if connection.vendor != "postgresql":  # SQLite: one process, whose claims never wait for the lock
+        with allocation_lock(cluster_id):
+            yield [claim_id]
+        return
+    sql = "SELECT * FROM nvke_allocation_try(%s, %s, %s, %s, %s)"
+    with _locked(cluster_id, sql, [claim_id, up_to]) as rows:
+        if not rows:
+            yield None
+            return
+        untried = [claim for _, kind, claim, _ in rows if kind == "untried"]
+        del rows[: 1 + len(untried)]  # the rest is the log, which the snapshot reads
+        yield untried
+
+
+def claim_after_holder(cluster_id: int, claim_id: int) -> tuple | None:
+    """Wait for the allocation lock's holder to commit, holding nothing (`nvke_claim_after_holder`); then
+    the claim's (status, pending reason, allocated at), None if it is gone."""
+    with connection.cursor() as cursor:
+        sql = "SELECT * FROM nvke_claim_after_holder(%s, %s, %s)"
+        cursor.execute(sql, [LOCK_NAMESPACE, cluster_id, claim_id])
+        return cursor.fetchone()
+
+
+@contextmanager
+def _locked(cluster_id: int, sql: str, params: list) -> Iterator[list[tuple]]:
     try:
         if connection.vendor == "postgresql":
             # Inside a caller's transaction, join it: no savepoint round trips while the lock is held.
@@ -36,14 +70,13 @@ def allocation_lock(cluster_id: int) -> Iterator[None]:
                 snap = CACHE.snapshots.get(cluster_id)
                 after = snap.last_event if snap else None
                 with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT * FROM nvke_allocation_lock(%s, %s, %s)", [LOCK_NAMESPACE, cluster_id, after]
-                    )
-                    CACHE.log_tails[cluster_id] = (after, cursor.fetchall())
-                yield
+                    cursor.execute(sql, [LOCK_NAMESPACE, cluster_id, after, *params])
+                    rows = cursor.fetchall()
+                CACHE.log_tails[cluster_id] = (after, rows)
+                yield rows
         else:
             with _sqlite_lock, transaction.atomic(savepoint=False):
-                yield
+                yield []
     except BaseException:
         CACHE.forget(cluster_id)
         raise

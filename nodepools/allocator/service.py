@@ -24,7 +24,7 @@ from ..events import publish_claim
 from ..models import Allocation, AllocationEvent, Claim, GpuShare, Node, NodePool
 from . import metering, moves
 from .inventory import CACHE, Inventory, Snapshot, placement_json
-from .locks import allocation_lock
+from .locks import allocation_lock, allocation_lock_if_free, claim_after_holder
 from .queue import request_placement
 from .rows import Outcome, write_pass
 from .shapes import field_at_fault, pool_shape, request_of, validate_claim
@@ -87,8 +87,11 @@ def create_claim(
         field="name",
         code="duplicate",
     )
-    # One transaction: the tenant's claim quota (it locks the tenant row when a limit applies), the claim,
-    # and its placement, which takes the allocation lock only after the claim is written.
+    # One transaction, as long as the cluster's allocation lock is free: the tenant's claim quota (it
+    # locks the tenant row when a limit applies), the claim, and its placement, which takes the lock
+    # only after the claim is written. When another transaction holds the lock, the claim commits
+    # pending instead and waits for that holder, which places every claim committed before it took the
+    # lock: claims arriving together are placed in one pass and one commit.
     with transaction.atomic():
         quotas.check_claim(context.tenant, claim)
         try:
@@ -99,12 +102,50 @@ def create_claim(
         if not place:
             request_placement(cluster.pk)
             return claim
-        with allocation_lock(cluster.pk):
-            snap = CACHE.snapshot(cluster.pk)
-            _place_all([claim], snap)
-            if claim.status == Claim.Status.PENDING and any(p.autoscaling for p in snap.inventory.pools):
-                jobs.enqueue("nodepools.tasks.autoscale_cluster", cluster.pk)  # a new node may hold it
-    return claim
+        if placed := _place_if_free(claim):
+            return placed
+    try:
+        return _wait_for_placement(claim)
+    except BaseException:
+        request_placement(cluster.pk)  # the claim is written and waits: the allocator queue places it
+        raise
+
+
+def _wait_for_placement(claim: Claim) -> Claim:
+    """A claim committed untried: placed by the allocation lock's holder, or by this process when the
+    lock came free first. Returns it as placed (allocated, or pending with the reason)."""
+    while True:
+        state = claim_after_holder(claim.cluster_id, claim.pk)
+        if state is None:
+            raise Claim.DoesNotExist(f"Claim {claim} was deleted before it was placed.")
+        if state[:2] != (Claim.Status.PENDING, ""):  # the holder tried it
+            claim.status, claim.pending_reason, claim.allocated_at = state
+            return claim
+        with transaction.atomic():  # a savepoint in a caller's transaction: a failure leaves it usable
+            if placed := _place_if_free(claim):
+                return placed
+
+
+def _place_if_free(claim: Claim) -> Claim | None:
+    """If the cluster's allocation lock is free, place the claim with the other claims committed and not
+    yet tried, and return it as placed; None when another transaction holds the lock, or tried it."""
+    with allocation_lock_if_free(claim.cluster_id, claim.pk, PLACE_AT_ONCE) as untried:
+        if untried is None:
+            return None
+        others = [pk for pk in untried if pk != claim.pk]  # this claim, if untried, comes first
+        loaded = {c.pk: c for c in Claim.objects.filter(pk__in=others)} if others else {}
+        batch = [claim if pk == claim.pk else loaded[pk] for pk in untried]
+        snap = CACHE.snapshot(claim.cluster_id)
+        _place_all(batch, snap)
+        waiting = any(c.status == Claim.Status.PENDING for c in batch)
+        if waiting and any(p.autoscaling for p in snap.inventory.pools):
+            jobs.enqueue("nodepools.tasks.autoscale_cluster", claim.cluster_id)  # a new node may hold it
+        return claim if claim.pk in untried else None
+
+
+# How many claims one holder of the allocation lock places: its own and those of the processes that
+# found the lock held; enough to take in every waiter's claim, few enough to answer quickly.
+PLACE_AT_ONCE = 64
 
 
 def refusal_if_never_fits(claim: Claim) -> str | None:

@@ -137,7 +137,8 @@ def cluster(owner, make_cluster, make_pool):
             context=context, cluster=cluster, name=name, pool=pool and pools[pool], namespace="ml", **fields
         )
     Claim.objects.filter(name="frac").update(workload={"state": "waiting", "message": "Not yet."})
-    Claim.objects.filter(name="slice3").update(status=Claim.Status.PENDING)
+    # Tried and waiting (a claim never tried is the allocator's to place).
+    Claim.objects.filter(name="slice3").update(status=Claim.Status.PENDING, pending_reason="Its node drains.")
     assert set(Claim.objects.filter(status="allocated").values_list("name", flat=True)) == {
         "whole",
         "slice",
