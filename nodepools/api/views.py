@@ -11,6 +11,7 @@ from nodepools import selectors, services
 from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.filtersets import NodeFilter, NodePoolFilter
 from nodepools.models import DriverRelease, GpuModel, Node, NodeImage, NodePool, SharingMode
+from nvke.api.pagination import NodePagination
 from nvke.api.permissions import AuthenticatedReadOnly
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
@@ -78,6 +79,7 @@ class NodeViewSet(ReadOnlyTenantViewSet):
 
     queryset = Node.objects.select_related("pool")
     serializer_class = NodeSerializer
+    pagination_class = NodePagination
     filterset_class = NodeFilter
     ordering_fields = ["name", "created_at"]
 
