@@ -111,3 +111,15 @@ def test_nodes_come_20_to_a_page_by_default_and_up_to_500_on_request(fleet, read
     assert len(queries(reader, "/api/v1/nodes/", page_size=500)[1]["results"]) == 27
     assert len(queries(reader, "/api/v1/clusters/")[1]["results"]) == 2  # the others' default is 50
     assert count <= MOST
+
+
+def test_a_list_builds_its_filterset_only_when_a_parameter_names_a_filter(fleet, reader, monkeypatch):
+    from clusters.filtersets import ClusterFilter
+
+    built = []
+    original = ClusterFilter.__init__
+    monkeypatch.setattr(
+        ClusterFilter, "__init__", lambda self, *a, **k: built.append(1) or original(self, *a, **k)
+    )
+    assert queries(reader, "/api/v1/clusters/", page_size=1)[1]["count"] == 2 and built == []
+    assert queries(reader, "/api/v1/clusters/", name="stag")[1]["count"] == 1 and built == [1]
