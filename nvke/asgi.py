@@ -1,8 +1,9 @@
 import gc
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import django
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.http import FileResponse
 
@@ -13,7 +14,28 @@ class SyncStackHandler(ASGIHandler):
     """Django's ASGI handler with the middleware and the view run as one synchronous call in the
     request's thread. Every middleware and view of NVKE is synchronous, and Django's asynchronous
     chain hopped loop -> thread (the middleware) -> loop (the URL resolver) -> thread (the view) and
-    back on every request: a third of a cheap read's server time on this machine."""
+    back on every request: a third of a cheap read's server time on this machine.
+
+    Each request still has a thread of its own, but the threads are kept for later requests: Django
+    started one per request and a second to join it after (~0.15 ms of CPU and ~0.3 ms of wall time
+    a request on this machine)."""
+
+    idle_threads_kept = 32  # beyond a burst's worth, a finished request's thread ends
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle_threads: list[ThreadPoolExecutor] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        thread = self.idle_threads.pop() if self.idle_threads else ThreadPoolExecutor(max_workers=1)
+        try:
+            async with ThreadSensitiveContext(executor=thread):  # Django's own context then is a no-op
+                await super().__call__(scope, receive, send)
+        finally:
+            if len(self.idle_threads) < self.idle_threads_kept:
+                self.idle_threads.append(thread)
+            else:
+                thread.shutdown(wait=False)
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)

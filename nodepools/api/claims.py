@@ -10,6 +10,7 @@ from nodepools.filtersets import ClaimFilter
 from nodepools.models import Claim, NodePool
 from nodepools.sharing import isolation_detail
 from nodepools.sizing import fraction_hints
+from nvke.api.fields import DATETIME
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.quantity import format_mib, human_mib, parse_mib
 from nvke.tenancy.context import resolve_tenant
@@ -201,9 +202,6 @@ class ClaimSerializer(serializers.ModelSerializer):
         if shares is None:
             return "-"
         return gpu_util_display(shares)
-
-
-DATETIME = serializers.DateTimeField()  # as the model's date-time fields are written
 
 
 def _placed_shares(claim: dict) -> list[dict] | None:

@@ -11,6 +11,7 @@ from nodepools import selectors, services
 from nodepools.compatibility import CUDA_PARAMETER
 from nodepools.filtersets import NodeFilter, NodePoolFilter
 from nodepools.models import DriverRelease, GpuModel, Node, NodeImage, NodePool, SharingMode
+from nvke.api.pagination import NodePagination
 from nvke.api.permissions import AuthenticatedReadOnly
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
@@ -76,8 +77,14 @@ class NodeViewSet(ReadOnlyTenantViewSet):
     """Nodes of the tenant's pools, with their GPUs as the provider reports them and each GPU's
     allocation snapshot (which claim holds which memory, compute share and MIG slice)."""
 
-    queryset = Node.objects.select_related("pool")
+    # What the document shows and the preflight checks read (of the pool: its cluster and sharing mode):
+    # each node built its pool whole, decoding the pool's JSON again for every node.
+    queryset = Node.objects.select_related("pool").only(
+        *("name", "status", "cordoned", "driver_version", "cpu_millicores", "memory_mib", "labels"),
+        *("preflight", "created_at", "pool__cluster", "pool__sharing_mode"),
+    )
     serializer_class = NodeSerializer
+    pagination_class = NodePagination
     filterset_class = NodeFilter
     ordering_fields = ["name", "created_at"]
 

@@ -87,7 +87,11 @@ class FilterBackend(DjangoFilterBackend):
 
     def filter_queryset(self, request, queryset, view):
         # django-filter's own, with the check of empty parameters: the filterset is built once per
-        # request, not twice (each build deep-copies every filter).
+        # request, not twice (each build deep-copies every filter), and not at all when no parameter
+        # names one of its filters (a filter given no value filters nothing).
+        filterset_class = self.get_filterset_class(view, queryset)
+        if filterset_class is None or filterset_class.base_filters.keys().isdisjoint(request.query_params):
+            return queryset
         filterset = self.get_filterset(request, queryset, view)
         if filterset is None:
             return queryset

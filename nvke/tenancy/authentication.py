@@ -1,7 +1,11 @@
 import datetime
+import functools
 
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import OuterRef, Q, Subquery
+from django.db.models.query import get_related_populators
+from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
@@ -68,16 +72,53 @@ def active_token(raw: str) -> ApiToken | None:
     recorded; else None. The one check of the API and the websockets (nvke/websocket_auth.py). It comes
     with its tenant's quota and its user's role there (`member_role`, None when no longer a member), so
     `find_context` needs no query of its own: one round trip less on every request."""
-    role = Membership.objects.filter(user_id=OuterRef("user_id"), tenant_id=OuterRef("tenant_id"))
-    token = (
-        ApiToken.objects.select_related("user", "tenant__quota")
-        .annotate(member_role=Subquery(role.values("role")[:1]))
-        .filter(key_hash=hash_token(raw))
-        .first()
-    )
+    token = _read_token(hash_token(raw))
     if token is None or not token.is_active or not token.user.is_active:
         return None
     record_use(token)
+    return token
+
+
+@functools.cache
+def _token_query() -> tuple[str, SQLCompiler]:
+    """The token's query with its user, tenant, quota and role, compiled once per process: building and
+    compiling it took the ORM ~0.6 ms on every request, running it ~0.1 ms. Its one parameter is the
+    key's hash."""
+    role = Membership.objects.filter(user_id=OuterRef("user_id"), tenant_id=OuterRef("tenant_id"))
+    query = (
+        ApiToken.objects.select_related("user", "tenant__quota")
+        .annotate(member_role=Subquery(role.order_by().values("role")[:1]))
+        .filter(key_hash="")
+        .order_by()  # key_hash is unique
+        .query
+    )
+    compiler = query.get_compiler(DEFAULT_DB_ALIAS)
+    sql, params = compiler.as_sql()
+    assert list(params) == [""], params
+    return sql, compiler
+
+
+def _read_token(key_hash: str) -> ApiToken | None:
+    """The token of `key_hash` from the compiled query, its row made into models as the ORM's own
+    iteration does (ModelIterable): the token, its related objects, the role annotation."""
+    sql, compiler = _token_query()
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(sql, [key_hash])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    row = next(compiler.results_iter([rows]))  # the backend's converters, as the ORM applies them
+    select, klass_info = compiler.select, compiler.klass_info
+    first, last = klass_info["select_fields"][0], klass_info["select_fields"][-1]
+    token = ApiToken.from_db(
+        DEFAULT_DB_ALIAS,
+        [column[0].target.attname for column in select[first : last + 1]],
+        row[first : last + 1],
+    )
+    for populator in get_related_populators(klass_info, select, DEFAULT_DB_ALIAS):
+        populator.populate(row, token)
+    for name, position in compiler.annotation_col_map.items():
+        setattr(token, name, row[position])
     return token
 
 

@@ -95,7 +95,13 @@ class GpuTelemetryViewSet(ReadOnlyTenantViewSet):
     """The tenant's GPUs with their latest sample (`latest`: ts, util %, mem MiB, temp °C, power W,
     sm MHz, xid), filtered by `?cluster=` or `?pool=`; `history/` gives downsampled points."""
 
-    queryset = Gpu.objects.select_related("node__pool").order_by("pk")
+    # The columns a GPU's document shows: a page built every column of its GPUs, their nodes and their
+    # pools (decoding the nodes' and pools' JSON), most of the list's time.
+    queryset = (
+        Gpu.objects.select_related("node__pool")
+        .only("uuid", "index", "memory_mib", "healthy", "node__name", "node__pool__cluster")
+        .order_by("pk")
+    )
     serializer_class = GpuTelemetrySerializer
 
     def get_queryset(self):

@@ -102,3 +102,24 @@ def test_a_detail_costs_the_same_queries_however_many_claims_share_its_gpus(flee
     assert Gpu.objects.get(pk=Claim.objects.get(name="more5").allocation.shares.get().gpu_id).node == node
     after = [queries(reader, url)[0] for url in detail_urls(fleet)]
     assert after == before and max(after) <= MOST, (before, after)
+
+
+def test_nodes_come_20_to_a_page_by_default_and_up_to_500_on_request(fleet, reader, make_pool):
+    reconcile(make_pool(fleet["cluster"], name="more", gpu_model="l4", nodes=20, gpus_per_node=1).pk)
+    count, page = queries(reader, "/api/v1/nodes/")
+    assert page["count"] == 27 and len(page["results"]) == 20 and page["next"].endswith("page=2")
+    assert len(queries(reader, "/api/v1/nodes/", page_size=500)[1]["results"]) == 27
+    assert len(queries(reader, "/api/v1/clusters/")[1]["results"]) == 2  # the others' default is 50
+    assert count <= MOST
+
+
+def test_a_list_builds_its_filterset_only_when_a_parameter_names_a_filter(fleet, reader, monkeypatch):
+    from clusters.filtersets import ClusterFilter
+
+    built = []
+    original = ClusterFilter.__init__
+    monkeypatch.setattr(
+        ClusterFilter, "__init__", lambda self, *a, **k: built.append(1) or original(self, *a, **k)
+    )
+    assert queries(reader, "/api/v1/clusters/", page_size=1)[1]["count"] == 2 and built == []
+    assert queries(reader, "/api/v1/clusters/", name="stag")[1]["count"] == 1 and built == [1]

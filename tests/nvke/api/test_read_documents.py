@@ -1,0 +1,155 @@
+"""Clusters, node pools, nodes and telemetry GPUs are written out by hand for speed (their serializers'
+`to_representation`): the list and the detail must be the document DRF's walk over the declared fields
+gave, byte for byte, for objects of every shape — an attached cluster without version or region and with
+what it observed, add-ons, pools of each sharing mode with a MIG layout and a node selector, nodes with
+labels and failed preflight checks, GPUs with shares and with a latest sample."""
+
+import json
+
+import pytest
+from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
+
+from clusters.api.serializers import ClusterSerializer
+from clusters.api.views import ClusterViewSet
+from clusters.models import Cluster, ClusterAddon
+from nodepools import selectors
+from nodepools.allocator import create_claim
+from nodepools.api.serializers import NodePoolSerializer, NodeSerializer
+from nodepools.api.views import NodePoolViewSet
+from nodepools.models import Gpu, Node, NodePool
+from nodepools.services import reconcile
+from nvke.tenancy.context import TenantContext
+from telemetry.api.serializers import GpuTelemetrySerializer
+
+pytestmark = pytest.mark.django_db
+
+
+def walked(serializer: serializers.ModelSerializer, instance) -> str:
+    """The reference: DRF's own walk over the serializer's fields."""
+    return render(serializers.ModelSerializer.to_representation(serializer, instance))
+
+
+def render(data: dict) -> str:
+    return JSONRenderer().render(data).decode()  # keys in order, 10.0 is not 10
+
+
+@pytest.fixture
+def fleet(owner, make_cluster, make_pool):
+    tenant = owner.memberships.get().tenant
+    prod = make_cluster(tenant, "prod")
+    attached = make_cluster(tenant, "edge")
+    Cluster.objects.filter(pk=attached.pk).update(
+        attached=True,
+        control_plane_nodes=0,
+        kubernetes_version=None,
+        region=None,
+        endpoint="https://edge.example:6443",
+        observed={"version": "v1.34.2", "gpu_nodes": 2, "features": ["dra"]},
+        conditions=[{"type": "Reachable", "status": "True", "reason": "Ok", "message": "é \u2028"}],
+    )
+    ClusterAddon.objects.get_or_create(cluster=prod, name="gpu-operator", defaults={"version": "v25.3.0"})
+    pools = [
+        make_pool(prod, name="whole", gpu_model="h100-sxm5-80gb", nodes=2, gpus_per_node=8),
+        make_pool(
+            prod,
+            name="mig",
+            gpu_model="h100-sxm5-80gb",
+            nodes=1,
+            gpus_per_node=8,
+            sharing_mode="mig",
+            mig_layout=["3g.40gb", "2g.20gb", "1g.10gb"],
+        ),
+        make_pool(
+            prod,
+            name="frac",
+            gpu_model="l4",
+            nodes=2,
+            sharing_mode="fractional",
+            node_selector={"zone": "a", "tier": ""},
+            autoscaling=True,
+            status_reason="Scaling",
+            status_message="Adding a node.",
+        ),
+    ]
+    for pool in pools:
+        reconcile(pool.pk)
+    Node.objects.filter(pool=pools[2]).update(labels={"nvidia.com/gpu.product": "NVIDIA-L4", "x": "1"})
+    Node.objects.filter(pool=pools[1]).update(
+        preflight={"mig_current": False, "mig_pending": True, "nvml_memory": False}
+    )
+    context = TenantContext(tenant, "owner")
+    for name, fields in [
+        ("w", {"kind": "whole", "gpus": 2}),
+        ("m", {"kind": "mig", "mig_profile": "1g.10gb"}),
+        ("f", {"kind": "fraction", "gpu_memory_mib": 2048, "compute_percent": 60, "guaranteed_percent": 30}),
+    ]:
+        create_claim(context=context, cluster=prod, name=name, namespace="ml", **fields)
+    return tenant
+
+
+def read(api, url: str) -> list[dict]:
+    """The list's documents, then each one's detail."""
+    listed = json.loads(api.get(url, {"page_size": 500}).content)["results"]
+    assert listed
+    details = [json.loads(api.get(f"{url}{item['id']}/").content) for item in listed]
+    assert [d["id"] for d in details] == [item["id"] for item in listed]
+    return listed + details
+
+
+def test_clusters_are_drfs_walk(fleet, owner, client_for):
+    documents = read(client_for(owner, token=True), "/api/v1/clusters/")
+    clusters = {c.pk: c for c in ClusterViewSet.queryset.filter(tenant=fleet)}
+    assert {d["attached"] for d in documents} == {True, False} and any(d["addons"] for d in documents)
+    for document in documents:
+        assert render(document) == walked(ClusterSerializer(), clusters[document["id"]]), document["name"]
+
+
+def test_node_pools_are_drfs_walk(fleet, owner, client_for):
+    documents = read(client_for(owner, token=True), "/api/v1/node-pools/")
+    pools = {p.pk: p for p in NodePoolViewSet.queryset.filter(tenant=fleet)}
+    assert {d["sharing_mode"] for d in documents} == {"exclusive", "mig", "fractional"}
+    for document in documents:
+        assert render(document) == walked(NodePoolSerializer(), pools[document["id"]]), document["name"]
+
+
+def test_nodes_are_drfs_walk(fleet, owner, client_for):
+    documents = read(client_for(owner, token=True), "/api/v1/nodes/")
+    nodes = {n.pk: n for n in Node.objects.select_related("pool").filter(tenant=fleet)}
+    selectors.attach_gpu_snapshots(list(nodes.values()))
+    assert any(d["preflight_failures"] for d in documents) and any(d["labels"] for d in documents)
+    assert any(share for d in documents for gpu in d["gpus"] for share in gpu["shares"])
+    for document in documents:
+        assert render(document) == walked(NodeSerializer(), nodes[document["id"]]), document["name"]
+
+
+def test_telemetry_gpus_are_drfs_walk(fleet, owner, client_for, monkeypatch):
+    sampled = Gpu.objects.filter(tenant=fleet).order_by("pk").first().pk
+    latest = {sampled: {"ts": 1764806400.5, "util": 41.0, "mem_mib": 2048, "temp_c": 51, "xid": None}}
+    monkeypatch.setattr(
+        "telemetry.api.views.dict_latest", lambda gpus: {g.pk: latest[g.pk] for g in gpus if g.pk in latest}
+    )
+    documents = read(client_for(owner, token=True), "/api/v1/telemetry/gpus/")
+    gpus = {g.pk: g for g in Gpu.objects.select_related("node__pool").filter(tenant=fleet)}
+    assert {d["latest"] is None for d in documents} == {True, False}
+    for document in documents:
+        reference = GpuTelemetrySerializer(context={"latest": latest})
+        assert render(document) == walked(reference, gpus[document["id"]]), document["id"]
+
+
+def test_a_pool_written_answers_drfs_walk_and_refuses_another_tenants_cluster(
+    fleet, owner, client_for, make_member, make_cluster
+):
+    api = client_for(owner, token=True)
+    pool = NodePool.objects.get(name="whole")
+    response = api.patch(f"/api/v1/node-pools/{pool.pk}/", {"min_nodes": 1}, format="json")
+    assert response.status_code == 200, response.data
+    assert render(json.loads(response.content)) == walked(
+        NodePoolSerializer(), NodePool.objects.get(pk=pool.pk)
+    )
+    other = make_cluster(make_member("other", "owner").memberships.get().tenant, "theirs")
+    body = {"cluster": other.pk, "name": "x", "gpu_model": "l4", "gpus_per_node": 1, "node_count": 1}
+    body |= {"max_nodes": 1, "driver_release": "580.105.08"}
+    response = api.post("/api/v1/node-pools/", body, format="json")
+    assert response.status_code == 400, response.data
+    assert response.data["details"]["fields"]["cluster"][0]["code"] == "does_not_exist"
