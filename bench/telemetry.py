@@ -4,15 +4,18 @@ samples/s stored, end-to-end latency (sample time → frame received) p50/p99, t
 CPU used.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/nvke_tm REDIS_URL=redis://127.0.0.1:6379/13 \
-        python bench/telemetry.py --gpus 10000 --clients 200 --seconds 30 [--http] [--json]
+        python bench/telemetry.py --gpus 10000 --clients 1000 --client-processes 4 [--views pool,gpu] [--json]
 
 It empties that database and Redis db, builds a fleet of `--tenants` tenants, each one cluster with one
 pool of 8-GPU nodes, starts one web process (`--server`: uvicorn, as production runs, or daphne) and one
-sender process, then opens the clients (spread evenly over the tenants, each watching its tenant's fleet
-view) from `--client-processes` processes, each with its own event loop, so that decoding the frames does
-not saturate one core and measure the clients instead of the server. Each client process counts the
-latency of every row it receives in 1 ms bins; the bins of all processes are added up, so p50/p99 are
-over all clients (to the millisecond). Its CPU is reported per process and summed.
+sender process, then opens the clients, spread evenly over the tenants. `--views` names the kinds of
+view a tenant's clients take in turn: `fleet` (the default; the tenant's whole fleet), `pool` (its
+pool: the same GPUs) and `gpu` (one of its GPUs, a different one for each such client).
+
+The clients run in `--client-processes` processes, each with its own event loop, so that one process
+decoding every frame does not measure itself instead of the server. Each counts the latency of every
+row it receives in 1 ms bins; the bins of all processes are added up, so p50/p99 are over all clients
+(to the millisecond). Their CPU is reported per process and summed.
 
 The sender writes each node's batch the way the simulator does (telemetry.store.write_many: the nodes
 of one slice in one Redis round trip), spread evenly over every second in 20 slices. With `--http` it
@@ -201,12 +204,12 @@ def send(seconds: float, http: str | None, concurrency: int, claim_usage: bool =
 # --- clients ---------------------------------------------------------------------------------------
 
 
-async def open_client(port: int, cookie: str, gate: asyncio.Semaphore):
+async def open_client(port: int, cookie: str, query: str, gate: asyncio.Semaphore):
     from websockets.asyncio.client import connect
 
     async with gate:  # a few handshakes at a time: hundreds at once overflow the accept queue
         ws = await connect(
-            f"ws://127.0.0.1:{port}/ws/telemetry/",
+            f"ws://127.0.0.1:{port}/ws/telemetry/{query}",
             additional_headers={"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{port}"},
             max_size=None,
             open_timeout=120,
@@ -231,14 +234,14 @@ async def watch(ws, until: float, measure_from: float, stats: dict) -> None:
             stats["latency_ms"].update(round((received - row[ts]) * 1000) for row in frame["gpus"])
 
 
-def client_process(conn, port: int, cookies: list[str], total: float, warmup: float) -> None:
+def client_process(conn, port: int, clients: list[tuple[str, str]], total: float, warmup: float) -> None:
     """One client process: open its sockets and send how many, receive the start time, watch until
     `total` seconds after it; send back its frames, its rows' latencies (ms → count) and its CPU seconds,
     both counted from `warmup` seconds after the start."""
 
     async def run() -> tuple[dict, float]:
         gate = asyncio.Semaphore(10)
-        sockets = await asyncio.gather(*(open_client(port, cookie, gate) for cookie in cookies))
+        sockets = await asyncio.gather(*(open_client(port, *client, gate) for client in clients))
         conn.send(len(sockets))
         start = await asyncio.to_thread(conn.recv)
         measure_from = start + warmup
@@ -251,6 +254,28 @@ def client_process(conn, port: int, cookies: list[str], total: float, warmup: fl
 
     stats, cpu = asyncio.run(run())
     conn.send({**stats, "cpu_s": cpu})
+
+
+def watcher_queries(sessions: list[dict], clients: int, kinds: list[str]) -> list[tuple[str, str]]:
+    """(session cookie, query string) of each client: tenants in turn, and each tenant's clients take
+    the kinds in turn; a tenant's `gpu` clients watch different GPUs while it has GPUs left."""
+    from nodepools.models import Gpu, NodePool
+
+    pools = dict(NodePool.objects.values_list("tenant_id", "pk"))
+    gpus: dict[int, list[int]] = {}
+    for tenant_id, pk in Gpu.objects.values_list("tenant_id", "pk").order_by("pk"):
+        gpus.setdefault(tenant_id, []).append(pk)
+    queries = []
+    for i in range(clients):
+        session = sessions[i % len(sessions)]
+        tenant, n = session["tenant"], i // len(sessions)  # this client is its tenant's n-th
+        kind = kinds[n % len(kinds)]
+        if kind == "gpu":
+            query = f"?gpu={gpus[tenant][n % len(gpus[tenant])]}"
+        else:
+            query = {"fleet": "", "pool": f"?pool={pools[tenant]}"}[kind]
+        queries.append((session["cookie"], query))
+    return queries
 
 
 def frame_lag_buckets(port: int) -> dict[str, float]:
@@ -293,6 +318,9 @@ def main() -> None:
         "--client-processes", type=int, default=1, help="spread the clients over this many processes"
     )
     parser.add_argument("--tenants", type=int, default=50)
+    parser.add_argument(
+        "--views", default="fleet", help="comma-separated kinds the clients cycle through: fleet, pool, gpu"
+    )
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=5)
     parser.add_argument("--http", action="store_true", help="post through the ingestion endpoint")
@@ -357,12 +385,12 @@ def main() -> None:
         while not port_open(port):
             time.sleep(0.2)
         total = args.warmup + args.seconds
-        cookies = [sessions[i % len(sessions)]["cookie"] for i in range(args.clients)]
+        watchers = watcher_queries(sessions, args.clients, args.views.split(","))
         spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no Django, no inherited sockets
         pipes = []
         for i in range(args.client_processes):
             pipe, child_end = spawn.Pipe()
-            part = cookies[i :: args.client_processes]
+            part = watchers[i :: args.client_processes]
             client = spawn.Process(target=client_process, args=(child_end, port, part, total, args.warmup))
             client.start()
             child_end.close()  # so that a client process that dies is an EOFError here, not a hang
@@ -420,6 +448,7 @@ def main() -> None:
         "clients_connected": connected,
         "client_processes": args.client_processes,
         "tenants": args.tenants,
+        "views": args.views,
         "server": args.server,
         "path": "http" if args.http else "store",
         "claim_usage": args.claim_usage and not args.http,
