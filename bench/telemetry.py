@@ -4,12 +4,18 @@ samples/s stored, end-to-end latency (sample time → frame received) p50/p99, t
 CPU used.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/nvke_tm REDIS_URL=redis://127.0.0.1:6379/13 \
-        python bench/telemetry.py --gpus 10000 --clients 200 --seconds 30 [--http] [--json]
+        python bench/telemetry.py --gpus 10000 --clients 1000 --client-processes 4 [--views pool,gpu] [--json]
 
 It empties that database and Redis db, builds a fleet of `--tenants` tenants, each one cluster with one
 pool of 8-GPU nodes, starts one web process (`--server`: uvicorn, as production runs, or daphne) and one
-sender process, then opens the clients (spread
-evenly over the tenants, each watching its tenant's fleet view) from this process.
+sender process, then opens the clients, spread evenly over the tenants. `--views` names the kinds of
+view a tenant's clients take in turn: `fleet` (the default; the tenant's whole fleet), `pool` (its
+pool: the same GPUs) and `gpu` (one of its GPUs, a different one for each such client).
+
+The clients run in `--client-processes` processes, each with its own event loop, so that one process
+decoding every frame does not measure itself instead of the server. Each counts the latency of every
+row it receives in 1 ms bins; the bins of all processes are added up, so p50/p99 are over all clients
+(to the millisecond). Their CPU is reported per process and summed.
 
 The sender writes each node's batch the way the simulator does (telemetry.store.write_many: the nodes
 of one slice in one Redis round trip), spread evenly over every second in 20 slices. With `--http` it
@@ -25,12 +31,14 @@ server, no clients): far less noisy than the sender's share of a busy machine.""
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,12 +204,12 @@ def send(seconds: float, http: str | None, concurrency: int, claim_usage: bool =
 # --- clients ---------------------------------------------------------------------------------------
 
 
-async def open_client(port: int, cookie: str, gate: asyncio.Semaphore):
+async def open_client(port: int, cookie: str, query: str, gate: asyncio.Semaphore):
     from websockets.asyncio.client import connect
 
     async with gate:  # a few handshakes at a time: hundreds at once overflow the accept queue
         ws = await connect(
-            f"ws://127.0.0.1:{port}/ws/telemetry/",
+            f"ws://127.0.0.1:{port}/ws/telemetry/{query}",
             additional_headers={"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{port}"},
             max_size=None,
             open_timeout=120,
@@ -223,7 +231,51 @@ async def watch(ws, until: float, measure_from: float, stats: dict) -> None:
                 continue
             stats["frames"] += 1
             ts = frame["columns"].index("ts")
-            stats["latencies"].extend(received - row[ts] for row in frame["gpus"])
+            stats["latency_ms"].update(round((received - row[ts]) * 1000) for row in frame["gpus"])
+
+
+def client_process(conn, port: int, clients: list[tuple[str, str]], total: float, warmup: float) -> None:
+    """One client process: open its sockets and send how many, receive the start time, watch until
+    `total` seconds after it; send back its frames, its rows' latencies (ms → count) and its CPU seconds,
+    both counted from `warmup` seconds after the start."""
+
+    async def run() -> tuple[dict, float]:
+        gate = asyncio.Semaphore(10)
+        sockets = await asyncio.gather(*(open_client(port, *client, gate) for client in clients))
+        conn.send(len(sockets))
+        start = await asyncio.to_thread(conn.recv)
+        measure_from = start + warmup
+        stats = {"frames": 0, "latency_ms": Counter()}
+        watching = asyncio.gather(*(watch(ws, start + total, measure_from, stats) for ws in sockets))
+        await asyncio.sleep(max(0.0, measure_from - time.time()))
+        cpu_from = time.process_time()
+        await watching
+        return stats, time.process_time() - cpu_from
+
+    stats, cpu = asyncio.run(run())
+    conn.send({**stats, "cpu_s": cpu})
+
+
+def watcher_queries(sessions: list[dict], clients: int, kinds: list[str]) -> list[tuple[str, str]]:
+    """(session cookie, query string) of each client: tenants in turn, and each tenant's clients take
+    the kinds in turn; a tenant's `gpu` clients watch different GPUs while it has GPUs left."""
+    from nodepools.models import Gpu, NodePool
+
+    pools = dict(NodePool.objects.values_list("tenant_id", "pk"))
+    gpus: dict[int, list[int]] = {}
+    for tenant_id, pk in Gpu.objects.values_list("tenant_id", "pk").order_by("pk"):
+        gpus.setdefault(tenant_id, []).append(pk)
+    queries = []
+    for i in range(clients):
+        session = sessions[i % len(sessions)]
+        tenant, n = session["tenant"], i // len(sessions)  # this client is its tenant's n-th
+        kind = kinds[n % len(kinds)]
+        if kind == "gpu":
+            query = f"?gpu={gpus[tenant][n % len(gpus[tenant])]}"
+        else:
+            query = {"fleet": "", "pool": f"?pool={pools[tenant]}"}[kind]
+        queries.append((session["cookie"], query))
+    return queries
 
 
 def frame_lag_buckets(port: int) -> dict[str, float]:
@@ -246,8 +298,14 @@ def bucket_quantile(before: dict[str, float], after: dict[str, float], q: float)
     return next((le for le, n in counts if total and n >= q * total), "")
 
 
-def percentile(values: list[float], p: float) -> float:
-    return statistics.quantiles(values, n=1000)[int(p * 10) - 1] if len(values) > 1 else float("nan")
+def percentile(counts: Counter, p: float) -> float:
+    """The least latency (s) that at least p% of the rows were at or under, from ms → count."""
+    total, running = counts.total(), 0
+    for ms in sorted(counts):
+        running += counts[ms]
+        if running >= p / 100 * total:
+            return ms / 1000
+    return float("nan")
 
 
 def main() -> None:
@@ -256,7 +314,13 @@ def main() -> None:
     )
     parser.add_argument("--gpus", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument(
+        "--client-processes", type=int, default=1, help="spread the clients over this many processes"
+    )
     parser.add_argument("--tenants", type=int, default=50)
+    parser.add_argument(
+        "--views", default="fleet", help="comma-separated kinds the clients cycle through: fleet, pool, gpu"
+    )
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=5)
     parser.add_argument("--http", action="store_true", help="post through the ingestion endpoint")
@@ -316,81 +380,91 @@ def main() -> None:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+    clients = []
     try:
         while not port_open(port):
             time.sleep(0.2)
         total = args.warmup + args.seconds
-        cpu_start: dict[str, float] = {}
-        lag_start: dict[str, float] = {}
-
-        async def measure() -> tuple[dict, float, dict, subprocess.Popen]:
-            gate = asyncio.Semaphore(10)
-            cookies = [sessions[i % len(sessions)]["cookie"] for i in range(args.clients)]
-            sockets = await asyncio.gather(*(open_client(port, cookie, gate) for cookie in cookies))
-            sender = subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--_send",
-                    str(total + 2),
-                    f"http://127.0.0.1:{port}" if args.http else "-",
-                    str(args.http_concurrency),
-                    "1" if args.claim_usage and not args.http else "0",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            start = time.time()
-            measure_from = start + args.warmup
-            stats = {"connected": len(sockets), "frames": 0, "latencies": []}
-            watching = asyncio.gather(*(watch(ws, start + total, measure_from, stats) for ws in sockets))
-            await asyncio.sleep(args.warmup)  # CPU counts from the end of the warmup
-            lag_start.update(await asyncio.to_thread(frame_lag_buckets, port))
-            cpu_start.update(
-                server=cpu_seconds(server.pid),
-                sender=cpu_seconds(sender.pid),
-                clients=time.process_time(),
-                redis=redis_cpu(),
-            )
-            await watching
-            return stats, measure_from, cpu_start, sender
-
-        stats, measure_from, cpu_start, sender = asyncio.run(measure())
+        watchers = watcher_queries(sessions, args.clients, args.views.split(","))
+        spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no Django, no inherited sockets
+        pipes = []
+        for i in range(args.client_processes):
+            pipe, child_end = spawn.Pipe()
+            part = watchers[i :: args.client_processes]
+            client = spawn.Process(target=client_process, args=(child_end, port, part, total, args.warmup))
+            client.start()
+            child_end.close()  # so that a client process that dies is an EOFError here, not a hang
+            pipes.append(pipe)
+            clients.append(client)
+        connected = sum(pipe.recv() for pipe in pipes)
+        sender = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--_send",
+                str(total + 2),
+                f"http://127.0.0.1:{port}" if args.http else "-",
+                str(args.http_concurrency),
+                "1" if args.claim_usage and not args.http else "0",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        start = time.time()
+        for pipe in pipes:
+            pipe.send(start)
+        measure_from = start + args.warmup
+        time.sleep(max(0.0, measure_from - time.time()))  # CPU counts from the end of the warmup
+        lag_start = frame_lag_buckets(port)
+        cpu_start = {
+            "server": cpu_seconds(server.pid),
+            "sender": cpu_seconds(sender.pid),
+            "redis": redis_cpu(),
+        }
+        watched = [pipe.recv() for pipe in pipes]
         window = time.time() - measure_from
         cpu = {
             "server": cpu_seconds(server.pid) - cpu_start["server"],
             "sender": cpu_seconds(sender.pid) - cpu_start["sender"],
-            "clients": time.process_time() - cpu_start["clients"],
+            "clients": sum(w["cpu_s"] for w in watched),
             "redis_server_shared": redis_cpu() - cpu_start["redis"],
         }
         lag_end = frame_lag_buckets(port)
         sent = json.loads(sender.communicate(timeout=60)[0].strip().splitlines()[-1])
+        for client in clients:
+            client.join(10)
     finally:
+        for client in clients:
+            if client.is_alive():
+                client.terminate()
         server.terminate()
         server.wait(10)
-    latencies = stats["latencies"]
+    latencies = sum((w["latency_ms"] for w in watched), Counter())
     result = {
         "gpus": args.gpus,
         "clients": args.clients,
-        "clients_connected": stats["connected"],
+        "clients_connected": connected,
+        "client_processes": args.client_processes,
         "tenants": args.tenants,
+        "views": args.views,
         "server": args.server,
         "path": "http" if args.http else "store",
         "claim_usage": args.claim_usage and not args.http,
         "setup_s": round(setup_s, 1),
         "samples_per_s": round(sent["sent"] / sent["seconds"]),
         "sender_behind_by_over_1s": sent["behind_by_over_1s"],
-        "frames_per_s": round(stats["frames"] / window),
+        "frames_per_s": round(sum(w["frames"] for w in watched) / window),
         "latency_p50_s": round(percentile(latencies, 50), 3),
         "latency_p99_s": round(percentile(latencies, 99), 3),
-        "latency_rows": len(latencies),
+        "latency_rows": latencies.total(),
         # The server's part, from its own histogram: the bucket bound under which half / 99% of the frames
         # were handed to their sockets, counted from each frame's oldest sample.
         "server_frame_lag_p50_le_s": bucket_quantile(lag_start, lag_end, 0.5),
         "server_frame_lag_p99_le_s": bucket_quantile(lag_start, lag_end, 0.99),
         "cpu_cores_used": {k: round(v / window, 2) for k, v in cpu.items()},
+        "cpu_cores_used_per_client_process": [round(w["cpu_s"] / window, 2) for w in watched],
         "load_average": os.getloadavg(),
     }
     print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
