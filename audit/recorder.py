@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, models
 from django.db.models.signals import post_delete, post_save, pre_save
-from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from nvke.encryption import EncryptedTextField
@@ -151,26 +150,42 @@ def insert(instance: models.Model) -> None:
         instance.save()
         return
     model = type(instance)
-    tracked, meta = _registry[model], model._meta
-    query = InsertQuery(model)
-    query.insert_values([f for f in meta.local_concrete_fields if not f.primary_key], [instance])
-    compiler = query.get_compiler(connection=connection)
-    compiler.returning_fields = [meta.pk]
-    [(row_sql, row_params)] = compiler.as_sql()  # sets auto_now_add fields on the instance, as save() does
-    changes = tracked.created(tracked.values(instance))
-    entry = _entry(tracked.tenant_of(instance), instance, AuditEntry.Action.CREATE, changes)
-    fields = {AuditEntry._meta.get_field(name): value for name, value in entry.items()}
-    quote = connection.ops.quote_name
+    tracked = _registry[model]
+    sql, fields = _insert_statement(model)
+    # pre_save sets auto_now_add fields on the instance, as save() does; the entry is read after it.
+    row = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
+    entry = _entry(
+        tracked.tenant_of(instance),
+        instance,
+        AuditEntry.Action.CREATE,
+        tracked.created(tracked.values(instance)),
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH new AS ({row_sql}) INSERT INTO {quote(AuditEntry._meta.db_table)} "
-            f"({', '.join(quote(f.column) for f in fields)}, object_id) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}, (SELECT {quote(meta.pk.column)}::text FROM new)) "
-            "RETURNING object_id",
-            [*row_params, *(f.get_db_prep_save(value, connection) for f, value in fields.items())],
-        )
-        instance.pk = meta.pk.to_python(cursor.fetchone()[0])
+        cursor.execute(sql, [*row, *(f.get_db_prep_save(entry[f.attname], connection) for f in _ENTRY_FIELDS)])
+        instance.pk = model._meta.pk.to_python(cursor.fetchone()[0])
     instance._state.adding, instance._state.db = False, connection.alias
+
+
+_INSERTS: dict[type[models.Model], tuple[str, list[models.Field]]] = {}
+
+
+def _insert_statement(model: type[models.Model]) -> tuple[str, list[models.Field]]:
+    """`insert`'s statement for the model and the row's fields in its order: written once per process
+    (the ORM would compile the same INSERT for every row)."""
+    if model not in _INSERTS:
+        meta, quote = model._meta, connection.ops.quote_name
+        fields = [f for f in meta.local_concrete_fields if not f.primary_key]
+        pk = quote(meta.pk.column)
+        _INSERTS[model] = (
+            f"WITH new AS (INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {pk}) "
+            f"INSERT INTO {quote(AuditEntry._meta.db_table)} "
+            f"({', '.join(quote(f.column) for f in _ENTRY_FIELDS)}, object_id) "
+            f"VALUES ({', '.join(['%s'] * len(_ENTRY_FIELDS))}, (SELECT {pk}::text FROM new)) "
+            "RETURNING object_id",
+            fields,
+        )
+    return _INSERTS[model]
 
 
 def _write(tenant_id: int | None, instance: models.Model, action: str, changes: dict) -> None:
@@ -192,3 +207,21 @@ def _entry(tenant_id: int | None, instance: models.Model, action: str, changes: 
         "changes": changes,
         "created_at": timezone.now(),
     }
+
+
+# The columns `_entry` gives, in a fixed order for `insert`'s statement.
+_ENTRY_FIELDS = [
+    AuditEntry._meta.get_field(name)
+    for name in (
+        "tenant",
+        "actor_user",
+        "actor_token",
+        "actor",
+        "ip",
+        "action",
+        "object_type",
+        "object_repr",
+        "changes",
+        "created_at",
+    )
+]
