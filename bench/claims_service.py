@@ -105,6 +105,8 @@ def set_up(nodes: int):
 
 def measure(args: argparse.Namespace, cluster) -> dict:
     """One round: the loaders (and allocator workers) against the cluster, then the invariants."""
+    from bench_db import postgres_cpu_s
+
     from nodepools.models import Claim
     from nodepools.selectors import allocation_violations
 
@@ -170,6 +172,7 @@ def measure(args: argparse.Namespace, cluster) -> dict:
     ]
     for w in workers:  # Django loaded in each loader
         assert w.stdout.readline().strip() == "ready"
+    postgres_before = postgres_cpu_s()
     start_at = time.time()
     for w in workers:
         w.stdin.write("go\n")
@@ -187,6 +190,7 @@ def measure(args: argparse.Namespace, cluster) -> dict:
             allocator.terminate()
             allocator.wait()
     wall = finished - start_at
+    postgres = postgres_cpu_s() - postgres_before
     total = sum(r["claims"] for r in reports)
     return {
         "path": "queue" if args.queue else "api",
@@ -198,6 +202,11 @@ def measure(args: argparse.Namespace, cluster) -> dict:
         "claims_per_s": round(total / wall, 1),
         "overcommits": len(allocation_violations(cluster.pk)),
         "loader_seconds": [r["seconds"] for r in reports],
+        # CPU per claim of the loaders (each in its own process) and of the whole PostgreSQL server
+        "cpu_ms_per_claim": {
+            "loaders": round(1000 * sum(r["cpu_seconds"] for r in reports) / total, 3),
+            "postgres": round(1000 * postgres / total, 3),
+        },
         "gpus": 2 * 8 * args.nodes,
     }
 
