@@ -36,35 +36,10 @@ def web_server(server: str, port: int) -> list[str]:
     ]
 
 
-def cpu_s(pid: int, *, children: bool = False) -> float:
-    """User and system CPU seconds of a process so far, and with `children` those of its children it
-    has waited for (Linux)."""
-    fields = _stat(pid)
-    return sum(int(f) for f in fields[11 : 15 if children else 13]) / os.sysconf("SC_CLK_TCK")
-
-
-def postgres_cpu_s() -> float:
-    """CPU seconds of the local PostgreSQL server so far: every backend and helper process, those that
-    exited included (the postmaster has waited for them)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        postmaster = int(_stat(cursor.fetchone()[0])[1])
-    total = cpu_s(postmaster, children=True)
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = _stat(int(entry.name)) if entry.name.isdigit() else None
-        except OSError:  # exited meanwhile: its CPU is in the postmaster's children's
-            continue
-        if fields and int(fields[1]) == postmaster:
-            total += sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def _stat(pid: int) -> list[str]:
-    """/proc/<pid>/stat's fields after the command's name: state, ppid, … (proc(5) numbering − 3)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def ensure_database(url: str) -> None:

@@ -7,6 +7,7 @@ import sys
 import time
 
 from django.core.management.base import BaseCommand
+from django.db import connection
 
 from clusters.models import Cluster
 from nodepools.allocator import create_claim
@@ -49,7 +50,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--wait-for-go",
             action="store_true",
-            help='print "ready", then start when a line arrives on stdin (so several loaders start together)',
+            help='print "ready" and the database session\'s process id, start when a line arrives on '
+            "stdin (so several loaders start together), and after the report wait for stdin to close (so "
+            "the session's CPU can be read)",
         )
 
     def handle(
@@ -69,7 +72,7 @@ class Command(BaseCommand):
         rng = random.Random(seed)
         shapes = shapes_for(target)
         if wait_for_go:  # line up with the other loaders, Django's start-up done
-            self.stdout.write("ready")
+            self.stdout.write(f"ready {_backend_pid()}")
             self.stdout.flush()
             sys.stdin.readline()
         started, cpu = time.perf_counter(), time.process_time()
@@ -97,3 +100,14 @@ class Command(BaseCommand):
                 }
             )
         )
+        if wait_for_go:
+            self.stdout.flush()
+            sys.stdin.read()
+
+
+def _backend_pid() -> int | None:
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
