@@ -5,14 +5,23 @@ view one frame with the newest sample of each of its GPUs that changed, however 
 arrived. The frame is encoded once and written to every socket watching that view. A socket's first
 message carries its view's current values (one MGET when it joins).
 
+The tick never waits on a socket: each socket has its own sender task and a one-frame mailbox. A
+server's send waits while the socket's buffer is full (uvicorn's flow control), so a client that stops
+reading would otherwise hold up every other socket of the process. A frame put while the previous one
+still waits is merged into it, the newest row of each GPU winning (a frame carries only the GPUs that
+changed, so replacing it would lose updates); a socket whose send has not completed for
+TELEMETRY_STALLED_SOCKET_S is dropped with 1013 (try again later).
+
 A view is a set of GPUs a tenant may see (its fleet, a cluster, a pool, a GPU), resolved from the
 database when the first socket joins and refreshed now and then (GPUs come and go)."""
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -27,14 +36,69 @@ REFRESH_GPUS_S = 10.0
 MGET_CHUNK = 5000
 COLUMNS = ["id", "ts", *STREAM_KEYS]
 READ_COUNT = 1000
+TRY_AGAIN_LATER = 1013  # the close code of a socket dropped for not reading
 Send = Callable[[str], Awaitable[None]]
+Close = Callable[[int, str], Awaitable[None]]
+
+
+class Frame(NamedTuple):
+    view: str
+    rows: list[list]
+    text: str  # encoded once for all the view's sockets
+
+
+def encode(view_key: str, rows: list[list]) -> str:
+    return json.dumps({"type": "telemetry.frame", "view": view_key, "columns": COLUMNS, "gpus": rows})
+
+
+class Mailbox:
+    """A socket's next frame. One put while another waits is merged into it, the newest row of each GPU
+    winning: a slow socket gets fewer, fuller frames and still every GPU's newest values."""
+
+    def __init__(self) -> None:
+        self.frame: Frame | None = None
+        self.merged: dict[int, list] | None = None  # GPU id → row, once two frames were merged
+        self.ready = asyncio.Event()
+
+    def put(self, frame: Frame) -> bool:
+        """Leave `frame` for the socket; True if it was merged into one still waiting."""
+        coalesced = self.frame is not None
+        if coalesced:
+            if self.merged is None:
+                self.merged = {row[0]: row for row in self.frame.rows}
+            for row in frame.rows:
+                kept = self.merged.get(row[0])
+                if kept is None or kept[1] <= row[1]:
+                    self.merged[row[0]] = row
+        self.frame = frame
+        self.ready.set()
+        return coalesced
+
+    async def take(self) -> str:
+        """The waiting frame's text, once there is one; the mailbox is empty after."""
+        await self.ready.wait()
+        self.ready.clear()
+        frame, merged = self.frame, self.merged
+        self.frame = self.merged = None
+        # A frame that was not merged goes out as the view encoded it, shared with its other sockets.
+        return frame.text if merged is None else encode(frame.view, list(merged.values()))
+
+
+class Member:
+    """One socket of a view: its mailbox and the task that sends from it."""
+
+    def __init__(self, send: Send, close: Close) -> None:
+        self.send = send
+        self.close = close
+        self.mailbox = Mailbox()
+        self.sender: asyncio.Task | None = None
 
 
 class View:
     def __init__(self, key: str, gpu_filter: dict) -> None:
         self.key = key
         self.gpu_filter = gpu_filter  # always includes the tenant
-        self.members: dict[int, Send] = {}
+        self.members: dict[int, Member] = {}
         self.gpus: list[dict] = []
         self.loaded_at = 0.0
 
@@ -76,7 +140,6 @@ class Hub:
         self.task: asyncio.Task | None = None
         self.redis = None  # store.async_client(), made on the loop that uses it
         self.last_id: bytes = b"0-0"
-        self.frames_sent = 0
 
     async def view(self, key: str, gpu_filter: dict) -> View:
         view = self.views.get(key)
@@ -85,18 +148,48 @@ class Hub:
             await view.load()
         return view
 
-    def join(self, view: View, member: int, send: Send) -> None:
+    def join(self, view: View, member_id: int, send: Send, close: Close) -> None:
         """From now on the member gets the view's frames (send the view's GPU list first)."""
-        self.views.setdefault(view.key, view).members[member] = send
+        member = Member(send, close)
+        self.views.setdefault(view.key, view).members[member_id] = member
+        loop = asyncio.get_running_loop()
+        member.sender = loop.create_task(self._deliver(view.key, member_id, member))
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self.run())
+            self.task = loop.create_task(self.run())
 
-    def leave(self, key: str, member: int) -> None:
+    def leave(self, key: str, member_id: int) -> None:
+        member = self._remove(key, member_id)
+        if member is not None and member.sender is not None:
+            member.sender.cancel()
+
+    def _remove(self, key: str, member_id: int) -> Member | None:
         view = self.views.get(key)
-        if view is not None:
-            view.members.pop(member, None)
-            if not view.members:
-                del self.views[key]
+        if view is None:
+            return None
+        member = view.members.pop(member_id, None)
+        if not view.members:
+            del self.views[key]
+        return member
+
+    async def _deliver(self, key: str, member_id: int, member: Member) -> None:
+        """Send the member's frames as its socket takes them, until the socket is gone or stalls."""
+        limit = settings.TELEMETRY_STALLED_SOCKET_S
+        while True:
+            text = await member.mailbox.take()
+            try:
+                async with asyncio.timeout(limit):
+                    await member.send(text)
+            except TimeoutError:
+                break
+            except Exception:  # the socket is gone; its disconnect leaves the view
+                return
+        # Not drained for `limit` seconds: no more frames, and the close waits behind its unread data.
+        self._remove(key, member_id)
+        logger.info("telemetry socket of %s dropped: not drained for %s s", key, limit)
+        with contextlib.suppress(Exception):  # a Redis hiccup loses a count, not the close
+            await store.count_stalled_socket(self.redis)
+        with contextlib.suppress(Exception):  # the socket may be gone meanwhile
+            await member.close(TRY_AGAIN_LATER, "not reading")
 
     async def run(self) -> None:
         interval = settings.TELEMETRY_FRAME_INTERVAL_S
@@ -135,18 +228,16 @@ class Hub:
         changed = await self._fresh()
         if not changed:
             return
-        lags = []  # (seconds since the frame's oldest sample, frames sent), for /metrics
+        lags = []  # (seconds since the frame's oldest sample, frames handed over), for /metrics
+        coalesced = 0  # frames merged into one their socket had not taken yet
         for view in views:
             rows = [changed[gpu["id"]] for gpu in view.gpus if gpu["id"] in changed]
             if rows:
-                text = json.dumps(
-                    {"type": "telemetry.frame", "view": view.key, "columns": COLUMNS, "gpus": rows}
-                )
-                members = list(view.members.values())
-                await asyncio.gather(*(send(text) for send in members), return_exceptions=True)
-                self.frames_sent += len(members)
-                lags.append((time.time() - min(row[1] for row in rows), len(members)))
-        await store.record_frame_lags(self.redis, lags)
+                frame = Frame(view.key, rows, encode(view.key, rows))
+                merged = sum(member.mailbox.put(frame) for member in view.members.values())
+                coalesced += merged
+                lags.append((time.time() - min(row[1] for row in rows), len(view.members) - merged))
+        await store.record_frames(self.redis, lags, coalesced)
 
     async def current(self, view: View) -> list[list]:
         """The view's GPUs' latest rows, as frames carry them (for a socket that just joined)."""

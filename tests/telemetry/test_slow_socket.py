@@ -47,12 +47,15 @@ def server_buffering_bound() -> int:
     return wmem_max + 256 * 1024
 
 
-def slow_closed(server) -> float:
+def stream_counters(server) -> dict[str, float]:
+    """The counters of /metrics about slow sockets: frames coalesced, sockets closed as stalled."""
     text = requests.get(
         f"{server.url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30
     ).text
-    found = [line for line in text.splitlines() if line.startswith("nvke_telemetry_sockets_closed_stalled")]
-    return float(found[0].split(" ")[1]) if found else 0.0
+    names = ("nvke_telemetry_frames_coalesced_total", "nvke_telemetry_sockets_closed_stalled_total")
+    return {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line.startswith(names)
+    }
 
 
 def write_round(gpus: list[Gpu], util: int) -> None:
@@ -112,10 +115,12 @@ def test_a_socket_that_stops_reading_holds_up_no_one_and_is_dropped(serve_asgi, 
                 pytest.fail(f"the reader was held up after {sent} bytes, round {util}")
         # Frozen past the limit: dropped, counted, and the reader still served.
         deadline = time.monotonic() + stalled_s + 10
-        while slow_closed(server) < 1:
+        while stream_counters(server)["nvke_telemetry_sockets_closed_stalled_total"] < 1:
             assert time.monotonic() < deadline, "the frozen socket was never dropped"
             util += 1
             write_round(gpus, util)
             frame_with(reader, util, timeout_s=2.0)
+        # While it waited, its frames were merged into the one it had not taken.
+        assert stream_counters(server)["nvke_telemetry_frames_coalesced_total"] > 0
         # The client reading again finds the frames it had left, then the close: 1013, try again later.
         assert close_code(frozen, timeout_s=30) == 1013
