@@ -9,8 +9,9 @@ The tick never waits on a socket: each socket has its own sender task and a one-
 server's send waits while the socket's buffer is full (uvicorn's flow control), so a client that stops
 reading would otherwise hold up every other socket of the process. A frame put while the previous one
 still waits is merged into it, the newest row of each GPU winning (a frame carries only the GPUs that
-changed, so replacing it would lose updates); a socket whose send has not completed for
-TELEMETRY_STALLED_SOCKET_S is dropped with 1013 (try again later).
+changed, so replacing it would lose updates). A socket whose send has not completed for
+TELEMETRY_STALLED_SOCKET_S when its next frame comes is dropped with 1013 (try again later): the tick
+checks a clock only for sockets already behind, so sockets that keep up cost no timer.
 
 A view is a set of GPUs a tenant may see (its fleet, a cluster, a pool, a GPU), resolved from the
 database when the first socket joins and refreshed now and then (GPUs come and go)."""
@@ -91,7 +92,20 @@ class Member:
         self.send = send
         self.close = close
         self.mailbox = Mailbox()
-        self.sender: asyncio.Task | None = None
+        self.sending_since: float | None = None  # when the send under way began (monotonic)
+        self.sender = asyncio.get_running_loop().create_task(self.deliver())
+
+    async def deliver(self) -> None:
+        """Send frames as the socket takes them, until it is gone (its disconnect leaves the view)."""
+        with contextlib.suppress(Exception):
+            while True:
+                text = await self.mailbox.take()
+                self.sending_since = time.monotonic()
+                await self.send(text)
+                self.sending_since = None
+
+    def stalled(self, now: float, limit_s: float) -> bool:
+        return self.sending_since is not None and now - self.sending_since > limit_s
 
 
 class View:
@@ -140,6 +154,7 @@ class Hub:
         self.task: asyncio.Task | None = None
         self.redis = None  # store.async_client(), made on the loop that uses it
         self.last_id: bytes = b"0-0"
+        self.closing: set[asyncio.Task] = set()  # closes of stalled sockets under way
 
     async def view(self, key: str, gpu_filter: dict) -> View:
         view = self.views.get(key)
@@ -150,45 +165,34 @@ class Hub:
 
     def join(self, view: View, member_id: int, send: Send, close: Close) -> None:
         """From now on the member gets the view's frames (send the view's GPU list first)."""
-        member = Member(send, close)
-        self.views.setdefault(view.key, view).members[member_id] = member
-        loop = asyncio.get_running_loop()
-        member.sender = loop.create_task(self._deliver(view.key, member_id, member))
+        self.views.setdefault(view.key, view).members[member_id] = Member(send, close)
         if self.task is None or self.task.done():
-            self.task = loop.create_task(self.run())
+            self.task = asyncio.get_running_loop().create_task(self.run())
 
-    def leave(self, key: str, member_id: int) -> None:
-        member = self._remove(key, member_id)
-        if member is not None and member.sender is not None:
-            member.sender.cancel()
-
-    def _remove(self, key: str, member_id: int) -> Member | None:
+    def leave(self, key: str, member_id: int) -> Member | None:
         view = self.views.get(key)
         if view is None:
             return None
         member = view.members.pop(member_id, None)
         if not view.members:
             del self.views[key]
+        if member is not None:
+            member.sender.cancel()
         return member
 
-    async def _deliver(self, key: str, member_id: int, member: Member) -> None:
-        """Send the member's frames as its socket takes them, until the socket is gone or stalls."""
-        limit = settings.TELEMETRY_STALLED_SOCKET_S
-        while True:
-            text = await member.mailbox.take()
-            try:
-                async with asyncio.timeout(limit):
-                    await member.send(text)
-            except TimeoutError:
-                break
-            except Exception:  # the socket is gone; its disconnect leaves the view
-                return
-        # Not drained for `limit` seconds: no more frames, and the close waits behind its unread data.
-        self._remove(key, member_id)
-        logger.info("telemetry socket of %s dropped: not drained for %s s", key, limit)
-        with contextlib.suppress(Exception):  # a Redis hiccup loses a count, not the close
-            await store.count_stalled_socket(self.redis)
-        with contextlib.suppress(Exception):  # the socket may be gone meanwhile
+    def _drop(self, key: str, member_id: int) -> None:
+        """A socket that has not drained for TELEMETRY_STALLED_SOCKET_S gets no more frames and is closed:
+        the close frame waits behind what it has not read (ASGI can close a connection, not abort it)."""
+        member = self.leave(key, member_id)
+        if member is not None:
+            logger.info("telemetry socket of %s dropped: not drained", key)
+            closing = asyncio.get_running_loop().create_task(self._close(member))
+            self.closing.add(closing)  # referenced until done, so it is not collected midway
+            closing.add_done_callback(self.closing.discard)
+
+    @staticmethod
+    async def _close(member: Member) -> None:
+        with contextlib.suppress(Exception):  # gone meanwhile
             await member.close(TRY_AGAIN_LATER, "not reading")
 
     async def run(self) -> None:
@@ -230,14 +234,24 @@ class Hub:
             return
         lags = []  # (seconds since the frame's oldest sample, frames handed over), for /metrics
         coalesced = 0  # frames merged into one their socket had not taken yet
+        stalled = []  # (view key, member id) of sockets whose send has not completed for too long
+        now, limit_s = time.monotonic(), settings.TELEMETRY_STALLED_SOCKET_S
         for view in views:
             rows = [changed[gpu["id"]] for gpu in view.gpus if gpu["id"] in changed]
-            if rows:
-                frame = Frame(view.key, rows, encode(view.key, rows))
-                merged = sum(member.mailbox.put(frame) for member in view.members.values())
-                coalesced += merged
-                lags.append((time.time() - min(row[1] for row in rows), len(view.members) - merged))
-        await store.record_frames(self.redis, lags, coalesced)
+            if not rows:
+                continue
+            frame = Frame(view.key, rows, encode(view.key, rows))
+            merged = 0
+            for member_id, member in view.members.items():
+                if member.mailbox.put(frame):  # its socket has not taken the last one yet
+                    merged += 1
+                    if member.stalled(now, limit_s):
+                        stalled.append((view.key, member_id))
+            coalesced += merged
+            lags.append((time.time() - min(row[1] for row in rows), len(view.members) - merged))
+        for key, member_id in stalled:
+            self._drop(key, member_id)
+        await store.record_frames(self.redis, lags, coalesced, len(stalled))
 
     async def current(self, view: View) -> list[list]:
         """The view's GPUs' latest rows, as frames carry them (for a socket that just joined)."""

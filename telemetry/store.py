@@ -155,10 +155,13 @@ def ingest_counts() -> dict[str, int]:
     return {k.decode(): int(v) for k, v in client().hgetall(INGEST_COUNTS).items()}
 
 
-async def record_frames(redis_client: aioredis.Redis, lags: list[tuple[float, int]], coalesced: int) -> None:
+async def record_frames(
+    redis_client: aioredis.Redis, lags: list[tuple[float, int]], coalesced: int, stalled: int
+) -> None:
     """Count `n` frames handed to sockets `lag` seconds after their oldest sample, for each (lag, n) of a
-    hub tick, and the frames merged into one still waiting: one round trip."""
-    if not lags and not coalesced:
+    hub tick, the frames merged into one still waiting and the sockets dropped as stalled: one round
+    trip."""
+    if not lags and not coalesced and not stalled:
         return
     buckets: dict[str, int] = defaultdict(int)
     total = 0.0
@@ -170,13 +173,10 @@ async def record_frames(redis_client: aioredis.Redis, lags: list[tuple[float, in
     for bound, n in buckets.items():
         pipe.hincrby(FRAME_LAG, bound, n)
     pipe.hincrbyfloat(FRAME_LAG, "sum", total)
-    if coalesced:
-        pipe.hincrby(STREAM_COUNTS, "coalesced", coalesced)
+    for field, n in (("coalesced", coalesced), ("stalled", stalled)):
+        if n:
+            pipe.hincrby(STREAM_COUNTS, field, n)
     await pipe.execute()
-
-
-async def count_stalled_socket(redis_client: aioredis.Redis) -> None:
-    await redis_client.hincrby(STREAM_COUNTS, "stalled", 1)
 
 
 def stream_counts() -> dict[str, int]:
