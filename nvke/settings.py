@@ -359,6 +359,7 @@ for _network in NVKE_TRUSTED_PROXIES:
 # newest rows wait up to one interval for their frame, so the interval is the floor of sample-to-screen
 # latency: 0.1 s keeps its p99 under 250 ms (bench/README.md, live fan-out).
 TELEMETRY_FRAME_INTERVAL_S = float(os.environ.get("NVKE_TELEMETRY_FRAME_INTERVAL_S", "0.1"))
+TELEMETRY_STALLED_SOCKET_S = float(os.environ.get("NVKE_TELEMETRY_STALLED_SOCKET_S", "30"))
 TELEMETRY_PRESSURE_PERCENT = int(os.environ.get("NVKE_TELEMETRY_PRESSURE_PERCENT", "90"))  # of the share
 TELEMETRY_PRESSURE_S = int(os.environ.get("NVKE_TELEMETRY_PRESSURE_S", "30"))
 TELEMETRY_IDLE_PERCENT = int(os.environ.get("NVKE_TELEMETRY_IDLE_PERCENT", "10"))

@@ -79,7 +79,7 @@ class TelemetryConsumer(StreamAccess, AsyncWebsocketConsumer):
             "latest": await hub.current(view),
         }
         await self.send(text_data=json.dumps(hello))
-        hub.join(view, id(self), lambda text: self.send(text_data=text))
+        hub.join(view, id(self), lambda text: self.send(text_data=text), self.close)
         self.view_key = key
 
     async def disconnect(self, code):

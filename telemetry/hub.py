@@ -5,14 +5,24 @@ view one frame with the newest sample of each of its GPUs that changed, however 
 arrived. The frame is encoded once and written to every socket watching that view. A socket's first
 message carries its view's current values (one MGET when it joins).
 
+The tick never waits on a socket: each socket has its own sender task and a one-frame mailbox. A
+server's send waits while the socket's buffer is full (uvicorn's flow control), so a client that stops
+reading would otherwise hold up every other socket of the process. A frame put while the previous one
+still waits is merged into it, the newest row of each GPU winning (a frame carries only the GPUs that
+changed, so replacing it would lose updates). A socket whose send has not completed for
+TELEMETRY_STALLED_SOCKET_S when its next frame comes is dropped with 1013 (try again later): the tick
+checks a clock only for sockets already behind, so sockets that keep up cost no timer.
+
 A view is a set of GPUs a tenant may see (its fleet, a cluster, a pool, a GPU), resolved from the
 database when the first socket joins and refreshed now and then (GPUs come and go)."""
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -27,14 +37,82 @@ REFRESH_GPUS_S = 10.0
 MGET_CHUNK = 5000
 COLUMNS = ["id", "ts", *STREAM_KEYS]
 READ_COUNT = 1000
+TRY_AGAIN_LATER = 1013  # the close code of a socket dropped for not reading
 Send = Callable[[str], Awaitable[None]]
+Close = Callable[[int, str], Awaitable[None]]
+
+
+class Frame(NamedTuple):
+    view: str
+    rows: list[list]
+    text: str  # encoded once for all the view's sockets
+
+
+def encode(view_key: str, rows: list[list]) -> str:
+    return json.dumps({"type": "telemetry.frame", "view": view_key, "columns": COLUMNS, "gpus": rows})
+
+
+class Mailbox:
+    """A socket's next frame. One put while another waits is merged into it, the newest row of each GPU
+    winning: a slow socket gets fewer, fuller frames and still every GPU's newest values."""
+
+    def __init__(self) -> None:
+        self.frame: Frame | None = None
+        self.merged: dict[int, list] | None = None  # GPU id → row, once two frames were merged
+        self.ready = asyncio.Event()
+
+    def put(self, frame: Frame) -> bool:
+        """Leave `frame` for the socket; True if it was merged into one still waiting."""
+        coalesced = self.frame is not None
+        if coalesced:
+            if self.merged is None:
+                self.merged = {row[0]: row for row in self.frame.rows}
+            for row in frame.rows:
+                kept = self.merged.get(row[0])
+                if kept is None or kept[1] <= row[1]:
+                    self.merged[row[0]] = row
+        self.frame = frame
+        self.ready.set()
+        return coalesced
+
+    async def take(self) -> str:
+        """The waiting frame's text, once there is one; the mailbox is empty after."""
+        await self.ready.wait()
+        self.ready.clear()
+        frame, merged = self.frame, self.merged
+        self.frame = self.merged = None
+        # A frame that was not merged goes out as the view encoded it, shared with its other sockets.
+        return frame.text if merged is None else encode(frame.view, list(merged.values()))
+
+
+class Member:
+    """One socket of a view: its mailbox and the task that sends from it."""
+
+    def __init__(self, send: Send, close: Close) -> None:
+        self.send = send
+        self.close = close
+        self.mailbox = Mailbox()
+        self.sending_since: float | None = None  # when the send under way began (monotonic)
+        self.sender = asyncio.get_running_loop().create_task(self.deliver())
+
+    async def deliver(self) -> None:
+        """Send frames as the socket takes them, until it is gone (its disconnect leaves the view)."""
+        with contextlib.suppress(Exception):
+            while True:
+                text = await self.mailbox.take()
+                self.sending_since = time.monotonic()
+                await self.send(text)
+                self.sending_since = None
+
+    def stalled(self, now: float, limit_s: float) -> bool:
+        return self.sending_since is not None and now - self.sending_since > limit_s
 
 
 class View:
     def __init__(self, key: str, gpu_filter: dict) -> None:
         self.key = key
         self.gpu_filter = gpu_filter  # always includes the tenant
-        self.members: dict[int, Send] = {}
+        self.members: dict[int, Member] = {}
         self.gpus: list[dict] = []
         self.loaded_at = 0.0
 
@@ -76,7 +154,7 @@ class Hub:
         self.task: asyncio.Task | None = None
         self.redis = None  # store.async_client(), made on the loop that uses it
         self.last_id: bytes = b"0-0"
-        self.frames_sent = 0
+        self.closing: set[asyncio.Task] = set()  # closes of stalled sockets under way
 
     async def view(self, key: str, gpu_filter: dict) -> View:
         view = self.views.get(key)
@@ -85,18 +163,37 @@ class Hub:
             await view.load()
         return view
 
-    def join(self, view: View, member: int, send: Send) -> None:
+    def join(self, view: View, member_id: int, send: Send, close: Close) -> None:
         """From now on the member gets the view's frames (send the view's GPU list first)."""
-        self.views.setdefault(view.key, view).members[member] = send
+        self.views.setdefault(view.key, view).members[member_id] = Member(send, close)
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self.run())
 
-    def leave(self, key: str, member: int) -> None:
+    def leave(self, key: str, member_id: int) -> Member | None:
         view = self.views.get(key)
-        if view is not None:
-            view.members.pop(member, None)
-            if not view.members:
-                del self.views[key]
+        if view is None:
+            return None
+        member = view.members.pop(member_id, None)
+        if not view.members:
+            del self.views[key]
+        if member is not None:
+            member.sender.cancel()
+        return member
+
+    def _drop(self, key: str, member_id: int) -> None:
+        """A socket that has not drained for TELEMETRY_STALLED_SOCKET_S gets no more frames and is closed:
+        the close frame waits behind what it has not read (ASGI can close a connection, not abort it)."""
+        member = self.leave(key, member_id)
+        if member is not None:
+            logger.info("telemetry socket of %s dropped: not drained", key)
+            closing = asyncio.get_running_loop().create_task(self._close(member))
+            self.closing.add(closing)  # referenced until done, so it is not collected midway
+            closing.add_done_callback(self.closing.discard)
+
+    @staticmethod
+    async def _close(member: Member) -> None:
+        with contextlib.suppress(Exception):  # gone meanwhile
+            await member.close(TRY_AGAIN_LATER, "not reading")
 
     async def run(self) -> None:
         interval = settings.TELEMETRY_FRAME_INTERVAL_S
@@ -135,18 +232,26 @@ class Hub:
         changed = await self._fresh()
         if not changed:
             return
-        lags = []  # (seconds since the frame's oldest sample, frames sent), for /metrics
+        lags = []  # (seconds since the frame's oldest sample, frames handed over), for /metrics
+        coalesced = 0  # frames merged into one their socket had not taken yet
+        stalled = []  # (view key, member id) of sockets whose send has not completed for too long
+        now, limit_s = time.monotonic(), settings.TELEMETRY_STALLED_SOCKET_S
         for view in views:
             rows = [changed[gpu["id"]] for gpu in view.gpus if gpu["id"] in changed]
-            if rows:
-                text = json.dumps(
-                    {"type": "telemetry.frame", "view": view.key, "columns": COLUMNS, "gpus": rows}
-                )
-                members = list(view.members.values())
-                await asyncio.gather(*(send(text) for send in members), return_exceptions=True)
-                self.frames_sent += len(members)
-                lags.append((time.time() - min(row[1] for row in rows), len(members)))
-        await store.record_frame_lags(self.redis, lags)
+            if not rows:
+                continue
+            frame = Frame(view.key, rows, encode(view.key, rows))
+            merged = 0
+            for member_id, member in view.members.items():
+                if member.mailbox.put(frame):  # its socket has not taken the last one yet
+                    merged += 1
+                    if member.stalled(now, limit_s):
+                        stalled.append((view.key, member_id))
+            coalesced += merged
+            lags.append((time.time() - min(row[1] for row in rows), len(view.members) - merged))
+        for key, member_id in stalled:
+            self._drop(key, member_id)
+        await store.record_frames(self.redis, lags, coalesced, len(stalled))
 
     async def current(self, view: View) -> list[list]:
         """The view's GPUs' latest rows, as frames carry them (for a socket that just joined)."""

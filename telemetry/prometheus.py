@@ -111,9 +111,22 @@ class FleetCollector(Collector):
         yield HistogramMetricFamily(
             "nvke_telemetry_frame_lag_seconds",
             "Live frames sent to dashboards by every web process, by how long after their oldest sample "
-            "each was handed to its socket.",
+            "each was handed to its socket's sender.",
             buckets=buckets,
             sum_value=lag_sum,
+        )
+        streams = store.stream_counts()
+        yield CounterMetricFamily(
+            "nvke_telemetry_frames_coalesced",
+            "Live frames merged, by every web process, into one their socket had not taken yet (newest "
+            "row per GPU kept): the frames slow sockets did not get one by one.",
+            value=streams["coalesced"],
+        )
+        yield CounterMetricFamily(
+            "nvke_telemetry_sockets_closed_stalled",
+            "Live telemetry sockets dropped (1013) by every web process after not draining for "
+            "NVKE_TELEMETRY_STALLED_SOCKET_S.",
+            value=streams["stalled"],
         )
         events = TelemetryEvent.objects.values("kind").annotate(n=Count("pk"))
         yield _gauge(

@@ -14,6 +14,8 @@ Keys (all under `tm:`):
   tm:frame-lag             hash: live frames sent by every web process, counted by how long after
                            their oldest sample they were sent (FRAME_LAG_BUCKETS_S), and the sum, for
                            /metrics
+  tm:streams               hash: live frames coalesced (merged into one a slow socket had not taken
+                           yet) and sockets dropped for not draining, by every web process, for /metrics
 
 Without REDIS_URL (the embedded default) the same keys live in an in-process Redis (fakeredis), shared by
 every thread and the event loop of this process: the same commands, TTLs and stream trimming, so its
@@ -41,6 +43,7 @@ STREAM_KEYS = ("util", "mem", "temp", "power", "sm", "xid")
 RAW_BUCKETS = "tm:raw-buckets"
 INGEST_COUNTS = "tm:ingest"
 FRAME_LAG = "tm:frame-lag"
+STREAM_COUNTS = "tm:streams"
 FRAME_LAG_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # and +Inf
 
 _client: redis.Redis | None = None
@@ -152,10 +155,13 @@ def ingest_counts() -> dict[str, int]:
     return {k.decode(): int(v) for k, v in client().hgetall(INGEST_COUNTS).items()}
 
 
-async def record_frame_lags(redis_client: aioredis.Redis, lags: list[tuple[float, int]]) -> None:
-    """Count `n` frames sent `lag` seconds after their oldest sample, for each (lag, n) of a hub tick:
-    one round trip."""
-    if not lags:
+async def record_frames(
+    redis_client: aioredis.Redis, lags: list[tuple[float, int]], coalesced: int, stalled: int
+) -> None:
+    """Count `n` frames handed to sockets `lag` seconds after their oldest sample, for each (lag, n) of a
+    hub tick, the frames merged into one still waiting and the sockets dropped as stalled: one round
+    trip."""
+    if not lags and not coalesced and not stalled:
         return
     buckets: dict[str, int] = defaultdict(int)
     total = 0.0
@@ -167,7 +173,16 @@ async def record_frame_lags(redis_client: aioredis.Redis, lags: list[tuple[float
     for bound, n in buckets.items():
         pipe.hincrby(FRAME_LAG, bound, n)
     pipe.hincrbyfloat(FRAME_LAG, "sum", total)
+    for field, n in (("coalesced", coalesced), ("stalled", stalled)):
+        if n:
+            pipe.hincrby(STREAM_COUNTS, field, n)
     await pipe.execute()
+
+
+def stream_counts() -> dict[str, int]:
+    """Frames coalesced and sockets dropped as stalled, by every web process."""
+    found = {k.decode(): int(v) for k, v in client().hgetall(STREAM_COUNTS).items()}
+    return {"coalesced": found.get("coalesced", 0), "stalled": found.get("stalled", 0)}
 
 
 def frame_lags() -> tuple[list[tuple[str, int]], float]:

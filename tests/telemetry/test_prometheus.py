@@ -52,7 +52,7 @@ def test_metrics_need_their_token(db):
 
 @override_settings(METRICS_TOKEN="scrape-me")
 def test_frames_count_by_how_long_after_their_oldest_sample_they_were_sent(db):
-    """The hub's tick sends each view's frame to its sockets and counts it, once per socket, in the
+    """The hub's tick hands each view's frame to its sockets and counts it, once per socket, in the
     bucket of its oldest sample's age: the server's part of sample-to-screen latency, from every process."""
     import asyncio
     import json
@@ -67,20 +67,33 @@ def test_frames_count_by_how_long_after_their_oldest_sample_they_were_sent(db):
     async def send(text: str) -> None:
         received.append(json.loads(text))
 
-    async def one_tick() -> None:
+    async def close(code: int, reason: str) -> None:
+        raise AssertionError("no socket here is slow")
+
+    async def one_frame() -> None:
         hub = Hub()
-        hub.redis = store.async_client()
         view = View("pool:1", {})
         view.gpus, view.loaded_at = [{"id": 1}, {"id": 2}], time.monotonic()
-        view.members = {1: send, 2: send, 3: send}
-        hub.views[view.key] = view
+        writer = store.async_client()
+        start = await writer.xadd(store.FRESH, {"rows": "[]"})
+        for member in (1, 2, 3):
+            hub.join(view, member, send, close)  # the first starts the hub's task
+        async with asyncio.timeout(10):
+            while hub.last_id != start:  # it reads what comes after the stream's newest entry
+                await asyncio.sleep(0.01)
         now = time.time()
         rows = [[1, now - 0.3, 50, 0, 0, 0, 0, 0], [2, now - 0.01, 60, 0, 0, 0, 0, 0]]
-        await hub.redis.xadd(store.FRESH, {"rows": json.dumps(rows)})
-        await hub.tick()
+        await writer.xadd(store.FRESH, {"rows": json.dumps(rows)})
+        await writer.aclose()
+        async with asyncio.timeout(10):
+            while len(received) < 3:
+                await asyncio.sleep(0.01)
+        for member in (1, 2, 3):
+            hub.leave(view.key, member)
+        await asyncio.wait_for(hub.task, 10)  # its tick has counted the frames
         await hub.redis.aclose()
 
-    asyncio.run(one_tick())
+    asyncio.run(one_frame())
     assert len(received) == 3 and {row[0] for row in received[0]["gpus"]} == {1, 2}
     text = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me").content.decode()
     families = {family.name: family for family in text_string_to_metric_families(text)}
