@@ -59,10 +59,16 @@ class Pass:
     usage: list[UsageRow]  # a metering interval opened for each allocation
 
 
-def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outcomes: list[Outcome]) -> None:
+def write_pass(
+    snap: Snapshot,
+    placed: list[tuple[Claim, core.Placement]],
+    outcomes: list[Outcome],
+    late_up_to: int = 0,
+) -> list[int]:
     """Rows for placements already applied to the snapshot (allocations, GPU shares, log entries, metering
     intervals) and the claims' new status, in the current transaction: one statement on PostgreSQL however
-    many claims."""
+    many claims. Returns the ids of up to `late_up_to` other claims of the cluster committed untried by
+    then (by priority and age), which the same statement reads on PostgreSQL (SQLite: one process, none)."""
     decided = Pass(
         cluster_id=snap.cluster_id,
         allocations=[
@@ -88,10 +94,13 @@ def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outco
         outcomes=outcomes,
         usage=[usage_row(snap, claim, p) for claim, p in placed],
     )
-    write = _write_one_statement if connection.vendor == "postgresql" else _write_with_orm
-    last = write(decided)
+    if connection.vendor == "postgresql":
+        last, late = _write_one_statement(decided, late_up_to)
+    else:
+        last, late = _write_with_orm(decided), []
     if last is not None:
         snap.last_event = last
+    return late
 
 
 _ONE_STATEMENT = """
@@ -137,8 +146,14 @@ WITH a_rows AS (
     FROM jsonb_to_recordset(%(log)s::jsonb) AS r(n integer, claim_id bigint, placement jsonb)
     ORDER BY n
     RETURNING id
+), late AS (
+    SELECT c.id FROM nodepools_claim c
+    WHERE c.cluster_id = %(cluster)s AND c.status = 'pending' AND c.pending_reason = ''
+        AND c.id NOT IN (SELECT (o->>'claim_id')::bigint FROM jsonb_array_elements(%(outcomes)s::jsonb) o)
+    ORDER BY c.priority DESC, c.created_at
+    LIMIT %(late)s
 )
-SELECT max(id) FROM e
+SELECT (SELECT max(id) FROM e), ARRAY(SELECT id FROM late)
 """
 
 
@@ -146,7 +161,7 @@ def _json(rows: list) -> str:
     return json.dumps([vars(row) for row in rows], default=str)
 
 
-def _write_one_statement(decided: Pass) -> int | None:
+def _write_one_statement(decided: Pass, late_up_to: int) -> tuple[int | None, list[int]]:
     with connection.cursor() as cursor:
         cursor.execute(
             _ONE_STATEMENT,
@@ -160,9 +175,10 @@ def _write_one_statement(decided: Pass) -> int | None:
                 ),
                 "cluster": decided.cluster_id,
                 "now": datetime.datetime.now(datetime.UTC),
+                "late": late_up_to,
             },
         )
-        return cursor.fetchone()[0]
+        return cursor.fetchone()
 
 
 def _write_with_orm(decided: Pass) -> int | None:
