@@ -59,6 +59,27 @@ def attach_gpu_snapshots(nodes: list[Node]) -> None:
         by_gpu[share["gpu_id"]].append(share)
 
 
+# A GPU and one of its shares a row (the share's columns null on a GPU without any), with the share's
+# claim: `gpu_share_rows`.
+GPU_SHARE_COLUMNS = (
+    *("node_id", "id", "index", "uuid", "memory_mib", "nvlink_domain", "healthy"),
+    *("shares__id", "shares__memory_mib", "shares__compute_milli", "shares__guaranteed_milli"),
+    *("shares__exclusive", "shares__mig_profile", "shares__mig_start", "shares__mig_size"),
+    *("shares__allocation__claim_id", "shares__allocation__claim__namespace"),
+    "shares__allocation__claim__name",
+)
+
+
+def gpu_share_rows(node_ids: list[int]) -> QuerySet:
+    """The nodes' GPUs with their shares as tuples of GPU_SHARE_COLUMNS, in one query: by node, GPUs in
+    index order, each GPU's shares in `attach_gpu_snapshots`' order (MIG start, nulls last, then id)."""
+    return (
+        Gpu.objects.filter(node_id__in=node_ids)
+        .order_by("node_id", "index", "shares__mig_start", "shares__id")
+        .values_list(*GPU_SHARE_COLUMNS)
+    )
+
+
 CLAIM_COLUMNS = (
     "id",
     "cluster_id",
