@@ -407,10 +407,10 @@ def _null_or_int(value: int | None) -> str:
 
 def write_nodes(nodes: list[Node]) -> list[str]:
     """Each node's document as JSON text (its pool's cluster and sharing mode read with it: the
-    viewset's queryset); the GPUs and shares of all of them in one query (`selectors.gpu_share_rows`)."""
+    viewset's queryset); the GPUs and shares of all of them in one query (`selectors.gpu_share_tuples`)."""
     gpus_of: dict[int, list[str]] = {node.pk: [] for node in nodes}
     gpu = None  # [id, node, the document's start, shares' texts, memory, guaranteed, ceilings]
-    for row in selectors.gpu_share_rows(list(gpus_of)):
+    for row in selectors.gpu_share_tuples(list(gpus_of)):
         node_id, gpu_id, index, uuid, memory_mib, nvlink_domain, healthy = row[:7]
         share_id, share_mib, compute_milli, guaranteed_milli, exclusive, mig_profile = row[7:13]
         mig_start, mig_size, claim, namespace, name = row[13:]
