@@ -66,11 +66,13 @@ def escape_line_separators(text: str) -> str:
 
 class JSONRenderer(renderers.JSONRenderer):
     """DRF's, putting a `WrittenJSON` (the data, or the last value of a dict: a page's `results`) in the
-    body as it is. An indented rendering, or one escaping non-ASCII, parses it and renders the value."""
+    body as it is. An indented or spaced rendering, or one escaping non-ASCII, parses it and renders the
+    value."""
 
     def render(self, data, accepted_media_type=None, renderer_context=None):
-        as_is = (
-            self.ensure_ascii is False
+        as_is = (  # the text is written compact, UTF-8 unescaped
+            self.compact
+            and self.ensure_ascii is False
             and self.get_indent(accepted_media_type, renderer_context or {}) is None
         )
         if isinstance(data, WrittenJSON):
