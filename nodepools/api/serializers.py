@@ -1,4 +1,3 @@
-import json
 from json.encoder import encode_basestring as _json_string  # json.dumps' own (ensure_ascii=False)
 
 from drf_spectacular.utils import extend_schema_field
@@ -394,15 +393,13 @@ GPU = GpuSerializer()
 _LITERAL = {True: "true", False: "false", None: "null"}
 
 
+# json.dumps(value, cls=..., **settings) builds its encoder on every call (three a node).
+_JSON_ENCODER = encoders.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _json(value) -> str:
     """JSON from the database (labels, preflight facts) as DRF's JSONRenderer writes it."""
-    return json.dumps(
-        value, cls=encoders.JSONEncoder, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-    )
-
-
-def _null_or_int(value: int | None) -> str:
-    return "null" if value is None else str(value)
+    return _JSON_ENCODER.encode(value)
 
 
 def write_nodes(nodes: list[Node]) -> list[str]:
@@ -410,10 +407,26 @@ def write_nodes(nodes: list[Node]) -> list[str]:
     viewset's queryset); the GPUs and shares of all of them in one query (`selectors.gpu_share_tuples`)."""
     gpus_of: dict[int, list[str]] = {node.pk: [] for node in nodes}
     gpu = None  # [id, node, the document's start, shares' texts, memory, guaranteed, ceilings]
-    for row in selectors.gpu_share_tuples(list(gpus_of)):
-        node_id, gpu_id, index, uuid, memory_mib, nvlink_domain, healthy = row[:7]
-        share_id, share_mib, compute_milli, guaranteed_milli, exclusive, mig_profile = row[7:13]
-        mig_start, mig_size, claim, namespace, name = row[13:]
+    for (
+        node_id,
+        gpu_id,
+        index,
+        uuid,
+        memory_mib,
+        nvlink_domain,
+        healthy,
+        share_id,
+        share_mib,
+        compute_milli,
+        guaranteed_milli,
+        exclusive,
+        mig_profile,
+        mig_start,
+        mig_size,
+        claim,
+        namespace,
+        name,
+    ) in selectors.gpu_share_tuples(list(gpus_of)):
         if gpu is None or gpu[0] != gpu_id:
             if gpu is not None:
                 gpus_of[gpu[1]].append(_gpu_text(gpu))
@@ -427,8 +440,9 @@ def write_nodes(nodes: list[Node]) -> list[str]:
                 f'{{"claim":{claim},"namespace":{_json_string(namespace)},"name":{_json_string(name)},'
                 f'"memory_mib":{share_mib},"compute_percent":{compute_milli / 10!r},'
                 f'"guaranteed_percent":{guaranteed_milli / 10!r},"exclusive":{_LITERAL[exclusive]},'
-                f'"mig_profile":{_json_string(mig_profile)},"mig_start":{_null_or_int(mig_start)},'
-                f'"mig_size":{_null_or_int(mig_size)}}}'
+                f'"mig_profile":{_json_string(mig_profile)},'
+                f'"mig_start":{"null" if mig_start is None else mig_start},'
+                f'"mig_size":{"null" if mig_size is None else mig_size}}}'
             )
             gpu[4] += share_mib
             gpu[5] += guaranteed_milli
