@@ -6,9 +6,10 @@
 It empties that database, seeds the catalog and builds the scale fleet (bench_db.scale_fleet: one
 cluster, `--nodes` 8-GPU nodes, `--claims` placed claims), starts one web process (`--server`) with
 the database connection pool on, and times each endpoint below from one keep-alive HTTP client with
-a bearer token (rate limits raised out of the way): lists at the default page size (50) and details,
-`--requests` times each after a warm-up. `--json` prints one line: per endpoint `p50_ms`, `p99_ms` and
-`server_cpu_ms`, the web process's CPU per request (from /proc: steadier than latency on a busy machine)."""
+a bearer token (rate limits raised out of the way): lists at their default page size (50; `nodes/` 20)
+and details, `--requests` times each after a warm-up. `--json` prints one line: per endpoint `p50_ms`,
+`p99_ms`, `server_cpu_ms`, the web process's CPU per request (from /proc: steadier than latency on a busy
+machine), and `bytes`, the body's size."""
 
 import argparse
 import http.client
@@ -82,11 +83,13 @@ def measure(server: str, token: str, urls: dict[str, str], requests: int) -> dic
         client = http.client.HTTPConnection("127.0.0.1", port)
         headers = {"Authorization": f"Bearer {token}"}
 
+        sizes = {}
+
         def get(url: str) -> float:
             started = time.perf_counter()
             client.request("GET", url, headers=headers)
             response = client.getresponse()
-            response.read()
+            sizes[url] = len(response.read())
             assert response.status == 200, (url, response.status)
             return (time.perf_counter() - started) * 1000
 
@@ -100,6 +103,7 @@ def measure(server: str, token: str, urls: dict[str, str], requests: int) -> dic
                 "p50_ms": round(percentile(times, 50), 2),
                 "p99_ms": round(percentile(times, 99), 2),
                 "server_cpu_ms": round((cpu_s(process.pid) - cpu_before) / requests * 1000, 2),
+                "bytes": sizes[url],
             }
         return results
     finally:

@@ -1,7 +1,11 @@
 """Reads that more than one entry point needs."""
 
+import functools
+
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import F, QuerySet, Sum
 from django.db.models.functions import Coalesce
+from django.db.models.sql.compiler import SQLCompiler
 
 from .compatibility import Refusal, cuda_refusal, driver_refusals
 from .models import Claim, DriverRelease, Gpu, GpuModel, GpuShare, Node, NodePool
@@ -57,6 +61,48 @@ def attach_gpu_snapshots(nodes: list[Node]) -> None:
         name=F("allocation__claim__name"),
     ):
         by_gpu[share["gpu_id"]].append(share)
+
+
+# A GPU and one of its shares a row (the share's columns null on a GPU without any), with the share's
+# claim: `gpu_share_rows`.
+GPU_SHARE_COLUMNS = (
+    *("node_id", "id", "index", "uuid", "memory_mib", "nvlink_domain", "healthy"),
+    *("shares__id", "shares__memory_mib", "shares__compute_milli", "shares__guaranteed_milli"),
+    *("shares__exclusive", "shares__mig_profile", "shares__mig_start", "shares__mig_size"),
+    *("shares__allocation__claim_id", "shares__allocation__claim__namespace"),
+    "shares__allocation__claim__name",
+)
+
+
+def gpu_share_rows(node_ids: list[int]) -> QuerySet:
+    """The nodes' GPUs with their shares as tuples of GPU_SHARE_COLUMNS, in one query: by node, GPUs in
+    index order, each GPU's shares in `attach_gpu_snapshots`' order (MIG start, nulls last, then id)."""
+    return (
+        Gpu.objects.filter(node_id__in=node_ids)
+        .order_by("node_id", "index", "shares__mig_start", "shares__id")
+        .values_list(*GPU_SHARE_COLUMNS)
+    )
+
+
+def gpu_share_tuples(node_ids: list[int]) -> list[tuple]:
+    """`gpu_share_rows` read with its SQL compiled once per number of nodes (`_gpu_share_query`)."""
+    if not node_ids:
+        return []
+    sql, compiler = _gpu_share_query(len(node_ids))
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(sql, node_ids)
+        rows = cursor.fetchall()
+    return list(compiler.results_iter([rows]))  # the backend's converters, as values_list applies them
+
+
+@functools.lru_cache(maxsize=64)
+def _gpu_share_query(nodes: int) -> tuple[str, SQLCompiler]:
+    """`gpu_share_rows`' SQL for `nodes` node ids (its only parameters): building and compiling it took
+    the ORM ~0.45 ms a page of nodes."""
+    compiler = gpu_share_rows(list(range(nodes))).query.get_compiler(DEFAULT_DB_ALIAS)
+    sql, params = compiler.as_sql()
+    assert list(params) == list(range(nodes)), params
+    return sql, compiler
 
 
 CLAIM_COLUMNS = (

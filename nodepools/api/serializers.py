@@ -1,8 +1,11 @@
+from json.encoder import encode_basestring as _json_string  # json.dumps' own (ensure_ascii=False)
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils import encoders
 
 from clusters.models import Cluster, Region
-from nodepools import preflight
+from nodepools import preflight, selectors
 from nodepools.capacity import offers
 from nodepools.models import (
     Architecture,
@@ -17,6 +20,7 @@ from nodepools.models import (
     SharingMode,
 )
 from nvke.api.fields import DATETIME
+from nvke.api.rendering import escape_line_separators
 from nvke.tenancy.context import resolve_tenant
 
 IMMUTABLE_POOL_FIELDS = ("cluster", "name", "gpu_model", "gpus_per_node")
@@ -359,26 +363,6 @@ class NodeSerializer(serializers.ModelSerializer):
     def get_preflight_failures(self, node: Node) -> list[str]:
         return preflight.failures(node, node.pool)
 
-    def to_representation(self, node: Node) -> dict:
-        """Written out by hand in the fields' order, as its GPUs are: DRF built the fields and walked
-        them for every node. tests/nvke/api/test_read_documents.py holds it to DRF's walk."""
-        return {
-            "id": node.pk,
-            "name": node.name,
-            "cluster": node.pool.cluster_id,
-            "pool": node.pool_id,
-            "status": node.status,
-            "cordoned": node.cordoned,
-            "driver_version": node.driver_version,
-            "cpu_millicores": node.cpu_millicores,
-            "memory_mib": node.memory_mib,
-            "labels": node.labels,
-            "preflight": node.preflight,
-            "preflight_failures": self.get_preflight_failures(node),
-            "gpus": [GPU.to_representation(gpu) for gpu in node.gpu_list],
-            "created_at": DATETIME.to_representation(node.created_at),
-        }
-
     class Meta:
         model = Node
         fields = [
@@ -400,3 +384,89 @@ class NodeSerializer(serializers.ModelSerializer):
 
 
 GPU = GpuSerializer()
+
+
+# The nodes' documents, written as JSON text by hand in the declared fields' order: a page of 20 nodes is
+# 160 GPUs and ~900 shares, and building them as dicts, then DRF's `json.dumps` of them, was most of the
+# request. The text is what DRF's JSONRenderer gives for NodeSerializer's walk (over the GPUs of
+# `selectors.attach_gpu_snapshots`) byte for byte: tests/nvke/api/test_read_documents.py.
+_LITERAL = {True: "true", False: "false", None: "null"}
+
+
+# json.dumps(value, cls=..., **settings) builds its encoder on every call (three a node).
+_JSON_ENCODER = encoders.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _json(value) -> str:
+    """JSON from the database (labels, preflight facts) as DRF's JSONRenderer writes it."""
+    return _JSON_ENCODER.encode(value)
+
+
+def write_nodes(nodes: list[Node]) -> list[str]:
+    """Each node's document as JSON text (its pool's cluster and sharing mode read with it: the
+    viewset's queryset); the GPUs and shares of all of them in one query (`selectors.gpu_share_tuples`)."""
+    gpus_of: dict[int, list[str]] = {node.pk: [] for node in nodes}
+    gpu = None  # [id, node, the document's start, shares' texts, memory, guaranteed, ceilings]
+    for (
+        node_id,
+        gpu_id,
+        index,
+        uuid,
+        memory_mib,
+        nvlink_domain,
+        healthy,
+        share_id,
+        share_mib,
+        compute_milli,
+        guaranteed_milli,
+        exclusive,
+        mig_profile,
+        mig_start,
+        mig_size,
+        claim,
+        namespace,
+        name,
+    ) in selectors.gpu_share_tuples(list(gpus_of)):
+        if gpu is None or gpu[0] != gpu_id:
+            if gpu is not None:
+                gpus_of[gpu[1]].append(_gpu_text(gpu))
+            start = (
+                f'{{"index":{index},"uuid":"{uuid}","memory_mib":{memory_mib},'
+                f'"nvlink_domain":{_json_string(nvlink_domain)},"healthy":{_LITERAL[healthy]}'
+            )
+            gpu = [gpu_id, node_id, start, [], 0, 0, 0]
+        if share_id is not None:
+            gpu[3].append(
+                f'{{"claim":{claim},"namespace":{_json_string(namespace)},"name":{_json_string(name)},'
+                f'"memory_mib":{share_mib},"compute_percent":{compute_milli / 10!r},'
+                f'"guaranteed_percent":{guaranteed_milli / 10!r},"exclusive":{_LITERAL[exclusive]},'
+                f'"mig_profile":{_json_string(mig_profile)},'
+                f'"mig_start":{"null" if mig_start is None else mig_start},'
+                f'"mig_size":{"null" if mig_size is None else mig_size}}}'
+            )
+            gpu[4] += share_mib
+            gpu[5] += guaranteed_milli
+            gpu[6] += compute_milli
+    if gpu is not None:
+        gpus_of[gpu[1]].append(_gpu_text(gpu))
+    return [
+        escape_line_separators(
+            f'{{"id":{node.pk},"name":{_json_string(node.name)},"cluster":{node.pool.cluster_id},'
+            f'"pool":{node.pool_id},"status":{_json_string(node.status)},"cordoned":{_LITERAL[node.cordoned]},'
+            f'"driver_version":{_json_string(node.driver_version)},"cpu_millicores":{node.cpu_millicores},'
+            f'"memory_mib":{node.memory_mib},"labels":{_json(node.labels)},'
+            f'"preflight":{_json(node.preflight)},'
+            f'"preflight_failures":{_json(preflight.failures(node, node.pool))},'
+            f'"gpus":[{",".join(gpus_of[node.pk])}],'
+            f'"created_at":{_json_string(DATETIME.to_representation(node.created_at))}}}'
+        )
+        for node in nodes
+    ]
+
+
+def _gpu_text(gpu: list) -> str:
+    _, _, start, shares, memory, guaranteed, ceilings = gpu
+    return (
+        f'{start},"memory_allocated_mib":{memory},"compute_allocated_percent":{guaranteed / 10!r},'
+        f'"compute_ceilings_percent":{ceilings / 10!r},"shares":[{",".join(shares)}]}}'
+    )

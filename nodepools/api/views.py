@@ -3,6 +3,7 @@ from django.db.models.functions import Coalesce
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 
 from clusters.api.serializers import KubernetesVersionSerializer
@@ -13,6 +14,7 @@ from nodepools.filtersets import NodeFilter, NodePoolFilter
 from nodepools.models import DriverRelease, GpuModel, Node, NodeImage, NodePool, SharingMode
 from nvke.api.pagination import NodePagination
 from nvke.api.permissions import AuthenticatedReadOnly
+from nvke.api.rendering import JSONRenderer, WrittenJSON
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
 
@@ -25,6 +27,7 @@ from .serializers import (
     NodeSerializer,
     PoolAutoscalingSerializer,
     RegionSerializer,
+    write_nodes,
 )
 
 
@@ -88,11 +91,15 @@ class NodeViewSet(ReadOnlyTenantViewSet):
     filterset_class = NodeFilter
     ordering_fields = ["name", "created_at"]
 
-    def get_serializer(self, *args, **kwargs):
-        # The page's (or the one node's) GPUs and shares, as plain rows in two queries.
-        if args:
-            selectors.attach_gpu_snapshots(args[0] if kwargs.get("many") else [args[0]])
-        return super().get_serializer(*args, **kwargs)
+    # Its documents are written as JSON text (serializers.write_nodes), the renderer puts them in the body.
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(WrittenJSON(f"[{','.join(write_nodes(page))}]"))
+
+    def retrieve(self, request, *args, **kwargs):
+        return Response(WrittenJSON(write_nodes([self.get_object()])[0]))
 
 
 class CatalogViewSet(viewsets.ReadOnlyModelViewSet):

@@ -75,6 +75,11 @@ def fleet(owner, make_cluster, make_pool):
     for pool in pools:
         reconcile(pool.pk)
     Node.objects.filter(pool=pools[2]).update(labels={"nvidia.com/gpu.product": "NVIDIA-L4", "x": "1"})
+    # What JSON escapes, and what DRF's renderer does besides (U+2028, U+2029): the nodes' documents are
+    # written as JSON text by hand.
+    Node.objects.filter(pk=Node.objects.filter(pool=pools[0]).order_by("pk").first().pk).update(
+        labels={'say "hi"\\': "tab\tnl\n\u2028\u2029 é ✓ \x01", "n": 1.5, "list": [None, True]}
+    )
     Node.objects.filter(pool=pools[1]).update(
         preflight={"mig_current": False, "mig_pending": True, "nvml_memory": False}
     )
@@ -121,6 +126,30 @@ def test_nodes_are_drfs_walk(fleet, owner, client_for):
     assert any(share for d in documents for gpu in d["gpus"] for share in gpu["shares"])
     for document in documents:
         assert render(document) == walked(NodeSerializer(), nodes[document["id"]]), document["name"]
+    # The bodies themselves, as they are written (not parsed and rendered again).
+    api = client_for(owner, token=True)
+    listed = api.get("/api/v1/nodes/", {"page_size": 500})
+    ids = [document["id"] for document in json.loads(listed.content)["results"]]
+    page = [serializers.ModelSerializer.to_representation(NodeSerializer(), nodes[pk]) for pk in ids]
+    assert listed.content.decode() == render(
+        {"count": len(ids), "next": None, "previous": None, "results": page}
+    )
+    for pk, document in zip(ids, page, strict=True):
+        assert api.get(f"/api/v1/nodes/{pk}/").content.decode() == render(document)
+
+
+def test_nodes_indented_or_browsed_are_the_same_documents(fleet, owner, client_for):
+    """The documents written as JSON text, asked for indented or in the browsable API: parsed and
+    rendered by DRF, the same values."""
+    api = client_for(owner, token=True)
+    node = Node.objects.filter(tenant=fleet).order_by("pk").first()
+    for url in ("/api/v1/nodes/", f"/api/v1/nodes/{node.pk}/"):
+        compact = api.get(url)
+        indented = api.get(url, HTTP_ACCEPT="application/json; indent=2")
+        assert b"\n  " in indented.content and b"\n" not in compact.content
+        assert json.loads(indented.content) == json.loads(compact.content) == compact.data
+        browsed = api.get(url, HTTP_ACCEPT="text/html")
+        assert browsed.status_code == 200 and node.name in browsed.content.decode()
 
 
 def test_telemetry_gpus_are_drfs_walk(fleet, owner, client_for, monkeypatch):
