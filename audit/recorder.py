@@ -160,8 +160,9 @@ def insert(instance: models.Model) -> None:
         AuditEntry.Action.CREATE,
         tracked.created(tracked.values(instance)),
     )
+    entry_row = [f.get_db_prep_save(entry[f.attname], connection) for f in _ENTRY_FIELDS]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*row, *(f.get_db_prep_save(entry[f.attname], connection) for f in _ENTRY_FIELDS)])
+        cursor.execute(sql, [*row, *entry_row])
         instance.pk = model._meta.pk.to_python(cursor.fetchone()[0])
     instance._state.adding, instance._state.db = False, connection.alias
 
