@@ -59,16 +59,10 @@ class Pass:
     usage: list[UsageRow]  # a metering interval opened for each allocation
 
 
-def write_pass(
-    snap: Snapshot,
-    placed: list[tuple[Claim, core.Placement]],
-    outcomes: list[Outcome],
-    late_up_to: int = 0,
-) -> list[int]:
+def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outcomes: list[Outcome]) -> None:
     """Rows for placements already applied to the snapshot (allocations, GPU shares, log entries, metering
     intervals) and the claims' new status, in the current transaction: one statement on PostgreSQL however
-    many claims. Returns the ids of up to `late_up_to` other claims of the cluster committed untried by
-    then (by priority and age), which the same statement reads on PostgreSQL (SQLite: one process, none)."""
+    many claims."""
     decided = Pass(
         cluster_id=snap.cluster_id,
         allocations=[
@@ -94,13 +88,10 @@ def write_pass(
         outcomes=outcomes,
         usage=[usage_row(snap, claim, p) for claim, p in placed],
     )
-    if connection.vendor == "postgresql":
-        last, late = _write_one_statement(decided, late_up_to)
-    else:
-        last, late = _write_with_orm(decided), []
+    write = _write_one_statement if connection.vendor == "postgresql" else _write_with_orm
+    last = write(decided)
     if last is not None:
         snap.last_event = last
-    return late
 
 
 _ONE_STATEMENT = """
@@ -146,14 +137,8 @@ WITH a_rows AS (
     FROM jsonb_to_recordset(%(log)s::jsonb) AS r(n integer, claim_id bigint, placement jsonb)
     ORDER BY n
     RETURNING id
-), late AS (
-    SELECT c.id FROM nodepools_claim c
-    WHERE c.cluster_id = %(cluster)s AND c.status = 'pending' AND c.pending_reason = ''
-        AND c.id NOT IN (SELECT (o->>'claim_id')::bigint FROM jsonb_array_elements(%(outcomes)s::jsonb) o)
-    ORDER BY c.priority DESC, c.created_at
-    LIMIT %(late)s
 )
-SELECT (SELECT max(id) FROM e), ARRAY(SELECT id FROM late)
+SELECT max(id) FROM e
 """
 
 
@@ -161,7 +146,7 @@ def _json(rows: list) -> str:
     return json.dumps([vars(row) for row in rows], default=str)
 
 
-def _write_one_statement(decided: Pass, late_up_to: int) -> tuple[int | None, list[int]]:
+def _write_one_statement(decided: Pass) -> int | None:
     with connection.cursor() as cursor:
         cursor.execute(
             _ONE_STATEMENT,
@@ -175,10 +160,9 @@ def _write_one_statement(decided: Pass, late_up_to: int) -> tuple[int | None, li
                 ),
                 "cluster": decided.cluster_id,
                 "now": datetime.datetime.now(datetime.UTC),
-                "late": late_up_to,
             },
         )
-        return cursor.fetchone()
+        return cursor.fetchone()[0]
 
 
 def _write_with_orm(decided: Pass) -> int | None:

@@ -143,13 +143,7 @@ def _place_untried(claim: Claim, untried: list[int]) -> bool:
     loaded = {c.pk: c for c in Claim.objects.filter(pk__in=others)} if others else {}
     batch = [claim if pk == claim.pk else loaded[pk] for pk in untried]
     snap = CACHE.snapshot(claim.cluster_id)
-    # Claims committed while these were placed join the pass (the pass's statement names them): their
-    # processes need not take the lock after it, each pass ending in a commit, a WAL flush, under it.
-    claims = batch
-    while claims:
-        late = _record(claims, _decide(claims, snap), snap, late_up_to=max(0, PLACE_AT_ONCE - len(batch)))
-        claims = list(Claim.objects.filter(pk__in=late).order_by("-priority", "created_at")) if late else []
-        batch += claims
+    _place_all(batch, snap)
     waiting = any(c.status == Claim.Status.PENDING for c in batch)
     if waiting and any(p.autoscaling for p in snap.inventory.pools):
         jobs.enqueue("nodepools.tasks.autoscale_cluster", claim.cluster_id)  # a new node may hold it
@@ -380,13 +374,6 @@ def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapsho
 def _place_all(claims: list[Claim], snap: Snapshot) -> int:
     """Place what fits, in order (each placement counts for the next), record why the rest wait, and
     write it all in a handful of statements. Returns how many were placed."""
-    placed = _decide(claims, snap)
-    _record(claims, placed, snap)
-    return len(placed)
-
-
-def _decide(claims: list[Claim], snap: Snapshot) -> list[tuple[Claim, core.Placement]]:
-    """Each claim's placement, applied to the snapshot, or why it waits (set on the claim)."""
     placed = []
     now = timezone.now()
     for claim in claims:
@@ -397,15 +384,7 @@ def _decide(claims: list[Claim], snap: Snapshot) -> list[tuple[Claim, core.Place
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
         else:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
-    return placed
-
-
-def _record(
-    claims: list[Claim], placed: list[tuple[Claim, core.Placement]], snap: Snapshot, late_up_to: int = 0
-) -> list[int]:
-    """Write the pass and tell the claims' watchers; the claims committed untried meanwhile (write_pass)."""
-    outcomes = [Outcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims]
-    late = write_pass(snap, placed, outcomes, late_up_to)
+    write_pass(snap, placed, [Outcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
     for claim in claims:
         publish_claim(claim, pool=snap.pool_holding(claim.pk) or claim.pool_id)
-    return late
+    return len(placed)

@@ -203,30 +203,3 @@ def test_a_waiter_whose_claim_the_holder_before_it_placed_lets_the_lock_go_at_on
     finally:
         for conn in opened:
             conn.close()
-
-
-def test_a_claim_committed_while_the_holder_placed_its_own_joins_the_pass(
-    cluster, transactional_db, monkeypatch
-):
-    """The holder looks once more for untried claims after its batch: one committed meanwhile (here by
-    another session, while the holder decides) is placed in the same pass, before the lock is let go."""
-    Claim.objects.create(
-        tenant=cluster.tenant, cluster=cluster, name="late", kind="whole", pending_reason="x"
-    )
-    columns = [f.column for f in Claim._meta.local_concrete_fields if not f.primary_key]
-    copied = ", ".join("''" if c == "pending_reason" else "'late-2'" if c == "name" else c for c in columns)
-    decide, arrived = service._decide, []
-
-    def decide_while_a_claim_arrives(claims, snap):
-        if not arrived:
-            with psycopg.connect(database_url_of_this_run(), autocommit=True) as other:
-                other.execute(
-                    f"INSERT INTO nodepools_claim ({', '.join(columns)}) "
-                    f"SELECT {copied} FROM nodepools_claim WHERE name = 'late'"
-                )
-            arrived.append(True)
-        return decide(claims, snap)
-
-    monkeypatch.setattr(service, "_decide", decide_while_a_claim_arrives)
-    assert new_claim(cluster, "now", place=True).status == "allocated"
-    assert Claim.objects.get(name="late-2").status == "allocated"
