@@ -9,15 +9,11 @@ A transaction that changes what is placed takes, in this order and never the rev
 So every placement in a cluster reads the inventory fresh inside the lock and writes in the same
 transaction, and concurrent workers never over-commit a GPU."""
 
-import datetime
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
 
 from django.db import connection, transaction
-from django.utils.dateparse import parse_datetime
 
 from .inventory import CACHE
 
@@ -44,42 +40,23 @@ def allocation_lock_if_free(cluster_id: int, claim_id: int, up_to: int) -> Itera
         with allocation_lock(cluster_id):
             yield [claim_id]
         return
-    with _locked(
-        cluster_id, "SELECT * FROM nvke_allocation_try(%s, %s, %s, %s, %s)", [claim_id, up_to]
-    ) as rows:
-        yield _untried(rows) if rows else None
-
-
-class Tried(NamedTuple):
-    """A claim as the allocation lock's holder that tried it left it."""
-
-    status: str
-    pending_reason: str
-    allocated_at: datetime.datetime | None
-
-
-@contextmanager
-def claim_turn(cluster_id: int, claim_id: int, up_to: int) -> Iterator[list[int] | Tried | None]:
-    """For a claim committed untried (PostgreSQL): a transaction that waits, holding nothing, until
-    another holder of the allocation lock tried the claim — it gives the claim as that holder left it —
-    or until the lock is free — it holds it then and gives the untried claims as
-    `allocation_lock_if_free` does. None if the claim is gone (`nvke_claim_turn`)."""
-    with _locked(cluster_id, "SELECT * FROM nvke_claim_turn(%s, %s, %s, %s, %s)", [claim_id, up_to]) as rows:
+    sql = "SELECT * FROM nvke_allocation_try(%s, %s, %s, %s, %s)"
+    with _locked(cluster_id, sql, [claim_id, up_to]) as rows:
         if not rows:
             yield None
-        elif rows[0][1] == "tried":
-            state = json.loads(rows[0][3])  # Django's connection leaves jsonb undecoded
-            allocated_at = state["allocated_at"] and parse_datetime(state["allocated_at"])
-            yield Tried(state["status"], state["pending_reason"], allocated_at)
-        else:
-            yield _untried(rows)
+            return
+        untried = [claim for _, kind, claim, _ in rows if kind == "untried"]
+        del rows[: 1 + len(untried)]  # the rest is the log, which the snapshot reads
+        yield untried
 
 
-def _untried(rows: list[tuple]) -> list[int]:
-    """The claims a holder's rows name, taken off them: the rest is the log, which the snapshot reads."""
-    untried = [claim for _, kind, claim, _ in rows if kind == "untried"]
-    del rows[: 1 + len(untried)]
-    return untried
+def claim_after_holder(cluster_id: int, claim_id: int) -> tuple | None:
+    """Wait for the allocation lock's holder to commit, holding nothing (`nvke_claim_after_holder`); then
+    the claim's (status, pending reason, allocated at), None if it is gone."""
+    with connection.cursor() as cursor:
+        sql = "SELECT * FROM nvke_claim_after_holder(%s, %s, %s)"
+        cursor.execute(sql, [LOCK_NAMESPACE, cluster_id, claim_id])
+        return cursor.fetchone()
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from ..events import publish_claim
 from ..models import Allocation, AllocationEvent, Claim, GpuShare, Node, NodePool
 from . import metering, moves
 from .inventory import CACHE, Inventory, Snapshot, placement_json
-from .locks import Tried, allocation_lock, allocation_lock_if_free, claim_turn
+from .locks import allocation_lock, allocation_lock_if_free, claim_after_holder
 from .queue import request_placement
 from .rows import Outcome, write_pass
 from .shapes import field_at_fault, pool_shape, request_of, validate_claim
@@ -115,39 +115,32 @@ def _wait_for_placement(claim: Claim) -> Claim:
     """A claim committed untried: placed by the allocation lock's holder, or by this process when the
     lock came free first. Returns it as placed (allocated, or pending with the reason)."""
     while True:
-        # A savepoint in a caller's transaction: a failure leaves it usable.
-        with transaction.atomic(), claim_turn(claim.cluster_id, claim.pk, PLACE_AT_ONCE) as turn:
-            if turn is None:
-                raise Claim.DoesNotExist(f"Claim {claim} was deleted before it was placed.")
-            if isinstance(turn, Tried):
-                claim.status, claim.pending_reason, claim.allocated_at = turn
-                return claim
-            if _place_untried(claim, turn):
-                return claim
-        # Another holder tried it between the turn's look and its lock: the next turn reads it.
+        state = claim_after_holder(claim.cluster_id, claim.pk)
+        if state is None:
+            raise Claim.DoesNotExist(f"Claim {claim} was deleted before it was placed.")
+        if state[:2] != (Claim.Status.PENDING, ""):  # the holder tried it
+            claim.status, claim.pending_reason, claim.allocated_at = state
+            return claim
+        with transaction.atomic():  # a savepoint in a caller's transaction: a failure leaves it usable
+            if placed := _place_if_free(claim):
+                return placed
 
 
 def _place_if_free(claim: Claim) -> Claim | None:
     """If the cluster's allocation lock is free, place the claim with the other claims committed and not
     yet tried, and return it as placed; None when another transaction holds the lock, or tried it."""
     with allocation_lock_if_free(claim.cluster_id, claim.pk, PLACE_AT_ONCE) as untried:
-        if untried is not None and _place_untried(claim, untried):
-            return claim
-        return None
-
-
-def _place_untried(claim: Claim, untried: list[int]) -> bool:
-    """Under the allocation lock, place the untried claims (this claim first, if it is one of them);
-    whether this claim was."""
-    others = [pk for pk in untried if pk != claim.pk]
-    loaded = {c.pk: c for c in Claim.objects.filter(pk__in=others)} if others else {}
-    batch = [claim if pk == claim.pk else loaded[pk] for pk in untried]
-    snap = CACHE.snapshot(claim.cluster_id)
-    _place_all(batch, snap)
-    waiting = any(c.status == Claim.Status.PENDING for c in batch)
-    if waiting and any(p.autoscaling for p in snap.inventory.pools):
-        jobs.enqueue("nodepools.tasks.autoscale_cluster", claim.cluster_id)  # a new node may hold it
-    return claim.pk in untried
+        if untried is None:
+            return None
+        others = [pk for pk in untried if pk != claim.pk]  # this claim, if untried, comes first
+        loaded = {c.pk: c for c in Claim.objects.filter(pk__in=others)} if others else {}
+        batch = [claim if pk == claim.pk else loaded[pk] for pk in untried]
+        snap = CACHE.snapshot(claim.cluster_id)
+        _place_all(batch, snap)
+        waiting = any(c.status == Claim.Status.PENDING for c in batch)
+        if waiting and any(p.autoscaling for p in snap.inventory.pools):
+            jobs.enqueue("nodepools.tasks.autoscale_cluster", claim.cluster_id)  # a new node may hold it
+        return claim if claim.pk in untried else None
 
 
 # How many claims one holder of the allocation lock places: its own and those of the processes that

@@ -1,12 +1,11 @@
 """A new claim's placement: the holder of a cluster's allocation lock places every claim committed and not
-yet tried with its own, and a claim that found the lock held waits for its turn without holding anything
-until the lock is its own (`nvke_allocation_try`, `nvke_claim_turn`, driven here over real connections)."""
+yet tried with its own, and a claim that found the lock held waits for that holder without ever holding
+the lock (`nvke_allocation_try`, `nvke_claim_after_holder`, driven here over real connections)."""
 
 import threading
 
 import psycopg
 import pytest
-from django.utils import timezone
 
 from nodepools.allocator import create_claim, service
 from nodepools.allocator.locks import LOCK_NAMESPACE
@@ -52,8 +51,8 @@ def test_the_claim_asking_now_is_placed_ahead_of_older_queued_ones(cluster):
     assert older.status == "pending" and older.pending_reason  # tried in the same pass, and says why
 
 
-def turn(conn: psycopg.Connection, cluster_id: int, claim_id: int) -> list[tuple]:
-    sql = "SELECT kind, claim_id, placement FROM nvke_claim_turn(%s, %s, NULL, %s, 64)"
+def after_holder(conn: psycopg.Connection, cluster_id: int, claim_id: int) -> list[tuple]:
+    sql = "SELECT status, pending_reason FROM nvke_claim_after_holder(%s, %s, %s)"
     return conn.execute(sql, [LOCK_NAMESPACE, cluster_id, claim_id]).fetchall()
 
 
@@ -83,15 +82,14 @@ def untried(cluster) -> Claim:
     return Claim.objects.create(tenant=cluster.tenant, cluster=cluster, name="waits", kind="whole")
 
 
-def turn_after_the_holder(connections, cluster, claim, tried_by_holder: bool) -> list[tuple]:
-    """The waiter's turn, asked while the holder holds the lock: what it answers once the holder commits."""
+def wait_for_the_holder(connections, cluster, claim, tried_by_holder: bool) -> list[tuple]:
     holder, waiter, observer = connections
     # The holder is told which claims wait untried.
     assert [row[1:3] for row in try_lock(holder, cluster.pk)] == [("holder", None), ("untried", claim.pk)]
     assert try_lock(waiter, cluster.pk) == []  # held: answered at once
     waiter.rollback()
     answer = []
-    thread = threading.Thread(target=lambda: answer.extend(turn(waiter, cluster.pk, claim.pk)))
+    thread = threading.Thread(target=lambda: answer.extend(after_holder(waiter, cluster.pk, claim.pk)))
     thread.start()
     while not waiting_for_a_lock(observer, waiter.info.backend_pid):  # until it waits on the holder
         assert thread.is_alive(), answer
@@ -102,29 +100,21 @@ def turn_after_the_holder(connections, cluster, claim, tried_by_holder: bool) ->
     holder.commit()
     thread.join(timeout=30)
     assert not thread.is_alive()
+    # The waiter holds nothing, its transaction still open: the lock is free for another session.
+    assert try_lock(observer, cluster.pk)[0][1] == "holder"
     return answer
 
 
-def test_a_claim_the_holder_tried_is_answered_when_it_commits_holding_nothing(connections, cluster):
+def test_a_claim_the_holder_tried_is_answered_when_it_commits(connections, cluster):
     claim = untried(cluster)
-    tried = {"status": "pending", "pending_reason": "No node fits.", "allocated_at": None}
-    assert turn_after_the_holder(connections, cluster, claim, tried_by_holder=True) == [
-        ("tried", claim.pk, tried)
+    assert wait_for_the_holder(connections, cluster, claim, tried_by_holder=True) == [
+        ("pending", "No node fits.")
     ]
-    # The waiter holds nothing, its transaction still open: the lock is free for another session.
-    assert try_lock(connections[2], cluster.pk)[0][1] == "holder"
 
 
-def test_a_claim_the_holder_left_untried_takes_the_lock_itself(connections, cluster):
+def test_a_claim_the_holder_left_untried_is_answered_as_it_was(connections, cluster):
     claim = untried(cluster)
-    assert turn_after_the_holder(connections, cluster, claim, tried_by_holder=False) == [
-        ("holder", None, None),
-        ("untried", claim.pk, None),
-    ]
-    holder, waiter, observer = connections
-    assert try_lock(observer, cluster.pk) == []  # the waiter's until its transaction ends
-    waiter.rollback()
-    assert try_lock(observer, cluster.pk)[0][1] == "holder"
+    assert wait_for_the_holder(connections, cluster, claim, tried_by_holder=False) == [("pending", "")]
 
 
 @pytest.mark.django_db
@@ -144,62 +134,3 @@ def test_a_claim_deleted_while_it_waited_is_said_to_be_gone(cluster):
     Claim.objects.filter(pk=claim.pk).delete()
     with pytest.raises(Claim.DoesNotExist):
         service._wait_for_placement(claim)
-
-
-@pytest.mark.django_db
-def test_a_claim_another_holder_placed_is_answered_as_placed(cluster):
-    claim = new_claim(cluster, "placed", place=False)
-    at = timezone.now()
-    Claim.objects.filter(pk=claim.pk).update(status="allocated", allocated_at=at)
-    answered = service._wait_for_placement(claim)
-    assert (answered.status, answered.pending_reason, answered.allocated_at) == ("allocated", "", at)
-
-
-def test_a_waiter_whose_claim_the_holder_before_it_placed_lets_the_lock_go_at_once(cluster, transactional_db):
-    """Two claims still untried when their holder commits: one waiter takes the lock and places both; the
-    other, queued for the lock behind it, is answered with its claim as placed and holds nothing."""
-    opened = [psycopg.connect(database_url_of_this_run()) for _ in range(4)]
-    holder, observer = opened[0], opened[3]
-    observer.autocommit = True
-    claims = [
-        Claim.objects.create(tenant=cluster.tenant, cluster=cluster, name=f"waits-{i}", kind="whole")
-        for i in range(2)
-    ]
-    try:
-        assert try_lock(holder, cluster.pk)[0][1] == "holder"
-        answers: dict[int, list] = {0: [], 1: []}
-        threads = [
-            threading.Thread(
-                target=lambda i=i: answers[i].extend(turn(opened[1 + i], cluster.pk, claims[i].pk))
-            )
-            for i in range(2)
-        ]
-        for thread in threads:
-            thread.start()
-        for conn in opened[1:3]:
-            while not waiting_for_a_lock(observer, conn.info.backend_pid):
-                pass
-        holder.commit()  # leaves both untried
-        while all(thread.is_alive() for thread in threads):
-            pass
-        first = 0 if not threads[0].is_alive() else 1
-        second = 1 - first
-        assert [row[:2] for row in answers[first]] == [
-            ("holder", None),
-            ("untried", claims[first].pk),
-            ("untried", claims[second].pk),
-        ]
-        while not waiting_for_a_lock(observer, opened[1 + second].info.backend_pid):
-            assert threads[second].is_alive(), answers[second]
-        opened[1 + first].execute(
-            "UPDATE nodepools_claim SET pending_reason = 'No node fits.' WHERE id = ANY(%s)",
-            [[c.pk for c in claims]],
-        )
-        opened[1 + first].commit()
-        threads[second].join(timeout=30)
-        tried = {"status": "pending", "pending_reason": "No node fits.", "allocated_at": None}
-        assert answers[second] == [("tried", claims[second].pk, tried)]
-        assert try_lock(observer, cluster.pk)[0][1] == "holder"  # its transaction open, the lock free
-    finally:
-        for conn in opened:
-            conn.close()
