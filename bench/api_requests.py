@@ -55,17 +55,11 @@ def percentile(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100)[p - 1]
 
 
-def cpu_s(pid: int) -> float:
-    """User and system CPU seconds of a process so far (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(server: str, token: str, urls: dict[str, str], requests: int) -> dict:
     from tests.integration.processes import free_port, port_open
 
     port = free_port()
-    from bench_db import web_server
+    from bench_db import cpu_s, web_server
 
     process = subprocess.Popen(
         web_server(server, port),

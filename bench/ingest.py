@@ -27,13 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def body(uuids: list[str], now: float) -> bytes:
@@ -101,7 +95,7 @@ def main() -> None:
             "Set DATABASE_URL (PostgreSQL) and REDIS_URL to a database and Redis db this benchmark may empty."
         )
     sys.path.insert(0, str(ROOT / "bench"))
-    from bench_db import ensure_database, telemetry_fleet, web_server
+    from bench_db import cpu_s, ensure_database, telemetry_fleet, web_server
 
     ensure_database(os.environ["DATABASE_URL"])
     import django
@@ -148,10 +142,10 @@ def main() -> None:
                 if nodes
             ]
             await asyncio.sleep(stats["measure_from"] - time.time())
-            web, generator = sum(cpu_seconds(s.pid) for s in servers), time.process_time()
+            web, generator = sum(cpu_s(s.pid) for s in servers), time.process_time()
             await asyncio.sleep(until - time.time())  # the window: CPU and answers within it
             cpu = {
-                "web": sum(cpu_seconds(s.pid) for s in servers) - web,
+                "web": sum(cpu_s(s.pid) for s in servers) - web,
                 "generator": time.process_time() - generator,
             }
             await asyncio.gather(*tasks)  # what was due in the window, however late it is answered

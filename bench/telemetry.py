@@ -44,13 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 METRICS_TOKEN = "bench-metrics"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 def redis_cpu() -> float:
@@ -352,7 +346,7 @@ def main() -> None:
 
     django.setup()
     import redis
-    from bench_db import telemetry_fleet, web_server
+    from bench_db import cpu_s, telemetry_fleet, web_server
     from django.core.management import call_command
 
     from tests.integration.processes import free_port, port_open
@@ -419,15 +413,15 @@ def main() -> None:
         time.sleep(max(0.0, measure_from - time.time()))  # CPU counts from the end of the warmup
         lag_start = frame_lag_buckets(port)
         cpu_start = {
-            "server": cpu_seconds(server.pid),
-            "sender": cpu_seconds(sender.pid),
+            "server": cpu_s(server.pid),
+            "sender": cpu_s(sender.pid),
             "redis": redis_cpu(),
         }
         watched = [pipe.recv() for pipe in pipes]
         window = time.time() - measure_from
         cpu = {
-            "server": cpu_seconds(server.pid) - cpu_start["server"],
-            "sender": cpu_seconds(sender.pid) - cpu_start["sender"],
+            "server": cpu_s(server.pid) - cpu_start["server"],
+            "sender": cpu_s(sender.pid) - cpu_start["sender"],
             "clients": sum(w["cpu_s"] for w in watched),
             "redis_server_shared": redis_cpu() - cpu_start["redis"],
         }
