@@ -61,6 +61,7 @@ class ClusterSync:
     ):
         self.cluster_id, self.debounce_s, self.log_poll_s = cluster.pk, debounce_s, log_poll_s
         self.dirty, self.stop, self.drivers = threading.Event(), threading.Event(), threading.Event()
+        self.waiting = threading.Event()  # set while the refresher waits for a change (see `settled`)
         self.seen_log: int | None = -1  # the allocation log's position the last workloads pass saw
         self.watch = ClusterWatch(
             cluster_operations(cluster),
@@ -96,9 +97,15 @@ class ClusterSync:
             record_observation, self.cluster_id, reachable=False, reason=error.reason, message=error.message
         )
 
+    def settled(self) -> bool:
+        """Whether every change seen so far has had its pass: the refresher waits, none pending."""
+        return self.waiting.is_set() and not self.dirty.is_set()
+
     def _refresh_loop(self) -> None:
         while not self.stop.is_set():
+            self.waiting.set()
             woken = self.dirty.wait(self.log_poll_s)
+            self.waiting.clear()
             if self.stop.is_set():
                 break
             if not woken:  # no watch event: a claim placed, moved or released still needs its workload

@@ -2,7 +2,6 @@
 database connections, keep the pools of attached clusters current."""
 
 import threading
-import time
 
 import kubernetes
 import pytest
@@ -270,10 +269,11 @@ def test_a_namespace_labelled_managed_has_its_waiting_pods_placed(attach, gpu_cl
     gpu_cluster.create(pod)
     cluster = attach(gpu_cluster)
     make_pool(cluster, 3)
-    syncing(cluster)
+    sync = syncing(cluster)
     wait_until(lambda: Node.objects.filter(pool__cluster=cluster).count() == 3, timeout=15)
+    # The passes the pool's adoption set off are done: only the label is left to wake one.
+    wait_until(sync.settled, timeout=15)
     assert not Claim.objects.filter(name="train").exists()  # not NVKE's namespace: left alone
-    time.sleep(2)  # the passes the pool's adoption set off are done: only the label is left to wake one
 
     gpu_cluster.patch_merge("v1", "Namespace", "late", {"metadata": {"labels": {dra.MANAGED: "true"}}})
 
