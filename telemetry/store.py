@@ -100,7 +100,9 @@ def write_many(
 ) -> None:
     """Several nodes' batches in one round trip and a handful of commands, however many samples (the
     simulator writes a slice of the fleet at a time; ingestion the batches that arrived meanwhile, with
-    its counters)."""
+    its counters). No batches: nothing written."""
+    if not batches:
+        return
     latest: dict[int, Sample] = {}
     raw: dict[int, list] = defaultdict(list)
     samples = [s for _, batch in batches for s in batch]

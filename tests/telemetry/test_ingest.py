@@ -190,3 +190,9 @@ def test_a_refresh_renews_every_remembered_identity_in_three_queries(
         ingest.refresh_identities()
     assert ingest.cached_identity(old_raw) is None
     assert ingest.cached_identity(second_raw).unhealthy == {failed.pk}
+
+
+def test_writing_no_batches_writes_nothing(clean_redis):
+    """A slice of a fleet can be empty (the simulator's and the benchmark's, for a small fleet)."""
+    store.write_many([], time.time())
+    assert store.client().dbsize() == 0
