@@ -1,10 +1,12 @@
-"""Writing a placement pass: allocations, GPU shares, allocation-log entries and each claim's new status.
+"""Writing a placement pass: allocations, GPU shares, allocation-log entries and each claim's new status;
+and reading the claims a pass places.
 
 On PostgreSQL it all goes in one statement (data-modifying CTEs fed by JSON), because the allocation
 lock is held while it runs and every round trip there is time no other worker can place. SQLite (the
 embedded default, one process) takes the same rows through the ORM."""
 
 import datetime
+import functools
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -190,6 +192,36 @@ def _write_with_orm(decided: Pass) -> int | None:
         for c, p in decided.log
     )
     return max((e.pk for e in events), default=None)
+
+
+def claims_by_pk(pks: list[int]) -> dict[int, Claim]:
+    """The claims, by primary key. On PostgreSQL read with a SELECT written once per process: compiling the
+    ORM's for every pass cost more than the read itself (1.25 against 0.2 ms of CPU for two claims)."""
+    if connection.vendor != "postgresql":
+        return Claim.objects.in_bulk(pks)
+    sql, names, converters = _claims_select()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [pks])
+        rows = cursor.fetchall()
+    claims = {}
+    for row in rows:
+        values = list(row)
+        for i, field in converters:  # what the ORM's converters do (JSON decoded, say)
+            values[i] = field.from_db_value(values[i], None, connection)
+        claim = Claim.from_db(connection.alias, names, values)
+        claims[claim.pk] = claim
+    return claims
+
+
+@functools.cache
+def _claims_select() -> tuple[str, list[str], list[tuple[int, object]]]:
+    fields = Claim._meta.concrete_fields
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    table, pk = quote(Claim._meta.db_table), quote(Claim._meta.pk.column)
+    sql = f"SELECT {columns} FROM {table} WHERE {pk} = ANY(%s)"
+    converters = [(i, f) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    return sql, [f.attname for f in fields], converters
 
 
 def _without_claim(items: list[tuple[str, object]]) -> dict:

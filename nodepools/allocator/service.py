@@ -26,7 +26,7 @@ from . import metering, moves
 from .inventory import CACHE, Inventory, Snapshot, placement_json
 from .locks import allocation_lock, allocation_lock_if_free, claim_after_holder
 from .queue import request_placement
-from .rows import Outcome, write_pass
+from .rows import Outcome, claims_by_pk, write_pass
 from .shapes import field_at_fault, pool_shape, request_of, validate_claim
 from .shortfall import shortfall
 
@@ -133,7 +133,7 @@ def _place_if_free(claim: Claim) -> Claim | None:
         if untried is None:
             return None
         others = [pk for pk in untried if pk != claim.pk]  # this claim, if untried, comes first
-        loaded = {c.pk: c for c in Claim.objects.filter(pk__in=others)} if others else {}
+        loaded = claims_by_pk(others) if others else {}
         batch = [claim if pk == claim.pk else loaded[pk] for pk in untried]
         snap = CACHE.snapshot(claim.cluster_id)
         _place_all(batch, snap)

@@ -9,6 +9,7 @@ import pytest
 
 from nodepools.allocator import create_claim, service
 from nodepools.allocator.locks import LOCK_NAMESPACE
+from nodepools.allocator.rows import claims_by_pk
 from nodepools.models import Claim
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
@@ -49,6 +50,20 @@ def test_the_claim_asking_now_is_placed_ahead_of_older_queued_ones(cluster):
     assert placed.status == "allocated"
     older.refresh_from_db()
     assert older.status == "pending" and older.pending_reason  # tried in the same pass, and says why
+
+
+@pytest.mark.django_db
+def test_the_claims_a_pass_reads_are_the_ones_the_orm_reads(cluster):
+    queued = new_claim(cluster, "queued", place=False)
+    Claim.objects.filter(pk=queued.pk).update(allowed_models=["h100-sxm5-80gb"], priority=3, training=True)
+    placed = new_claim(cluster, "now", place=True)
+    read, orm = claims_by_pk([queued.pk, placed.pk]), Claim.objects.in_bulk([queued.pk, placed.pk])
+    assert read.keys() == orm.keys()
+    for pk, claim in read.items():
+        for field in Claim._meta.concrete_fields:  # decoded alike: the JSON list, timestamps with zones
+            assert getattr(claim, field.attname) == getattr(orm[pk], field.attname), field.name
+    assert read[queued.pk].allowed_models == ["h100-sxm5-80gb"] and read[placed.pk].allocated_at
+    assert not read[placed.pk]._state.adding  # saved as an existing row, as the ORM's are
 
 
 def after_holder(conn: psycopg.Connection, cluster_id: int, claim_id: int) -> list[tuple]:
