@@ -334,7 +334,6 @@ class Fleet:
         self._moves: list[tuple[InternedNode, InternedNode]] = []  # (old state, new state) of each change
         self._free_by_model: Counter[str] = Counter()  # free milli-GPUs
         self._free_total = 0
-        self._proposed: tuple[Placement, int, Candidate] | None = None  # the last place() answer
         # milli-CPU per milli-GPU of the whole fleet (fgd.FragModel's `cpu_bound`)
         gpus = sum(len(node.gpus) for node in self.nodes) * MILLI
         self._cpu_per_gpu = sum(node.cpu_milli_total for node in self.nodes) / gpus if gpus else 0.0
@@ -436,10 +435,7 @@ class Fleet:
             return self._unplaceable(view, rid, request)
         _, _, state, candidate = best[1]
         position = next(iter(groups[state].members))
-        placement = self._placement(position, request, candidate)
-        # `apply` of this very placement, before anything else changes, knows the state it leads to.
-        self._proposed = (placement, self.version, candidate)
-        return placement
+        return self._placement(position, request, candidate)
 
     def _reserve_cost(self, frag: fgd.FragModel, model: str, request: Request) -> float:
         """What taking `request`'s GPU from `model` costs the claims that may only run there: the share
@@ -528,28 +524,22 @@ class Fleet:
     def apply(self, placement: Placement) -> None:
         position = self._position[placement.node_id]
         apply_to_node(placement, self.nodes[position])
-        proposed, self._proposed = self._proposed, None
-        if (
-            proposed is not None
-            and proposed[0] is placement
-            and proposed[1] == self.version
-            and placement.request.kind != MIG_SLICE  # `after` keeps a slice's memory apart; apply adds it
-        ):
-            info, perm = self._state[position]
-            request, candidate = placement.request, proposed[2]
-            self._reindex(
-                position,
-                self.cache.interner.advance(
-                    info,
-                    perm,
-                    candidate.positions,
-                    candidate.part,
-                    request.cpu_milli,
-                    request.host_memory_mib,
-                ),
-            )
-        else:
+        request = placement.request
+        if request.kind == MIG_SLICE:  # `after` keeps a slice's memory apart; apply adds it
             self._reindex(position)
+            return
+        # The node's new interned state from its old one and what the placement took, not by reading the
+        # whole node again: a process applies every other process's placements too (the allocation log).
+        info, perm = self._state[position]
+        positions = tuple(perm.index(index) for index in placement.gpu_indexes)
+        if request.kind == WHOLE:
+            part: tuple = (WHOLE,)
+        else:  # a fraction (a CPU-only claim takes no GPU: no positions, and the part is not read)
+            part = (FRACTION, placement.memory_mib, placement.guaranteed_milli, placement.compute_milli)
+        state = self.cache.interner.advance(
+            info, perm, positions, part, request.cpu_milli, request.host_memory_mib
+        )
+        self._reindex(position, state)
 
     def release(self, placement: Placement) -> None:
         position = self._position[placement.node_id]

@@ -1,6 +1,7 @@
 """Property-based: random claims and releases over a small random fleet never break the invariants."""
 
 import copy
+import dataclasses
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -191,13 +192,20 @@ def test_claims_and_releases_keep_the_invariants(nodes, ops, policy, learn):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=fleets(), claims=st.lists(requests, min_size=5, max_size=40), policy=st.sampled_from(POLICIES))
-def test_applying_the_placement_just_proposed_indexes_the_node_as_reading_it_afresh(nodes, claims, policy):
-    # apply() derives the node's new interned state from the proposed candidate instead of re-reading
-    # the node; it must land on exactly the state (and GPU order) that reading the node gives.
-    fleet = Fleet(nodes)
-    for claim in claims:
+def test_applying_a_placement_indexes_the_node_as_reading_it_afresh(nodes, claims, policy):
+    # apply() derives the node's new interned state from its old one and what the placement took, instead
+    # of re-reading the node: for the placement just proposed, and for one another process placed (as
+    # the allocation log hands it over) on its own copy of the fleet. It must land on exactly the state
+    # (and GPU order) that reading the node gives.
+    fleet, replica = Fleet(nodes), Fleet(copy.deepcopy(nodes))
+    for i, claim in enumerate(claims):
         result = fleet.place(claim, policy)
         if isinstance(result, Placement):
             fleet.apply(result)
-            node = fleet.node(result.node_id)
-            assert fleet._state[fleet._position[node.id]] == fleet.cache.interner.signature(node)
+            replica.apply(dataclasses.replace(result))
+            for f in (fleet, replica):
+                node = f.node(result.node_id)
+                assert f._state[f._position[node.id]] == f.cache.interner.signature(node)
+            if i % 3 == 2:  # a release now and then: states are read afresh, then advanced again
+                fleet.release(result)
+                replica.release(result)
