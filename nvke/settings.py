@@ -147,6 +147,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": 30,  # seconds a request waits for a free connection before it fails
     }
+# PostgreSQL: a statement a connection runs again and again is parsed and planned once (psycopg's
+# prepared statements, after 5 runs; they need server-side parameter binding): parsing and planning were
+# half of the database's CPU for a claim (bench/README.md). 0 turns it off, for a PgBouncer in
+# transaction mode that cannot keep prepared statements.
+DB_PREPARED_STATEMENTS = env_bool("NVKE_DB_PREPARED_STATEMENTS", True)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_PREPARED_STATEMENTS:
+    DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

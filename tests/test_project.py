@@ -81,6 +81,42 @@ def test_postgresql_connections_come_from_a_pool():
     assert connection.pool.get_stats()["connections_num"] == opened
 
 
+@pytest.mark.django_db
+def test_a_statement_run_again_and_again_is_planned_once_per_connection():
+    """PostgreSQL: psycopg prepares a statement its connection has run a few times (server-side binding),
+    so later runs skip parsing and planning. NVKE_DB_PREPARED_STATEMENTS=0 keeps Django's defaults."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    query = "SELECT count(*) FROM nodepools_claim WHERE cluster_id = %s"
+
+    def prepared() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+            return [row[0] for row in cursor.fetchall() if "nodepools_claim" in row[0]]
+
+    with connection.cursor() as cursor:
+        for cluster in range(6):
+            cursor.execute(query, [cluster])
+    assert prepared() == ["SELECT count(*) FROM nodepools_claim WHERE cluster_id = $1"]
+
+    code = (
+        "import django; django.setup(); from django.db import connection; "
+        "print(connection.settings_dict['OPTIONS'].get('server_side_binding'))"
+    )
+    off = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=process_env(DATABASE_URL=database_url_of_this_run(), NVKE_DB_PREPARED_STATEMENTS="0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.strip() == "None"
+
+
 def compose_environment() -> dict[str, str]:
     """docker-compose.yml's environment for NVKE's services, as `docker compose` substitutes it: every
     required variable (`${NAME:?…}`) given a value, every defaulted one (`${NAME:-default}`) its default."""
