@@ -525,17 +525,17 @@ class Fleet:
         position = self._position[placement.node_id]
         apply_to_node(placement, self.nodes[position])
         request = placement.request
-        if request.kind == MIG_SLICE:  # `after` keeps a slice's memory apart; apply adds it
-            self._reindex(position)
-            return
         # The node's new interned state from its old one and what the placement took, not by reading the
         # whole node again: a process applies every other process's placements too (the allocation log).
         info, perm = self._state[position]
         positions = tuple(perm.index(index) for index in placement.gpu_indexes)
+        p = placement
         if request.kind == WHOLE:
             part: tuple = (WHOLE,)
+        elif request.kind == MIG_SLICE:
+            part = (MIG_SLICE, p.mig_slice, p.memory_mib, p.compute_milli)
         else:  # a fraction (a CPU-only claim takes no GPU: no positions, and the part is not read)
-            part = (FRACTION, placement.memory_mib, placement.guaranteed_milli, placement.compute_milli)
+            part = (FRACTION, p.memory_mib, p.guaranteed_milli, p.compute_milli)
         state = self.cache.interner.advance(
             info, perm, positions, part, request.cpu_milli, request.host_memory_mib
         )

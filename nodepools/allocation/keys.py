@@ -260,7 +260,8 @@ class Interner:
 
     def after(self, gpu: InternedGpu, part: tuple) -> InternedGpu:
         """The GPU state after taking `part`: (WHOLE,) | (FRACTION, memory, guaranteed, ceiling) |
-        (MIG_SLICE, slice)."""
+        (MIG_SLICE, slice) | (MIG_SLICE, slice, memory, compute): a candidate's slice keeps its memory and
+        compute apart; an applied one counts them as used, as `apply_to_node` does."""
         cache_key = (gpu.id, part)
         info = self._transitions.get(cache_key)
         if info is None:
@@ -294,12 +295,13 @@ class Interner:
             else:
                 assert part[0] == MIG_SLICE
                 new: MigSlice = part[1]
+                memory_taken, compute_taken = part[2:] if len(part) == 4 else (0, 0)
                 key = (
                     healthy,
                     exclusive,
                     memory,
-                    memory_used,
-                    compute_used,
+                    memory_used + memory_taken,
+                    compute_used + compute_taken,
                     ceiling_used,
                     *policy,
                     link,
