@@ -2,7 +2,7 @@
 
 from .defrag import Move, plan_defrag
 from .fgd import Distribution, Workload
-from .fleet import POLICIES, Fleet, PlacementCache, fits_ever, place
+from .fleet import POLICIES, Fleet, PlacementCache, empty_fleet, fits_ever, place
 from .mig import Profile, place_layout
 from .state import (
     GpuState,
@@ -31,6 +31,7 @@ __all__ = [
     "Unplaceable",
     "Workload",
     "apply",
+    "empty_fleet",
     "fits_ever",
     "invariant_violations",
     "place",

@@ -589,22 +589,30 @@ def place(
     return Fleet(nodes).place(request, policy, workload)
 
 
-def fits_ever(request: Request, node_shapes: Iterable[NodeState]) -> str | None:
-    """Why `request` could not fit even an empty, healthy node of these shapes (the API's 400), or None.
+def empty_fleet(node_shapes: Iterable[NodeState]) -> Fleet:
+    """Empty, healthy nodes of these shapes, for `fits_ever`; build it once to ask about many requests.
     Unschedulable nodes still count: they may come back."""
-    empty = [
-        NodeState(
-            id=i,
-            gpu_model=n.gpu_model,
-            sharing_mode=n.sharing_mode,
-            gpus=[GpuState(g.index, g.memory_mib, nvlink_domain=g.nvlink_domain) for g in n.gpus],
-            cpu_milli_total=n.cpu_milli_total,
-            memory_mib_total=n.memory_mib_total,
-            mig_profiles=list(n.mig_profiles),
-            ceiling_budget=n.ceiling_budget,
-            default_guarantee=n.default_guarantee,
-        )
-        for i, n in enumerate(node_shapes)
-    ]
-    result = Fleet(empty).place(request, BINPACK)
+    return Fleet(
+        [
+            NodeState(
+                id=i,
+                gpu_model=n.gpu_model,
+                sharing_mode=n.sharing_mode,
+                gpus=[GpuState(g.index, g.memory_mib, nvlink_domain=g.nvlink_domain) for g in n.gpus],
+                cpu_milli_total=n.cpu_milli_total,
+                memory_mib_total=n.memory_mib_total,
+                mig_profiles=list(n.mig_profiles),
+                ceiling_budget=n.ceiling_budget,
+                default_guarantee=n.default_guarantee,
+            )
+            for i, n in enumerate(node_shapes)
+        ]
+    )
+
+
+def fits_ever(request: Request, node_shapes: Iterable[NodeState] | Fleet) -> str | None:
+    """Why `request` could not fit even an empty, healthy node of these shapes (the API's 400), or None.
+    `node_shapes` may be their `empty_fleet` already."""
+    empty = node_shapes if isinstance(node_shapes, Fleet) else empty_fleet(node_shapes)
+    result = empty.place(request, BINPACK)
     return result.reason if isinstance(result, Unplaceable) else None

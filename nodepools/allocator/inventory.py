@@ -251,7 +251,7 @@ class Cache:
         self.snapshots: dict[int, Snapshot] = {}
         self.log_tails: dict[int, tuple[int | None, list[tuple]]] = {}  # (after id, rows), PostgreSQL
         self.workloads: dict[int, core.Workload] = {}
-        self._catalog: tuple[int, list[core.NodeState]] = (-1, [])
+        self._catalog: tuple[int, core.Fleet] = (-1, core.Fleet([]))
         self._refusals: dict[core.Request, str | None] = {}
 
     def snapshot(self, cluster_id: int) -> Snapshot:
@@ -276,7 +276,7 @@ class Cache:
         changes rarely and claims arrive often."""
         period = int(time.monotonic() // CATALOG_TTL_S)
         if self._catalog[0] != period:
-            self._catalog, self._refusals = (period, catalog_shapes()), {}
+            self._catalog, self._refusals = (period, core.empty_fleet(catalog_shapes())), {}
         if request not in self._refusals:
             self._refusals[request] = core.fits_ever(request, self._catalog[1])
         return self._refusals[request]

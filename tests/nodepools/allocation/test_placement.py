@@ -13,6 +13,7 @@ from nodepools.allocation import (
     Unplaceable,
     Workload,
     apply,
+    empty_fleet,
     fits_ever,
     invariant_violations,
     place,
@@ -556,6 +557,15 @@ def test_malformed_requests_are_refused(bad):
 def test_fits_ever(request_, expected):
     shapes = [node("a", gpus=2), node("b", gpus=2)]
     assert fits_ever(request_, shapes) == expected
+
+
+def test_an_empty_fleet_built_once_answers_every_request_as_a_fresh_one():
+    # The allocator asks the catalog's empty fleet about each new claim shape, built once per period.
+    shapes = [node("a", gpus=2), node("b", gpus=2)]
+    once = empty_fleet(shapes)
+    for request_ in [whole(4), frac(memory=100_000), whole(2), mig("1g.10gb"), frac(memory=81920), whole(4)]:
+        assert fits_ever(request_, once) == fits_ever(request_, shapes)
+    assert all(n.cpu_milli_used == 0 and not any(g.exclusive for g in n.gpus) for n in once.nodes)
 
 
 def test_fits_ever_ignores_current_use_and_health():
