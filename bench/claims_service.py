@@ -38,6 +38,9 @@ def main() -> None:
         help="queue the claims: the loaders submit, N real Celery workers on the allocator queue place",
     )
     parser.add_argument(
+        "--allocators", type=int, help="with --queue: allocator workers (default: as many as --workers)"
+    )
+    parser.add_argument(
         "--rounds", type=int, default=1, help="measure this many times, each on a fresh database"
     )
     parser.add_argument("--json", action="store_true")
@@ -139,7 +142,7 @@ def measure(args: argparse.Namespace, cluster) -> dict:
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,  # keeps --json output parseable; errors still reach stderr
             )
-            for i in range(args.workers)
+            for i in range(args.allocators or args.workers)
         ]
     if allocators:  # every allocator worker answers before the clock starts
         from nvke.celery import app
