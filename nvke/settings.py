@@ -149,8 +149,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL
     }
 # PostgreSQL: a statement a connection runs again and again is parsed and planned once (psycopg's
 # prepared statements, after 5 runs; they need server-side parameter binding): parsing and planning were
-# half of the database's CPU for a claim (bench/README.md). 0 turns it off, for a PgBouncer in
-# transaction mode that cannot keep prepared statements.
+# half of the database's CPU for a claim (bench/README.md). NVKE_DB_PREPARED_STATEMENTS=0 turns it off,
+# for a PgBouncer in transaction mode that cannot keep prepared statements.
 DB_PREPARED_STATEMENTS = env_bool("NVKE_DB_PREPARED_STATEMENTS", True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_PREPARED_STATEMENTS:
     DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)

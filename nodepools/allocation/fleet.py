@@ -524,12 +524,11 @@ class Fleet:
     def apply(self, placement: Placement) -> None:
         position = self._position[placement.node_id]
         apply_to_node(placement, self.nodes[position])
-        request = placement.request
+        p, request = placement, placement.request
         # The node's new interned state from its old one and what the placement took, not by reading the
         # whole node again: a process applies every other process's placements too (the allocation log).
         info, perm = self._state[position]
-        positions = tuple(perm.index(index) for index in placement.gpu_indexes)
-        p = placement
+        positions = tuple(perm.index(index) for index in p.gpu_indexes)
         if request.kind == WHOLE:
             part: tuple = (WHOLE,)
         elif request.kind == MIG_SLICE:
