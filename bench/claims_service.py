@@ -109,6 +109,7 @@ def set_up(nodes: int):
 def measure(args: argparse.Namespace, cluster) -> dict:
     """One round: the loaders (and allocator workers) against the cluster, then the invariants."""
     from bench_db import cpu_s
+    from django.db.models import Max
 
     from nodepools.models import Claim
     from nodepools.selectors import allocation_violations
@@ -190,11 +191,13 @@ def measure(args: argparse.Namespace, cluster) -> dict:
     if any(w.returncode for w in workers):
         sys.exit("a loader failed")
     finished = max(r["finished_at"] for r in reports)
-    if args.queue:  # done when the allocator workers have placed every claim
+    if args.queue:  # done when the allocator workers have placed every claim: at the last placement
         deadline = time.time() + 300
         while Claim.objects.filter(status=Claim.Status.PENDING).exists() and time.time() < deadline:
             time.sleep(0.05)
-        finished = time.time()
+        # (not when this loop noticed it: that came after the loaders' processes had exited)
+        last = Claim.objects.aggregate(last=Max("allocated_at"))["last"]
+        finished = max(finished, last.timestamp()) if last else time.time()
         for allocator in allocators:
             allocator.terminate()
             allocator.wait()
