@@ -146,6 +146,49 @@ def test_duplicate_name_is_409(api, cluster, pools):
     )
 
 
+def test_a_client_that_prefers_not_to_wait_gets_202_and_the_queue_places_the_claim(
+    api, cluster, pools, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True) as queued:
+        response = api.post(
+            "/api/v1/claims/",
+            {"cluster": cluster.pk, "name": "batch-0", "kind": "fraction", "compute_percent": 20},
+            format="json",
+            HTTP_PREFER="respond-async, wait=10",
+        )
+    assert response.status_code == 202, response.data
+    assert response["Preference-Applied"] == "respond-async"
+    assert (response.data["status"], response.data["pending_reason"]) == ("pending", "")  # as queued
+    assert queued  # a pass of the allocator queue, asked for once the claim committed
+    assert Claim.objects.get(pk=response.data["id"]).status == "allocated"  # it ran (eagerly here)
+
+
+@pytest.mark.parametrize("prefer", ["", "return=minimal", "respond-asynchronously"])
+def test_a_client_that_does_not_prefer_async_waits_for_the_placement(api, cluster, pools, prefer):
+    response = api.post(
+        "/api/v1/claims/",
+        {"cluster": cluster.pk, "name": "now", "kind": "fraction", "compute_percent": 20},
+        format="json",
+        HTTP_PREFER=prefer,
+    )
+    assert response.status_code == 201 and response.data["status"] == "allocated"
+    assert "Preference-Applied" not in response
+
+
+def test_a_queued_claim_is_refused_as_any_other_and_nothing_is_written(api, cluster, pools):
+    def queue(**fields):
+        body = {"cluster": cluster.pk, "name": "q", "kind": "whole", **fields}
+        return api.post("/api/v1/claims/", body, format="json", HTTP_PREFER="respond-async")
+
+    response = queue(gpus=99)
+    assert response.status_code == 400 and "gpus" in response.data["details"]["fields"]
+    assert not Claim.objects.exists()
+    assert queue(gpus=1).status_code == 202
+    response = queue(gpus=1)
+    assert response.status_code == 409 and response.data["details"] == {"field": "name"}
+    assert Claim.objects.count() == 1
+
+
 def test_another_tenants_claims_are_invisible(api, make_member, make_cluster, client_for, catalog):
     other = make_member("globex", "owner")
     foreign_cluster = make_cluster(other.memberships.get().tenant, "theirs")
