@@ -1,5 +1,6 @@
-"""Claims API: create (placed at once or pending with a reason), list with GPU-MEMORY and GPU-UTIL
-columns, read, release (DELETE). The defragmentation serializers serve the clusters' routes."""
+"""Claims API: create (placed at once or pending with a reason; queued for `Prefer: respond-async`), list
+with GPU-MEMORY and GPU-UTIL columns, read, release (DELETE). The defragmentation serializers serve the
+clusters' routes."""
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
