@@ -404,51 +404,45 @@ def _json(value) -> str:
 
 def write_nodes(nodes: list[Node]) -> list[str]:
     """Each node's document as JSON text (its pool's cluster and sharing mode read with it: the
-    viewset's queryset); the GPUs and shares of all of them in one query (`selectors.gpu_share_tuples`)."""
-    gpus_of: dict[int, list[str]] = {node.pk: [] for node in nodes}
-    gpu = None  # [id, node, the document's start, shares' texts, memory, guaranteed, ceilings]
+    viewset's queryset); the GPUs of all of them in one query, their shares in another, and the claims
+    of the shares this process has not seen yet in a third (`_claims_of`)."""
+    gpus = selectors.node_gpus([node.pk for node in nodes])
+    shares = selectors.gpu_shares([gpu[1] for gpu in gpus])
+    claims = _claims_of({share[-1] for share in shares})
+    held: dict[int, list] = {}  # GPU id: [its shares' texts, memory, guaranteed, ceilings]
     for (
-        node_id,
-        gpu_id,
-        index,
-        uuid,
+        gpu,
         memory_mib,
-        nvlink_domain,
-        healthy,
-        share_id,
-        share_mib,
         compute_milli,
         guaranteed_milli,
         exclusive,
-        mig_profile,
-        mig_start,
-        mig_size,
-        claim,
-        namespace,
-        name,
-    ) in selectors.gpu_share_tuples(list(gpus_of)):
-        if gpu is None or gpu[0] != gpu_id:
-            if gpu is not None:
-                gpus_of[gpu[1]].append(_gpu_text(gpu))
-            start = (
-                f'{{"index":{index},"uuid":"{uuid}","memory_mib":{memory_mib},'
-                f'"nvlink_domain":{_json_string(nvlink_domain)},"healthy":{_LITERAL[healthy]}'
-            )
-            gpu = [gpu_id, node_id, start, [], 0, 0, 0]
-        if share_id is not None:
-            gpu[3].append(
-                f'{{"claim":{claim},"namespace":{_json_string(namespace)},"name":{_json_string(name)},'
-                f'"memory_mib":{share_mib},"compute_percent":{compute_milli / 10!r},'
-                f'"guaranteed_percent":{guaranteed_milli / 10!r},"exclusive":{_LITERAL[exclusive]},'
-                f'"mig_profile":{_json_string(mig_profile)},'
-                f'"mig_start":{"null" if mig_start is None else mig_start},'
-                f'"mig_size":{"null" if mig_size is None else mig_size}}}'
-            )
-            gpu[4] += share_mib
-            gpu[5] += guaranteed_milli
-            gpu[6] += compute_milli
-    if gpu is not None:
-        gpus_of[gpu[1]].append(_gpu_text(gpu))
+        profile,
+        start,
+        size,
+        allocation,
+    ) in shares:
+        claim = claims.get(allocation)
+        if claim is None:  # released since the shares were read: as if they were read a moment later
+            continue
+        totals = held.setdefault(gpu, [[], 0, 0, 0])
+        totals[0].append(
+            f'{{{claim},"memory_mib":{memory_mib},"compute_percent":{compute_milli / 10!r},'
+            f'"guaranteed_percent":{guaranteed_milli / 10!r},"exclusive":{_LITERAL[exclusive]},'
+            f'"mig_profile":{_json_string(profile)},"mig_start":{"null" if start is None else start},'
+            f'"mig_size":{"null" if size is None else size}}}'
+        )
+        totals[1] += memory_mib
+        totals[2] += guaranteed_milli
+        totals[3] += compute_milli
+    gpus_of: dict[int, list[str]] = {node.pk: [] for node in nodes}
+    for node_id, gpu, index, uuid, memory_mib, nvlink_domain, healthy in gpus:
+        texts, memory, guaranteed, ceilings = held.get(gpu, _NOTHING_HELD)
+        gpus_of[node_id].append(
+            f'{{"index":{index},"uuid":"{uuid}","memory_mib":{memory_mib},'
+            f'"nvlink_domain":{_json_string(nvlink_domain)},"healthy":{_LITERAL[healthy]},'
+            f'"memory_allocated_mib":{memory},"compute_allocated_percent":{guaranteed / 10!r},'
+            f'"compute_ceilings_percent":{ceilings / 10!r},"shares":[{",".join(texts)}]}}'
+        )
     return [
         escape_line_separators(
             f'{{"id":{node.pk},"name":{_json_string(node.name)},"cluster":{node.pool.cluster_id},'
@@ -464,9 +458,26 @@ def write_nodes(nodes: list[Node]) -> list[str]:
     ]
 
 
-def _gpu_text(gpu: list) -> str:
-    _, _, start, shares, memory, guaranteed, ceilings = gpu
-    return (
-        f'{start},"memory_allocated_mib":{memory},"compute_allocated_percent":{guaranteed / 10!r},'
-        f'"compute_ceilings_percent":{ceilings / 10!r},"shares":[{",".join(shares)}]}}'
-    )
+_NOTHING_HELD = ((), 0, 0, 0)
+
+# What a share says of its claim ('"claim":7,"namespace":"ml","name":"train"'), by allocation. An
+# allocation's claim never changes, nor does a claim's namespace or name, so each web process keeps
+# what it has read and a page looks up only the allocations new to it: looking up every share's claim
+# through its allocation was half the page's reading (bench/README.md). Emptied when it outgrows
+# CLAIMS_KEPT (~10 MB).
+_claims_seen: dict[int, str] = {}
+CLAIMS_KEPT = 50_000
+
+
+def _claims_of(allocations: set[int]) -> dict[int, str]:
+    """What the shares of each allocation say of its claim; an allocation released since is left out."""
+    found = {a: text for a in allocations if (text := _claims_seen.get(a)) is not None}
+    missing = allocations - found.keys()
+    if missing:
+        if len(_claims_seen) + len(missing) > CLAIMS_KEPT:
+            _claims_seen.clear()
+        for allocation, claim, namespace, name in selectors.allocation_claims(missing):
+            found[allocation] = _claims_seen[allocation] = (
+                f'"claim":{claim},"namespace":{_json_string(namespace)},"name":{_json_string(name)}'
+            )
+    return found
