@@ -169,28 +169,28 @@ def claim_rows(claims: QuerySet[Claim]) -> QuerySet:
     return claims.values(*CLAIM_COLUMNS, **ALLOCATION_COLUMNS)
 
 
+# What a claim's document shows of each of its shares, and the keys `attach_claim_shares` gives them.
+CLAIM_SHARE_COLUMNS = (
+    *("allocation_id", "memory_mib", "compute_milli", "guaranteed_milli", "exclusive"),
+    *("mig_profile", "mig_start", "gpu__index", "gpu__uuid"),
+)
+_CLAIM_SHARE_KEYS = tuple(column.replace("gpu__", "gpu_") for column in CLAIM_SHARE_COLUMNS)
+
+
 def attach_claim_shares(rows: list[dict]) -> None:
     """Give each claim row (`claim_rows`) `shares`: its allocation's GPU shares as plain dicts, in GPU
     index order, each with its GPU's index and UUID; one query however many claims."""
     by_allocation: dict[int, list[dict]] = {}
     for row in rows:
         row["shares"] = by_allocation.setdefault(row["allocation_id"], []) if row["allocation_id"] else []
+    for share in _rows(_allocation_shares, list(by_allocation)):
+        by_allocation[share[0]].append(dict(zip(_CLAIM_SHARE_KEYS, share, strict=True)))
+
+
+def _allocation_shares(allocation_ids: list[int]) -> QuerySet:
     # Ordered by the columns themselves: GpuShare's ordering sorts through node, pool and cluster names.
-    shares = GpuShare.objects.filter(allocation_id__in=by_allocation).order_by(
-        "allocation_id", "gpu__index", "mig_start"
-    )
-    for share in shares.values(
-        "allocation_id",
-        "memory_mib",
-        "compute_milli",
-        "guaranteed_milli",
-        "exclusive",
-        "mig_profile",
-        "mig_start",
-        gpu_index=F("gpu__index"),
-        gpu_uuid=F("gpu__uuid"),
-    ):
-        by_allocation[share["allocation_id"]].append(share)
+    shares = GpuShare.objects.filter(allocation_id__among=allocation_ids)
+    return shares.order_by("allocation_id", "gpu__index", "mig_start").values_list(*CLAIM_SHARE_COLUMNS)
 
 
 def driver_compatibility(
