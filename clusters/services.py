@@ -256,10 +256,43 @@ def _record_addons(cluster: Cluster, installed) -> None:
             defaults={"version": addon.version, "status": addon.status, "message": addon.message[:300]},
         )
     failed = [a.name for a in installed if a.status == ClusterAddon.Status.FAILED]
+    installing = [a.name for a in installed if a.status == ClusterAddon.Status.INSTALLING]
     if failed:
         cluster.set_condition("AddonsReady", False, "AddonFailed", f"Not installed: {', '.join(failed)}.")
+    elif installing:
+        cluster.set_condition("AddonsReady", False, "Installing", f"Installing: {', '.join(installing)}.")
     else:
         cluster.set_condition("AddonsReady", True, "Installed", "The GPU stack add-ons are installed.")
+
+
+def refresh_addons(cluster_id: int) -> bool:
+    """A running cluster's add-ons not installed yet, as its provider reports them now (a provider that
+    installs them in the background: Cluster API's add-on provider); saved and published only when they
+    changed. True when they did."""
+    cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
+    if cluster is None or not cluster.addons.exclude(status=ClusterAddon.Status.INSTALLED).exists():
+        return False
+    try:
+        installed = cluster_infrastructure(cluster).install_addons(cluster_key(cluster), addons.versions())
+    except ProviderError:
+        return False  # the provider cannot say now: the next refresh asks again
+    with transaction.atomic():
+        cluster = (
+            Cluster.objects.select_for_update().filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
+        )
+        if cluster is None:
+            return False
+        before = (copy.deepcopy(cluster.conditions), _addon_rows(cluster))
+        _record_addons(cluster, installed)
+        if (cluster.conditions, _addon_rows(cluster)) == before:
+            return False
+        cluster.save(update_fields=["conditions", "updated_at"])
+        publish_cluster(cluster)
+    return True
+
+
+def _addon_rows(cluster: Cluster) -> list[tuple]:
+    return sorted(cluster.addons.values_list("name", "version", "status", "message"))
 
 
 def delete_cluster(cluster: Cluster) -> Cluster:

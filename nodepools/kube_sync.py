@@ -25,7 +25,13 @@ from django.db import close_old_connections, connection
 from django.db.models import Q
 
 from clusters.models import Cluster
-from clusters.services import cluster_operations, provision, record_control_plane, record_observation
+from clusters.services import (
+    cluster_operations,
+    provision,
+    record_control_plane,
+    record_observation,
+    refresh_addons,
+)
 from nvke import jobs
 from nvke.providers.base import ProviderError
 from nvke.providers.clusterapi import management, manifests
@@ -222,8 +228,8 @@ class ManagementSync:
             self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
 
     def step(self, cluster_id: int, pool: str) -> None:
-        """A provisioning cluster's next step, a running one's ControlPlaneAvailable condition as
-        Cluster API reports it, or the pool's reconcile."""
+        """A provisioning cluster's next step, a running one's ControlPlaneAvailable condition and
+        add-ons as Cluster API reports them, or the pool's reconcile."""
         if not pool:
             state = Cluster.objects.filter(pk=cluster_id).values_list("status", flat=True).first()
             if state == Cluster.Status.PROVISIONING:
@@ -231,6 +237,7 @@ class ManagementSync:
             elif state == Cluster.Status.RUNNING:
                 found = self.management.get(manifests.CORE, "Cluster", f"c{cluster_id}")
                 record_control_plane(cluster_id, *capi_status.control_plane_available(found))
+                refresh_addons(cluster_id)
             return
         pools = NodePool.objects.filter(cluster_id=cluster_id, name=pool).exclude(status="deleting")
         if pool_id := pools.values_list("pk", flat=True).first():

@@ -8,6 +8,10 @@ NVKE or the simulated controllers write is declared with the type, bounds and re
 openAPIV3Schema; fields nobody here writes are declared open (`x-kubernetes-preserve-unknown-fields`) or
 left out, so an undeclared field is an error as with fieldValidation=Strict.
 
+Cluster API's add-on provider for Helm (CAAPH: kubernetes-sigs/cluster-api-addon-provider-helm,
+`api/v1alpha1`, as served beside Cluster API v1beta2): HelmChartProxy and HelmReleaseProxy, installed
+unless `install(..., helm=False)`.
+
 The infrastructure provider is a stand-in (`infrastructure.fake.nvke.io`): NVKE only copies an operator's
 cluster template and references machine templates by name, so their specs stay open. Its machine
 templates carry `spec.template.spec.gpu` ({product, count}), which the simulated machines boot with."""
@@ -23,6 +27,7 @@ CORE, CONTROL_PLANE, BOOTSTRAP = (
 )
 INFRA = "infrastructure.fake.nvke.io"
 VERSION = "v1beta2"
+ADDONS, ADDONS_VERSION = "addons.cluster.x-k8s.io", "v1alpha1"
 
 _OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _OPEN_LIST = {"type": "array", "items": _OPEN}
@@ -370,15 +375,78 @@ MACHINE_HEALTH_CHECK = _object(
     }
 )
 
+_HELM_OPTIONS = _object(
+    {
+        **{name: _BOOL for name in ("disableHooks", "wait", "waitForJobs", "dependencyUpdate", "skipCRDs")},
+        **{name: _BOOL for name in ("disableOpenAPIValidation", "atomic", "enableClientCache")},
+        "timeout": _STRING,  # a metav1.Duration
+        "install": _object({"createNamespace": _BOOL, "includeCRDs": _BOOL}),
+        "upgrade": _OPEN,
+        "uninstall": _OPEN,
+    }
+)
+_RELEASE_FIELDS = {
+    "chartName": {"type": "string", "minLength": 1},
+    "repoURL": {"type": "string", "minLength": 1},
+    "releaseName": _STRING,
+    "namespace": _STRING,
+    "version": _STRING,
+}
+HELM_CHART_PROXY = _object(
+    {
+        "spec": _object(
+            {
+                "clusterSelector": _SELECTOR,
+                **_RELEASE_FIELDS,
+                "valuesTemplate": _STRING,
+                "reconcileStrategy": {"type": "string", "enum": ["", "InstallOnce", "Continuous"]},
+                "options": _HELM_OPTIONS,
+                "credentials": _OPEN,
+                "tlsConfig": _OPEN,
+            },
+            ("clusterSelector", "chartName", "repoURL"),
+        ),
+        "status": _object(
+            {
+                "conditions": _CONDITIONS,
+                "matchingClusters": _OPEN_LIST,
+                "observedGeneration": {"type": "integer", "format": "int64"},
+            }
+        ),
+    }
+)
+HELM_RELEASE_PROXY = _object(
+    {
+        "spec": _object(
+            {"clusterRef": _OPEN, **_RELEASE_FIELDS, "values": _STRING, "options": _HELM_OPTIONS},
+            ("clusterRef", "chartName", "repoURL"),
+        ),
+        "status": _object(
+            {
+                "conditions": _CONDITIONS,
+                "status": _STRING,  # Helm's release status: deployed, failed, pending-install, ...
+                "revision": {"type": "integer"},
+                "observedGeneration": {"type": "integer", "format": "int64"},
+            }
+        ),
+    }
+)
+
 _INFRA_OPEN = _object({"spec": _OPEN, "status": _OPEN})
 
 
 def crd(
-    group: str, kind: str, schema: dict[str, Any], short_names: tuple[str, ...] = (), status: bool = True
+    group: str,
+    kind: str,
+    schema: dict[str, Any],
+    short_names: tuple[str, ...] = (),
+    status: bool = True,
+    served: str = VERSION,
+    plural: str = "",
 ) -> dict:
-    plural = kind.lower() + ("es" if kind.endswith("s") else "s")
+    plural = plural or kind.lower() + ("es" if kind.endswith("s") else "s")
     version: dict[str, Any] = {
-        "name": VERSION,
+        "name": served,
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": schema},
@@ -417,12 +485,26 @@ CRDS = (
     crd(INFRA, "FakeClusterTemplate", _INFRA_OPEN, status=False),
     crd(INFRA, "FakeMachineTemplate", _INFRA_OPEN, status=False),
 )
+HELM_CRDS = (
+    crd(
+        ADDONS, "HelmChartProxy", HELM_CHART_PROXY, ("hcp",), served=ADDONS_VERSION, plural="helmchartproxies"
+    ),
+    crd(
+        ADDONS,
+        "HelmReleaseProxy",
+        HELM_RELEASE_PROXY,
+        ("hrp",),
+        served=ADDONS_VERSION,
+        plural="helmreleaseproxies",
+    ),
+)
 
 
-def install(server, namespace: str = "nvke") -> None:
-    """Serve Cluster API's CRDs on a FakeKubeApi (the management cluster) with a namespace for NVKE's
-    objects, a cluster template and the control plane's machine template (see `machine_template`)."""
-    for definition in CRDS:
+def install(server, namespace: str = "nvke", helm: bool = True) -> None:
+    """Serve Cluster API's CRDs (with `helm`, CAAPH's too) on a FakeKubeApi (the management cluster) with
+    a namespace for NVKE's objects, a cluster template and the control plane's machine template (see
+    `machine_template`)."""
+    for definition in CRDS + (HELM_CRDS if helm else ()):
         server.create(definition)
     server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     server.create(

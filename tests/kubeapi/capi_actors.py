@@ -23,6 +23,12 @@ tests/kubeapi/actors.py simulates a cluster's own components: run after every wr
   `pending`.
   MachineDeployments and MachineHealthChecks report their counters and conditions; a Machine annotated
   `cluster.x-k8s.io/remediate-machine` is remediated (deleted, so its MachineDeployment replaces it).
+- HelmChartProxy (CAAPH, where `capi.install` served it): one HelmReleaseProxy per Cluster its selector
+  matches (named `<chart>-<cluster>-<5 random characters>`, labelled with the proxy's name and the cluster's,
+  owned by the proxy), its spec following the proxy's (a changed version or values is a new revision);
+  Ready with Helm's `deployed` once the cluster's control plane is available (`pending-install` for a
+  chart in `installing`), failed with Helm's `failed` for a chart in `failing`, else waiting for the
+  cluster.
 - Garbage collection: an object whose every owner is gone is deleted; a deleted Machine's Node goes too.
 
 No MachineSets: Machines belong to their MachineDeployment directly (NVKE never reads MachineSets)."""
@@ -46,6 +52,8 @@ DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
 REMEDIATE = "cluster.x-k8s.io/remediate-machine"
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"
 CORE = f"{capi.CORE}/{capi.VERSION}"
+ADDONS = f"{capi.ADDONS}/{capi.ADDONS_VERSION}"
+CHART_PROXY_LABEL = "helmreleaseproxy.addons.cluster.x-k8s.io/helmchartproxy-name"
 OWNED_KINDS = (
     (CORE, "Machine"),
     (CORE, "MachineDeployment"),
@@ -95,6 +103,15 @@ def kubeconfig(server, cluster: str) -> str:
 class ClusterAPI:
     def __init__(self, management, namespace: str = "nvke") -> None:
         self.api, self.namespace = management, namespace
+        crd = ("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"helmchartproxies.{capi.ADDONS}")
+        helm = self.helm = management.get(*crd) is not None  # capi.install(..., helm=True)
+        self.owned_kinds = OWNED_KINDS + (
+            ((ADDONS, "HelmChartProxy"), (ADDONS, "HelmReleaseProxy")) if helm else ()
+        )
+        self.failing: set[str] = set()  # charts whose Helm install fails
+        self.installing: set[str] = set()  # charts whose Helm install has not finished
+        self.helm_behind = False  # the add-on provider has not acted on the latest changes yet
+        self.release_names = random.Random(11)  # HelmReleaseProxy name suffixes
         self.workloads: dict[str, Any] = {}  # cluster name -> its workload FakeKubeApi
         self.hold: set[str] = set()  # clusters whose control plane never becomes available
         self.pending: set[str] = set()  # MachineDeployments whose machines never get a Node
@@ -138,16 +155,19 @@ class ClusterAPI:
             self._deployment(deployment)
         for check in self._list(CORE, "MachineHealthCheck"):
             self._health_check(check)
+        if self.helm and not self.helm_behind:
+            for proxy in self._list(ADDONS, "HelmChartProxy"):
+                self._chart_proxy(proxy)
 
     # ---- garbage collector -------------------------------------------------------------------------------
 
     def _collect_garbage(self) -> None:
         live = {
             obj["metadata"]["uid"]
-            for api_version, kind in ((CORE, "Cluster"), *OWNED_KINDS)
+            for api_version, kind in ((CORE, "Cluster"), *self.owned_kinds)
             for obj in self._list(api_version, kind)
         }
-        for api_version, kind in OWNED_KINDS:
+        for api_version, kind in self.owned_kinds:
             for obj in self._list(api_version, kind):
                 owners = obj["metadata"].get("ownerReferences") or []
                 if owners and not any(o["uid"] in live for o in owners):
@@ -458,3 +478,112 @@ class ClusterAPI:
             "observedGeneration": check["metadata"]["generation"],
         }
         self._update_status(check, status)
+
+    # ---- HelmChartProxy (Cluster API's add-on provider for Helm) -----------------------------------------
+
+    def _chart_proxy(self, proxy: dict[str, Any]) -> None:
+        name, spec = proxy["metadata"]["name"], proxy["spec"]
+        match = spec["clusterSelector"].get("matchLabels") or {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+        clusters = [c for c in self._list(CORE, "Cluster", label_selector=selector) if selector]
+        releases = {
+            r["metadata"]["labels"][CLUSTER_LABEL]: r
+            for r in self._list(ADDONS, "HelmReleaseProxy", label_selector=f"{CHART_PROXY_LABEL}={name}")
+        }
+        for cluster in clusters:
+            self._release(proxy, cluster, releases.get(cluster["metadata"]["name"]))
+        ready = all(self._released(proxy, c) for c in clusters)
+        status = {
+            "conditions": [
+                self._condition(
+                    proxy,
+                    "Ready",
+                    ready,
+                    "Ready" if ready else "HelmReleaseProxiesNotReady",
+                    "" if ready else "Not every HelmReleaseProxy is ready.",
+                )
+            ],
+            "matchingClusters": [
+                {
+                    "apiVersion": CORE,
+                    "kind": "Cluster",
+                    "name": c["metadata"]["name"],
+                    "namespace": self.namespace,
+                }
+                for c in clusters
+            ],
+            "observedGeneration": proxy["metadata"]["generation"],
+        }
+        self._update_status(proxy, status)
+
+    def _released(self, proxy: dict[str, Any], cluster: dict[str, Any]) -> bool:
+        selector = (
+            f"{CHART_PROXY_LABEL}={proxy['metadata']['name']},{CLUSTER_LABEL}={cluster['metadata']['name']}"
+        )
+        found = self._list(ADDONS, "HelmReleaseProxy", label_selector=selector)
+        return any(
+            c["type"] == "Ready" and c["status"] == "True" for r in found for c in r["status"]["conditions"]
+        )
+
+    def _release(
+        self, proxy: dict[str, Any], cluster: dict[str, Any], release: dict[str, Any] | None
+    ) -> None:
+        """The cluster's HelmReleaseProxy with the proxy's spec; Helm's outcome in its status."""
+        spec, cluster_name = proxy["spec"], cluster["metadata"]["name"]
+        wanted = {
+            "clusterRef": {
+                "apiVersion": CORE,
+                "kind": "Cluster",
+                "name": cluster_name,
+                "namespace": self.namespace,
+            },
+            **{
+                k: spec[k]
+                for k in ("chartName", "repoURL", "releaseName", "namespace", "version")
+                if k in spec
+            },
+            "values": spec.get("valuesTemplate", ""),
+            **({"options": spec["options"]} if "options" in spec else {}),
+        }
+        if release is None:
+            suffix = "".join(self.release_names.choices(string.ascii_lowercase + string.digits, k=5))
+            release = self.api.create(
+                {
+                    "apiVersion": ADDONS,
+                    "kind": "HelmReleaseProxy",
+                    "metadata": {
+                        "name": f"{spec['chartName']}-{cluster_name}-{suffix}",
+                        "namespace": self.namespace,
+                        "labels": {CHART_PROXY_LABEL: proxy["metadata"]["name"], CLUSTER_LABEL: cluster_name},
+                        "ownerReferences": [owner_ref(proxy)],
+                    },
+                    "spec": wanted,
+                }
+            )
+        elif release["spec"] != wanted:
+            release = self.api.update({**release, "spec": wanted})
+        revision = release.get("status", {}).get("revision", 0)
+        if release.get("status", {}).get("observedGeneration") != release["metadata"]["generation"]:
+            revision += 1  # Helm installs or upgrades the release again
+        available = cluster_name in self.workloads and cluster_name not in self.hold
+        if spec["chartName"] in self.failing:
+            ready, reason, helm, message = (
+                False,
+                "HelmInstallOrUpgradeFailed",
+                "failed",
+                "context deadline exceeded",
+            )
+        elif spec["chartName"] in self.installing and available:
+            ready, reason, helm, message = False, "HelmReleasePending", "pending-install", "Waiting for pods."
+        elif available:
+            ready, reason, helm, message = True, "Ready", "deployed", ""
+        else:
+            ready, reason, helm, message = False, "ClusterNotAvailable", "", "Cluster is not available yet."
+        status = {
+            "conditions": [self._condition(release, "Ready", ready, reason, message)],
+            "revision": revision,
+            "observedGeneration": release["metadata"]["generation"],
+        }
+        if helm:
+            status["status"] = helm
+        self._update_status(release, status)

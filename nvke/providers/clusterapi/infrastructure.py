@@ -9,6 +9,7 @@ a pool reports its ready machines, so the pool waits `pending` until they are up
 from typing import Any
 
 from nvke.providers.base import (
+    AddonStatus,
     ClusterAccess,
     Infrastructure,
     PoolSpec,
@@ -18,6 +19,7 @@ from nvke.providers.base import (
 )
 
 from . import access, manifests, status
+from .addons import CHART_OF, Chart
 from .management import Management, TemplateRef, load
 from .models import MachineReplacement
 
@@ -100,6 +102,60 @@ class ClusterAPIInfrastructure(Infrastructure):
                 f"The cluster has not issued a token to {access.NAMESPACE}/{access.ACCOUNT} yet.",
             )
         return granted
+
+    def install_addons(self, cluster: str, addons: dict[str, str]) -> list[AddonStatus]:
+        """Make (or find) a HelmChartProxy for each chart that carries the add-ons (`addons.CHARTS`; the
+        chart's version is its own add-on's in `addons`), bring its version and values to the catalog's,
+        and report each add-on as its chart's HelmReleaseProxy says. An add-on the management cluster
+        cannot be asked for now (no add-on provider for Helm there, or an error) is failed, saying why;
+        the cluster's next step asks again (`clusters.services.refresh_addons`)."""
+        m = load()
+        owner = m.get(manifests.CORE, "Cluster", cluster)
+        if owner is None:
+            raise ProviderError(
+                "NotFound", f"Cluster {cluster} does not exist in the management cluster.", status=404
+            )
+        charts = {CHART_OF[name].name: CHART_OF[name] for name in addons if name in CHART_OF}
+        try:
+            states = {
+                name: self._chart_state(m, cluster, chart, addons[name], owner)
+                for name, chart in charts.items()
+            }
+        except ProviderError as error:  # failed for now: the cluster runs, and its next step asks again
+            message = error.message
+            if error.status == 404:
+                message = (
+                    f"The management cluster does not serve HelmChartProxy ({manifests.ADDONS}): install "
+                    f"Cluster API's add-on provider for Helm (CAAPH) there. {error.message}"
+                )
+            return [AddonStatus(name, version, "failed", message) for name, version in addons.items()]
+        unknown = ("failed", "No chart NVKE installs carries it.")
+        return [
+            AddonStatus(name, version, *(states[CHART_OF[name].name] if name in CHART_OF else unknown))
+            for name, version in addons.items()
+        ]
+
+    @staticmethod
+    def _chart_state(m: Management, cluster: str, chart: Chart, version: str, owner: dict) -> tuple[str, str]:
+        """The chart's HelmChartProxy made or brought to `version` and the catalog's values, and its
+        release's state (`status.release_state`)."""
+        wanted = manifests.helm_chart_proxy(cluster, m.namespace, chart, version, owner)
+        name = wanted["metadata"]["name"]
+        proxy = m.ensure(wanted)
+        changed = {
+            field: wanted["spec"][field]
+            for field in ("version", "valuesTemplate")
+            if proxy["spec"].get(field) != wanted["spec"][field]
+        }
+        if changed:
+            m.patch(manifests.ADDONS, "HelmChartProxy", name, {"spec": changed})
+        releases = m.list(
+            manifests.ADDONS, "HelmReleaseProxy", label_selector=f"{manifests.CHART_PROXY}={name}"
+        )
+        release = releases[0] if releases else None
+        if release is not None and release["spec"].get("version") != version:
+            return "installing", f"HelmReleaseProxy {release['metadata']['name']}: upgrading to {version}."
+        return status.release_state(release)
 
     def upgrade_control_plane(self, cluster: str, kubernetes_version: str) -> str:
         """Set the KubeadmControlPlane's version to the setting's release of the minor: Cluster API

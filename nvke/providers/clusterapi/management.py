@@ -104,14 +104,14 @@ class Management:
 
     # ---- objects in NVKE's namespace ---------------------------------------------------------------------
 
-    def _plural(self, api_version: str, kind: str) -> str:
+    def plural(self, api_version: str, kind: str) -> str:
         if api_version != self.infrastructure and kind in CORE_PLURALS:
             return CORE_PLURALS[kind]
         return _discovered_plural(self.custom, api_version, kind)
 
     def _path(self, api_version: str, kind: str) -> tuple[str, str, str, str]:
         group, _, version = api_version.partition("/")
-        return group, version, self.namespace, self._plural(api_version, kind)
+        return group, version, self.namespace, self.plural(api_version, kind)
 
     def get(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
         try:

@@ -10,15 +10,20 @@ bootstrap.cluster.x-k8s.io, all v1beta2)."""
 
 from typing import Any
 
+import yaml
+
 from nvke.providers.base import PoolSpec
 from nvke.providers.kubernetes.gpus import NODE_IMAGE_LABEL as NODE_IMAGE
 
+from .addons import Chart
 from .management import TemplateRef
 
 VERSION = "v1beta2"
 CORE = f"cluster.x-k8s.io/{VERSION}"
 CONTROL_PLANE = f"controlplane.cluster.x-k8s.io/{VERSION}"
 BOOTSTRAP = f"bootstrap.cluster.x-k8s.io/{VERSION}"
+ADDONS = "addons.cluster.x-k8s.io/v1alpha1"  # Cluster API's add-on provider for Helm (CAAPH)
+CHART_PROXY = "helmreleaseproxy.addons.cluster.x-k8s.io/helmchartproxy-name"  # on a HelmReleaseProxy
 CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 DEPLOYMENT_NAME = "cluster.x-k8s.io/deployment-name"  # Cluster API labels a MachineDeployment's Machines
 NVKE_CLUSTER = "nvke.io/cluster"  # on every object NVKE makes: the cluster's key
@@ -87,6 +92,34 @@ def cluster(key: str, namespace: str, infrastructure: dict[str, Any]) -> dict[st
                 "kind": "KubeadmControlPlane",
                 "name": control_plane_name(key),
             },
+        },
+    }
+
+
+def chart_proxy_name(key: str, chart: Chart) -> str:
+    return f"{key}-{chart.name}"
+
+
+def helm_chart_proxy(
+    key: str, namespace: str, chart: Chart, version: str, owner: dict[str, Any]
+) -> dict[str, Any]:
+    """The chart at `version` for the cluster `key` alone (its Cluster carries nvke.io/cluster), owned
+    by its Cluster. CAAPH waits for the release's resources to be ready before it calls it Ready."""
+    return {
+        "apiVersion": ADDONS,
+        "kind": "HelmChartProxy",
+        "metadata": _meta(
+            chart_proxy_name(key, chart), namespace, {NVKE_CLUSTER: key}, ownerReferences=_owned_by(owner)
+        ),
+        "spec": {
+            "clusterSelector": {"matchLabels": {NVKE_CLUSTER: key}},
+            "repoURL": chart.repository,
+            "chartName": chart.name,
+            "version": version,
+            "releaseName": chart.name,
+            "namespace": chart.namespace,
+            "valuesTemplate": yaml.safe_dump(chart.values, sort_keys=True) if chart.values else "",
+            "options": {"wait": True, "timeout": "15m0s", "install": {"createNamespace": True}},
         },
     }
 

@@ -88,3 +88,20 @@ def control_plane_minor(control_plane: dict[str, Any]) -> str:
     lowest = min(releases, key=_numbers)
     major, minor, *_ = _numbers(lowest) + (0, 0)
     return f"{major}.{minor}"
+
+
+def release_state(release: dict[str, Any] | None) -> tuple[str, str]:
+    """(state, message) of a chart on a cluster from its HelmReleaseProxy: "installed" once its Ready
+    condition is True, "failed" once Helm's install or upgrade failed (CAAPH keeps retrying: the state
+    follows), else "installing"."""
+    if release is None:
+        return "installing", "Cluster API's add-on provider has not made its HelmReleaseProxy yet."
+    name = release["metadata"]["name"]
+    ready = condition(release, "Ready") or {}
+    if ready.get("status") == "True":
+        return "installed", ""
+    helm = release.get("status", {}).get("status") or "not released"
+    detail = ready.get("message") or f"Helm release {helm}."
+    if ready.get("reason") == "HelmInstallOrUpgradeFailed" or helm == "failed":
+        return "failed", f"HelmReleaseProxy {name}: {detail}"
+    return "installing", f"HelmReleaseProxy {name}: {detail}"

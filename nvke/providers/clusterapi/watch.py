@@ -1,8 +1,9 @@
-"""Cluster API's status as it changes: list-watches of the Clusters and MachineDeployments NVKE made in
-the management cluster (label nvke.io/cluster), with the Kubernetes provider's ListWatch (bookmarks,
-resourceVersion, re-list on 410 Gone, resync, backoff). After every listed object and every event it calls
-`changed(cluster_key, pool)` (pool "" for a Cluster); the caller runs the level-triggered step that reads
-the state afresh (provisioning, the pool's reconcile), so a missed or repeated event changes nothing."""
+"""Cluster API's status as it changes: list-watches of the Clusters, MachineDeployments and add-ons'
+HelmChartProxies NVKE made in the management cluster (label nvke.io/cluster), with the Kubernetes
+provider's ListWatch (bookmarks, resourceVersion, re-list on 410 Gone, resync, backoff). After every
+listed object and every event it calls `changed(cluster_key, pool)` (pool "" for a Cluster and its
+add-ons); the caller runs the level-triggered step that reads the state afresh (provisioning, the
+add-ons' state, the pool's reconcile), so a missed or repeated event changes nothing."""
 
 import functools
 import threading
@@ -13,6 +14,19 @@ from nvke.providers.kubernetes.watch import ListWatch
 
 from . import manifests
 from .management import CORE_PLURALS, Management
+
+
+def watched(management: Management) -> list[tuple[str, str]]:
+    """(apiVersion, resource) of what is followed: Clusters and MachineDeployments, and the add-ons'
+    HelmChartProxies where Cluster API's add-on provider for Helm is served (their status changes as
+    their releases get ready)."""
+    kinds = [(manifests.CORE, CORE_PLURALS["Cluster"]), (manifests.CORE, CORE_PLURALS["MachineDeployment"])]
+    try:
+        kinds.append((manifests.ADDONS, management.plural(manifests.ADDONS, "HelmChartProxy")))
+    except ProviderError as error:
+        if error.status != 404:
+            raise
+    return kinds
 
 
 class ManagementWatch:
@@ -26,15 +40,13 @@ class ManagementWatch:
         watch_timeout_s: int = 60,
     ):
         self.changed, self.stop = changed, threading.Event()
-        group, version = manifests.CORE.split("/")
         self.watches = [
             ListWatch(
                 functools.partial(
                     management.custom.list_namespaced_custom_object,
-                    group,
-                    version,
+                    *api_version.split("/"),
                     management.namespace,
-                    CORE_PLURALS[kind],
+                    plural,
                 ),
                 on_list=self._listed,
                 on_event=lambda _, obj: self._seen(obj),
@@ -44,7 +56,7 @@ class ManagementWatch:
                 watch_timeout_s=watch_timeout_s,
                 label_selector=manifests.NVKE_CLUSTER,
             )
-            for kind in ("Cluster", "MachineDeployment")
+            for api_version, plural in watched(management)
         ]
         self.threads = [threading.Thread(target=w.run, daemon=True, name="capi-watch") for w in self.watches]
 

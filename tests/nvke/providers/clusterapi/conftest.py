@@ -13,9 +13,10 @@ H100 = {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}
 
 
 @pytest.fixture
-def management(kubeapi):
-    """The management cluster with an H100 machine template for the catalog's h100-sxm5-80gb."""
-    capi.install(kubeapi, NS)
+def management(request, kubeapi):
+    """The management cluster with an H100 machine template for the catalog's h100-sxm5-80gb, and
+    Cluster API's add-on provider for Helm unless parametrized (indirect) False."""
+    capi.install(kubeapi, NS, helm=getattr(request, "param", True))
     kubeapi.create(
         capi.machine_template("gpu-h100", gpu=H100, labels={"nvke.io/gpu-model": "h100-sxm5-80gb"})
     )

@@ -170,3 +170,21 @@ def test_the_management_watch_lists_again_after_410_gone(capi_setting, managemen
         watch.close(timeout=10)
     lists = [q for _, path, q, _ in management.requests if path.endswith("/clusters") and "watch" not in q]
     assert len(lists) == 2 and seen[0] == "c7"
+
+
+def test_add_ons_released_in_the_background_reach_the_rows(
+    tenant, make_cluster, management, cluster_api, workload, management_sync
+):
+    cluster = make_cluster(tenant, "train", status=Cluster.Status.PROVISIONING)
+    cluster_api.workloads[f"c{cluster.pk}"] = workload
+    cluster_api.installing.add("gpu-operator")
+    provision(cluster.pk)
+    assert status_of(cluster) == Cluster.Status.RUNNING
+    assert cluster.addons.get(name="gpu-operator").status == "installing"
+    management_sync()
+
+    cluster_api.installing.clear()
+    management.settle()  # the release is deployed: its HelmChartProxy's status changes
+    wait_until(lambda: not cluster.addons.exclude(status="installed").exists(), timeout=15)
+    cluster.refresh_from_db()
+    assert next(c for c in cluster.conditions if c["type"] == "AddonsReady")["status"] == "True"

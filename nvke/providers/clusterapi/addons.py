@@ -1,0 +1,48 @@
+"""The GPU stack on a Cluster API cluster: Helm charts that Cluster API's add-on provider for Helm
+(CAAPH, addons.cluster.x-k8s.io) installs. One HelmChartProxy per chart and cluster, selecting that
+cluster alone and owned by its Cluster (deleted with it); CAAPH makes a HelmReleaseProxy for it, whose
+Ready condition says how the install went.
+
+The GPU Operator's chart brings Node Feature Discovery, the container toolkit, the device plugin and
+the DCGM exporter as its operands, at the versions that chart pins; NVIDIA's DRA driver is a chart of
+its own. Drivers come from the NVIDIADriver objects NVKE writes per pool, as on an attached cluster
+(docs/operations.md), so the operator's own default driver is off."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+NVIDIA_CHARTS = "https://helm.ngc.nvidia.com/nvidia"
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str  # the chart's, its release's and (after the cluster's key) its HelmChartProxy's
+    namespace: str  # where it is released in the cluster
+    addons: tuple[str, ...]  # the catalog add-ons it installs (clusters/addons.py); the first is the chart
+    values: dict[str, Any] = field(default_factory=dict)
+    repository: str = NVIDIA_CHARTS
+
+
+CHARTS = (
+    Chart(
+        "gpu-operator",
+        "gpu-operator",
+        (
+            "gpu-operator",
+            "node-feature-discovery",
+            "nvidia-container-toolkit",
+            "nvidia-device-plugin",
+            "dcgm-exporter",
+        ),
+        {"driver": {"nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": False}}},
+    ),
+    # The driver's files are where the GPU Operator's driver container puts them.
+    Chart(
+        "nvidia-dra-driver-gpu",
+        "nvidia-dra-driver-gpu",
+        ("nvidia-dra-driver-gpu",),
+        {"nvidiaDriverRoot": "/run/nvidia/driver"},
+    ),
+)
+
+CHART_OF = {addon: chart for chart in CHARTS for addon in chart.addons}
