@@ -11,6 +11,8 @@ its own. Drivers come from the NVIDIADriver objects NVKE writes per pool, as on 
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvke.providers.kubernetes.gpus import POOL_LABEL
+
 NVIDIA_CHARTS = "https://helm.ngc.nvidia.com/nvidia"
 
 
@@ -23,6 +25,16 @@ class Chart:
     repository: str = NVIDIA_CHARTS
 
 
+# A pool's nodes carry NVKE's `nvke.io/pool` NoSchedule taint (manifests.config_template): the node
+# agents of the GPU stack must tolerate it besides the charts' own defaults, or they never run there.
+_GPU_NODES = [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": POOL_LABEL, "operator": "Exists", "effect": "NoSchedule"},
+]
+_CONTROL_PLANE = [
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
+]
+
 CHARTS = (
     Chart(
         "gpu-operator",
@@ -34,14 +46,18 @@ CHARTS = (
             "nvidia-device-plugin",
             "dcgm-exporter",
         ),
-        {"driver": {"nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": False}}},
+        {
+            "driver": {"nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": False}},
+            "daemonsets": {"tolerations": _GPU_NODES},
+            "node-feature-discovery": {"worker": {"tolerations": _CONTROL_PLANE + _GPU_NODES}},
+        },
     ),
     # The driver's files are where the GPU Operator's driver container puts them.
     Chart(
         "nvidia-dra-driver-gpu",
         "nvidia-dra-driver-gpu",
         ("nvidia-dra-driver-gpu",),
-        {"nvidiaDriverRoot": "/run/nvidia/driver"},
+        {"nvidiaDriverRoot": "/run/nvidia/driver", "kubeletPlugin": {"tolerations": _GPU_NODES}},
     ),
 )
 

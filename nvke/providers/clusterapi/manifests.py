@@ -14,6 +14,7 @@ import yaml
 
 from nvke.providers.base import PoolSpec
 from nvke.providers.kubernetes.gpus import NODE_IMAGE_LABEL as NODE_IMAGE
+from nvke.providers.kubernetes.gpus import POOL_LABEL
 
 from .addons import Chart
 from .management import TemplateRef
@@ -27,7 +28,7 @@ CHART_PROXY = "helmreleaseproxy.addons.cluster.x-k8s.io/helmchartproxy-name"  # 
 CLUSTER_NAME = "cluster.x-k8s.io/cluster-name"
 DEPLOYMENT_NAME = "cluster.x-k8s.io/deployment-name"  # Cluster API labels a MachineDeployment's Machines
 NVKE_CLUSTER = "nvke.io/cluster"  # on every object NVKE makes: the cluster's key
-POOL = "nvke.io/pool"
+POOL = POOL_LABEL
 GPU_MODEL = "nvke.io/gpu-model"
 REMEDIATE = "cluster.x-k8s.io/remediate-machine"  # a Machine a MachineHealthCheck is to replace
 DELETE_MACHINE = "cluster.x-k8s.io/delete-machine"  # removed first when its MachineSet shrinks

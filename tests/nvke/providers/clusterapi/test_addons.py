@@ -5,6 +5,7 @@ follows its chart's HelmReleaseProxy: installing, installed or failed, and a clu
 still runs."""
 
 import pytest
+import yaml
 
 from clusters import addons
 from clusters.models import Cluster, ClusterAddon
@@ -58,7 +59,13 @@ def test_a_new_cluster_gets_a_chart_proxy_per_chart_for_itself_alone(running, ma
         "gpu-operator",
         addons.BY_NAME["gpu-operator"].version,
     )
-    assert "deployDefaultCR: false" in operator["spec"]["valuesTemplate"]
+    values = yaml.safe_load(operator["spec"]["valuesTemplate"])
+    assert values["driver"]["nvidiaDriverCRD"] == {"enabled": True, "deployDefaultCR": False}
+    taint = {"key": "nvke.io/pool", "operator": "Exists", "effect": "NoSchedule"}  # NVKE's pool nodes
+    assert taint in values["daemonsets"]["tolerations"]
+    assert taint in values["node-feature-discovery"]["worker"]["tolerations"]
+    dra = yaml.safe_load(proxies[f"{key}-nvidia-dra-driver-gpu"]["spec"]["valuesTemplate"])
+    assert taint in dra["kubeletPlugin"]["tolerations"]
     assert [o["kind"] for o in operator["metadata"]["ownerReferences"]] == ["Cluster"]
     assert states(cluster) == {addon.name: "installed" for addon in addons.CATALOG}
     assert condition(cluster, "AddonsReady") == ("True", "Installed")
