@@ -332,7 +332,9 @@ class Actors:
             ],
             "nodeSelector": spec.get("nodeSelector") or {GPU_PRESENT: "true"},
             "priorityClassName": "system-node-critical",
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            # The operator's default, or the NVIDIADriver's own (`spec.tolerations`) in its place.
+            "tolerations": spec.get("tolerations")
+            or [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         }
         return self._ensure_daemonset(labels["app"], labels, pod_spec, driver)
 

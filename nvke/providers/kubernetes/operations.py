@@ -247,6 +247,11 @@ class KubernetesOperations(ClusterOperations):
                 "image": "driver",
                 "version": version,
                 "nodeSelector": {gpus.POOL_LABEL: pool, gpus.DRIVER_LABEL: version},
+                # The driver's pods run on the pool's nodes, which carry NVKE's NoSchedule taint.
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    {"key": gpus.POOL_LABEL, "operator": "Exists", "effect": "NoSchedule"},
+                ],
                 "upgradePolicy": {"autoUpgrade": False},  # the CRD defaults to true: NVKE decides when
             },
         }

@@ -178,6 +178,14 @@ def test_a_driver_install_goes_through_an_nvidiadriver_and_gfd_reports_the_new_v
     driver = gpu_cluster.get("nvidia.com/v1alpha1", "NVIDIADriver", driver_object_name("train", "580.105.08"))
     assert driver["spec"]["upgradePolicy"]["autoUpgrade"] is False
     assert driver["spec"]["nodeSelector"] == {gpus.POOL_LABEL: "train", gpus.DRIVER_LABEL: "580.105.08"}
+    pool_taint = {"key": gpus.POOL_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+    assert pool_taint in driver["spec"]["tolerations"]  # its pods run on the pool's tainted nodes
+    daemonset = next(
+        d
+        for d in gpu_cluster.list("apps/v1", "DaemonSet")
+        if d["metadata"]["labels"].get("nvidia.com/driver-name") == driver["metadata"]["name"]
+    )
+    assert pool_taint in daemonset["spec"]["template"]["spec"]["tolerations"]
     assert node(gpu_cluster, "gpu-a")["metadata"]["labels"][gpus.DRIVER_LABEL] == "580.105.08"
     gpu_cluster.settle()
     status = ops.driver_status("gpu-a")
