@@ -1,4 +1,4 @@
-"""Trace-replay benchmark of NVKE's GPU allocator (nodepools/allocation) on Alibaba cluster-trace-gpu-v2023.
+"""Trace-replay benchmark of NVKE's GPU allocator (claims/allocation) on Alibaba cluster-trace-gpu-v2023.
 
     python bench/allocator.py --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv \\
         --policy fgd --seeds 10 [--json]
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/traces.py, how
 
 import traces  # noqa: E402
 
-from nodepools.allocation.fgd import Workload  # noqa: E402
-from nodepools.allocation.fleet import POLICIES, Fleet, PlacementCache  # noqa: E402
-from nodepools.allocation.state import FRACTIONAL, GpuState, NodeState, Placement, Request  # noqa: E402
+from claims.allocation.fgd import Workload  # noqa: E402
+from claims.allocation.fleet import POLICIES, Fleet, PlacementCache  # noqa: E402
+from claims.allocation.state import FRACTIONAL, GpuState, NodeState, Placement, Request  # noqa: E402
 
 
 @dataclass(frozen=True)

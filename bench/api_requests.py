@@ -32,7 +32,7 @@ SERVERS = ("daphne", "uvicorn")
 def endpoints(cluster) -> dict[str, str]:
     """The reads measured: each list and one detail of each resource, busy ones (a full node, a placed
     claim) rather than empty ones."""
-    from nodepools.models import Claim
+    from claims.models import Claim
 
     claim = Claim.objects.filter(cluster=cluster, status="allocated").order_by("pk").first()
     node = claim.allocation.node
@@ -127,7 +127,8 @@ def main() -> None:
     import redis
     from django.contrib.auth import get_user_model
 
-    from nodepools.models import Claim, Gpu
+    from claims.models import Claim
+    from nodepools.models import Gpu
     from nvke.tenancy.models import ApiToken, Membership, Tenant
 
     started = time.time()

@@ -57,8 +57,8 @@ def fresh_catalog() -> None:
     """Migrated, emptied, the catalog seeded; region inventory large enough never to be the limit."""
     from django.core.management import call_command
 
-    from nodepools.catalog import seed_catalog
-    from nodepools.models import RegionInventory
+    from catalog.models import RegionInventory
+    from catalog.seed import seed_catalog
 
     call_command("migrate", verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
@@ -68,7 +68,8 @@ def fresh_catalog() -> None:
 
 def bench_cluster(tenant, control_plane_nodes: int = 3):
     """A running cluster named "bench" of `tenant` in the simulator."""
-    from clusters.models import Cluster, KubernetesVersion, Region
+    from catalog.models import KubernetesVersion, Region
+    from clusters.models import Cluster
     from clusters.services import provision
 
     cluster = Cluster.objects.create(
@@ -89,8 +90,9 @@ def scale_fleet(tenant, nodes: int, claims: int):
     fractions of 1–4 GiB on the L4s, 1g.10gb slices on the H100s. Returns the cluster."""
     from django.db import connection
 
-    from nodepools.allocator import create_claim, place_pending
-    from nodepools.models import DriverRelease, GpuModel, NodePool
+    from catalog.models import DriverRelease, GpuModel
+    from claims.allocator import create_claim, place_pending
+    from nodepools.models import NodePool
     from nodepools.services import reconcile
     from nvke.tenancy.context import TenantContext
 
@@ -135,9 +137,10 @@ def telemetry_fleet(gpus: int, tenants: int) -> list[dict]:
     from django.core.management import call_command
     from django.test import Client
 
-    from clusters.models import Cluster, KubernetesVersion, Region
-    from nodepools.catalog import seed_catalog
-    from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
+    from catalog.models import DriverRelease, GpuModel, KubernetesVersion, Region
+    from catalog.seed import seed_catalog
+    from clusters.models import Cluster
+    from nodepools.models import Gpu, Node, NodePool
     from nvke.tenancy.models import Membership, Tenant
     from telemetry import policy
     from telemetry.models import PoolRescaling

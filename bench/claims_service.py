@@ -79,7 +79,8 @@ def set_up(nodes: int):
     from bench_db import bench_cluster, fresh_catalog
     from django.db import connection
 
-    from nodepools.models import DriverRelease, GpuModel, NodePool
+    from catalog.models import DriverRelease, GpuModel
+    from nodepools.models import NodePool
     from nodepools.services import reconcile
     from nvke.tenancy.models import Tenant
 
@@ -111,8 +112,8 @@ def measure(args: argparse.Namespace, cluster) -> dict:
     from bench_db import cpu_s
     from django.db.models import Max
 
-    from nodepools.models import Claim
-    from nodepools.selectors import allocation_violations
+    from claims.models import Claim
+    from claims.selectors import allocation_violations
 
     allocators = []
     if args.queue:

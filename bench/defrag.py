@@ -1,5 +1,5 @@
 """Defragmentation on the trace's workload families: GPUs freed by a bounded number of claim moves
-(`nodepools.allocation.plan_defrag`, what the API's defrag routes run), against a full repack.
+(`claims.allocation.plan_defrag`, what the API's defrag routes run), against a full repack.
 
     python bench/defrag.py --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_gpushare100.csv \\
         --moves 10,50,200 [--depart 0.3] [--seed 42] [--json]
@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import allocator  # noqa: E402
 
-from nodepools.allocation import Fleet, Placement, Workload, plan_defrag  # noqa: E402
-from nodepools.allocation.state import NodeState  # noqa: E402
+from claims.allocation import Fleet, Placement, Workload, plan_defrag  # noqa: E402
+from claims.allocation.state import NodeState  # noqa: E402
 
 
 def churned(nodes_csv: Path, pods_csv: Path, seed: int, depart: float) -> tuple[list[NodeState], dict]:

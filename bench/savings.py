@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nodepools.allocation.fleet import Fleet  # noqa: E402
-from nodepools.allocation.state import TIME_SLICING, GpuState, NodeState, Placement, Request  # noqa: E402
+from claims.allocation.fleet import Fleet  # noqa: E402
+from claims.allocation.state import TIME_SLICING, GpuState, NodeState, Placement, Request  # noqa: E402
 
-A10_MIB = 23028  # the catalog's A10 (nodepools/catalog.py)
+A10_MIB = 23028  # the catalog's A10 (catalog/seed.py)
 GPUS_PER_NODE = 4
 BUDGET_MILLI, GUARANTEE_MILLI = 2000, 100  # time-slicing defaults (nodepools/sharing.py)
 

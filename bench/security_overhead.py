@@ -65,7 +65,8 @@ def main() -> None:
     settings.NVKE_RATE_LIMITS = {"token": "1000000/minute", "user": "1000000/minute"}
 
     from audit import recorder
-    from nodepools.models import DriverRelease, GpuModel, NodePool
+    from catalog.models import DriverRelease, GpuModel
+    from nodepools.models import NodePool
     from nodepools.services import update_pool
     from nvke.tenancy.models import ApiToken, GpuQuota, Membership, Tenant
 

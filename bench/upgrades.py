@@ -65,7 +65,8 @@ def database_ticks(nodes: int, percent: int) -> dict:
 
     django.setup()
 
-    from nodepools.models import DriverRelease, GpuModel, NodePool
+    from catalog.models import DriverRelease, GpuModel
+    from nodepools.models import NodePool
     from nodepools.services import reconcile
     from nvke.tenancy.context import TenantContext
     from nvke.tenancy.models import Tenant

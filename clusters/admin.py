@@ -1,13 +1,6 @@
 from django.contrib import admin
 
-from .models import Cluster, ClusterAddon, KubernetesVersion
-
-
-@admin.register(KubernetesVersion)
-class KubernetesVersionAdmin(admin.ModelAdmin):
-    list_display = ["version", "enabled", "is_default", "end_of_support"]
-    list_filter = ["enabled"]
-    list_editable = ["enabled", "is_default"]
+from clusters.models import Cluster, ClusterAddon
 
 
 class ClusterAddonInline(admin.TabularInline):

@@ -6,8 +6,7 @@ class ClustersConfig(AppConfig):
 
     def ready(self) -> None:
         from audit.recorder import CONTROL_LOOP_FIELDS, register
-
-        from .models import Cluster
+        from clusters.models import Cluster
 
         # Provisioning writes the endpoint and the admin token (encrypted, so it would be "[secret]"
         # anyway): they are the provider's output, not anyone's change, and the token is never recorded.

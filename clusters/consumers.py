@@ -11,10 +11,9 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from clusters.models import Cluster
 from nvke.consumers import StreamAccess, object_id, stream_context
 from nvke.realtime import OPERATORS_GROUP, cluster_group, tenant_group
-
-from .models import Cluster
 
 
 @database_sync_to_async

@@ -1,9 +1,8 @@
 """Websocket events of clusters, sent after commit through nvke.realtime to the tenant's and the
 cluster's groups (the ws/events/ consumer in clusters.consumers forwards them)."""
 
+from clusters.models import Cluster
 from nvke.realtime import broadcast
-
-from .models import Cluster
 
 
 def cluster_event(cluster: Cluster, type_: str = "cluster.status") -> dict:

@@ -1,8 +1,7 @@
 import django_filters
 
+from clusters.models import Cluster
 from nvke.api.filters import StrictFilterSet
-
-from .models import Cluster
 
 
 class ClusterFilter(StrictFilterSet):

@@ -1,36 +1,8 @@
 from django.db import models
 
+from catalog.models import KubernetesVersion, Region
 from nvke.encryption import EncryptedTextField
 from nvke.models import Conditions, TenantScopedQuerySet, dns_label
-
-
-class KubernetesVersion(models.Model):
-    """A Kubernetes minor version tenants may run (catalog)."""
-
-    version = models.CharField(max_length=16, unique=True, help_text="Minor version, e.g. 1.34")
-    enabled = models.BooleanField(default=True, help_text="Offered for new clusters.")
-    is_default = models.BooleanField(default=False)
-    end_of_support = models.DateField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-version"]
-
-    def __str__(self) -> str:
-        return self.version
-
-
-class Region(models.Model):
-    """A place clusters run in; its GPU inventory (per model) is finite."""
-
-    name = models.CharField(max_length=32, unique=True, validators=[dns_label])
-    display_name = models.CharField(max_length=100)
-    enabled = models.BooleanField(default=True)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class Cluster(Conditions):

@@ -1,9 +1,8 @@
 """The clusters quota: the tenant's clusters that are not being deleted (see nvke/tenancy/quotas.py)."""
 
+from clusters.models import Cluster
 from nvke.tenancy.models import Tenant
 from nvke.tenancy.quotas import lock_tenant, quota_of, refuse
-
-from .models import Cluster
 
 
 def clusters_used(tenant: Tenant) -> int:

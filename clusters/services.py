@@ -6,6 +6,10 @@ import re
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from catalog.models import KubernetesVersion, Region
+from clusters import addons, quotas
+from clusters.events import publish_cluster
+from clusters.models import Cluster, ClusterAddon
 from nvke import jobs
 from nvke.encryption import Undecryptable
 from nvke.errors import Conflict, DomainError
@@ -20,10 +24,6 @@ from nvke.providers.base import (
 )
 from nvke.providers.kubernetes import attach
 from nvke.tenancy.context import TenantContext
-
-from . import addons, quotas
-from .events import publish_cluster
-from .models import Cluster, ClusterAddon, KubernetesVersion, Region
 
 
 def cluster_key(cluster: Cluster) -> str:

@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from . import services
+from clusters import services
 
 
 @shared_task(acks_late=True)

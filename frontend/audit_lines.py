@@ -12,7 +12,7 @@ from audit.models import AuditEntry
 PAGES = {
     "clusters.cluster": "cluster-detail",
     "nodepools.nodepool": "pool-detail",
-    "nodepools.claim": "claim-detail",
+    "claims.claim": "claim-detail",
     "nodepools.node": "node-detail",
     "upgrades.upgraderun": "upgrade-detail",
 }
@@ -44,7 +44,7 @@ def line(entry: AuditEntry) -> Line:
         model = None
     kind = str(model._meta.verbose_name) if model else entry.object_type
     verb = VERBS.get(entry.action, entry.action)
-    if entry.object_type == "nodepools.claim" and set(entry.changes) == {"node"}:
+    if entry.object_type == "claims.claim" and set(entry.changes) == {"node"}:
         verb = "moved"
     changes = []
     for field, (before, after) in entry.changes.items():

@@ -6,10 +6,12 @@ from django import forms
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 
+from catalog.models import DriverRelease, GpuModel, KubernetesVersion, MigProfile, Region, SharingMode
+from claims.filtersets import ClaimFilter
+from claims.models import Claim
 from clusters.filtersets import ClusterFilter
-from clusters.models import Cluster, KubernetesVersion, Region, dns_label
-from nodepools.filtersets import ClaimFilter
-from nodepools.models import Claim, DriverRelease, GpuModel, MigProfile, NodePool, SharingMode
+from clusters.models import Cluster, dns_label
+from nodepools.models import NodePool
 from nodepools.sharing import MAX_OVERSUBSCRIPTION_PERCENT
 from nvke.errors import DomainError
 from nvke.quantity import parse_mib

@@ -5,8 +5,9 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Q, Sum
 
+from claims.models import Claim, GpuShare
 from clusters.models import Cluster
-from nodepools.models import Claim, Gpu, GpuShare, Node, NodePool
+from nodepools.models import Gpu, Node, NodePool
 from nvke.tenancy.context import TenantContext
 
 from .snapshot import css_percent

@@ -6,10 +6,10 @@ again, and the view asks before creating a pool that would wait for GPUs."""
 
 from django.db.models import Prefetch, QuerySet
 
+from catalog.compatibility import driver_refusals, sharing_refusal
+from catalog.models import DriverRelease, GpuModel, MigProfile, SharingMode
 from clusters.models import Cluster
 from nodepools.capacity import offers
-from nodepools.compatibility import driver_refusals, sharing_refusal
-from nodepools.models import DriverRelease, GpuModel, MigProfile, SharingMode
 from nvke.quantity import human_mib
 
 

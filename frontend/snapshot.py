@@ -6,7 +6,8 @@ marked where the GPU ends)."""
 
 from dataclasses import dataclass
 
-from nodepools.models import Gpu, GpuShare, Node
+from claims.models import GpuShare
+from nodepools.models import Gpu, Node
 from nvke.quantity import human_mib
 
 MIG_SLOTS = 8  # memory slices of every MIG-capable GPU in the catalog

@@ -18,18 +18,21 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from catalog.models import SharingMode
+from claims import allocator, usage
+from claims.models import Allocation, Claim, GpuShare
+from claims.pod_templates import pod_template, serves_dra
+from claims.savings import savings
+from claims.sizing import sizing_hints
 from clusters import services as cluster_services
 from clusters.addons import BY_NAME as ADDON_CATALOG
 from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml, parse_kubeconfig
 from clusters.models import Cluster
-from nodepools import allocator, preflight, usage
+from nodepools import preflight
 from nodepools import selectors as pool_selectors
 from nodepools import services as pool_services
-from nodepools.models import Allocation, Claim, Gpu, GpuShare, Node, NodePool, SharingMode
-from nodepools.pod_templates import pod_template, serves_dra
-from nodepools.savings import savings
+from nodepools.models import Gpu, Node, NodePool
 from nodepools.sharing import isolation_detail
-from nodepools.sizing import sizing_hints
 from nvke.errors import DomainError
 from nvke.providers.kubernetes import rbac
 from nvke.tenancy.context import SESSION_KEY, TenantContext, resolve_tenant

@@ -7,8 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from claims.models import Claim
 from clusters.models import Cluster
-from nodepools.models import Claim, NodePool
+from nodepools.models import NodePool
 from nvke.tenancy.context import TenantContext
 
 from .views import tenant_view

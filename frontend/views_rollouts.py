@@ -17,7 +17,8 @@ from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from nodepools.models import DriverRelease, GpuModel, NodePool
+from catalog.models import DriverRelease, GpuModel
+from nodepools.models import NodePool
 from nvke.errors import DomainError
 from upgrades import rollouts, services
 from upgrades.machine import Phase, Refusal, State, rollout_move

@@ -9,8 +9,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
-from nodepools import allocator
-from nodepools.models import DriverRelease, NodePool
+from catalog.models import DriverRelease
+from claims import allocator
+from nodepools.models import NodePool
 from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action

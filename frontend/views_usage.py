@@ -1,4 +1,4 @@
-"""The usage page: the tenant's metered GPU usage (nodepools/usage.py) over the last days, by day as a
+"""The usage page: the tenant's metered GPU usage (claims/usage.py) over the last days, by day as a
 chart and by a chosen group as a table, with the API's CSV export one click away."""
 
 import datetime
@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from nodepools import usage
+from claims import usage
 from nvke.tenancy.context import TenantContext
 
 from .snapshot import css_percent

@@ -7,13 +7,11 @@ class NodepoolsConfig(AppConfig):
 
     def ready(self) -> None:
         from audit.recorder import CONTROL_LOOP_FIELDS, register
-
-        from .models import AutoscalerDecision, Claim, NodePool
+        from nodepools.models import AutoscalerDecision, NodePool
 
         # The autoscaler's progress through a scale-down is control-loop state; its decisions say it.
         # Telemetry's utilization summary is a reading, not a change anyone made.
         scale_down = ("scale_down_node", "scale_down_phase", "scale_down_started_at")
         readings = ("gpu_utilization", "gpu_utilization_at")
         register(NodePool, ignore=(*CONTROL_LOOP_FIELDS, *scale_down, *readings))
-        register(Claim, ignore=("status", "pending_reason", "allocated_at"))
         register(AutoscalerDecision, deletes=False)

@@ -12,9 +12,10 @@ from dataclasses import dataclass, replace
 
 from django.db.models import Count
 
-from .fair_share import Demand, shares
-from .models import NodePool, RegionInventory
-from .quotas import gpu_limits, pool_gpus_used
+from catalog.models import RegionInventory
+from claims.quotas import gpu_limits, pool_gpus_used
+from nodepools.fair_share import Demand, shares
+from nodepools.models import NodePool
 
 PROBE = "probe"  # a new pool of the asking tenant, wanting all it can get
 

@@ -1,9 +1,8 @@
-"""Websocket events of node pools and claims, sent after commit through nvke.realtime to the tenant's and
+"""Websocket events of node pools, sent after commit through nvke.realtime to the tenant's and
 the cluster's groups (the ws/events/ consumer forwards them)."""
 
+from nodepools.models import Node, NodePool
 from nvke.realtime import broadcast
-
-from .models import Claim, Node, NodePool
 
 
 def pool_event(pool: NodePool, type_: str = "pool.status") -> dict:
@@ -22,20 +21,3 @@ def pool_event(pool: NodePool, type_: str = "pool.status") -> dict:
 
 def publish_pool(pool: NodePool, type_: str = "pool.status") -> None:
     broadcast(pool.tenant_id, pool_event(pool, type_), cluster_id=pool.cluster_id)
-
-
-def publish_claim(claim: Claim, type_: str = "claim.status", *, pool: int | None, **extra) -> None:
-    """`pool`: where the claim is placed (or, pending, the pool it asks for), so a pool's pages follow
-    only their own claims."""
-    event = {
-        "type": type_,
-        "claim": claim.pk,
-        "cluster": claim.cluster_id,
-        "pool": pool,
-        "namespace": claim.namespace,
-        "name": claim.name,
-        "status": claim.status,
-        "reason": claim.pending_reason,
-        **extra,
-    }
-    broadcast(claim.tenant_id, event, cluster_id=claim.cluster_id)

@@ -1,8 +1,7 @@
 import django_filters
 
+from nodepools.models import Node, NodePool
 from nvke.api.filters import IntegerFilter, StrictFilterSet
-
-from .models import Claim, Node, NodePool
 
 
 class NodePoolFilter(StrictFilterSet):
@@ -17,17 +16,6 @@ class NodePoolFilter(StrictFilterSet):
     class Meta:
         model = NodePool
         fields = ["cluster", "name", "status", "gpu_model", "sharing_mode", "driver_version"]
-
-
-class ClaimFilter(StrictFilterSet):
-    """Shared by the API list and a cluster's claims page (which shows namespace and status)."""
-
-    cluster = IntegerFilter()
-    pool = IntegerFilter()
-
-    class Meta:
-        model = Claim
-        fields = ["cluster", "pool", "namespace", "status", "kind"]
 
 
 class NodeFilter(StrictFilterSet):

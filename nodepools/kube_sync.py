@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.db.models import Q
 
+from claims import workloads
 from clusters.models import Cluster
 from clusters.services import (
     cluster_operations,
@@ -32,6 +33,8 @@ from clusters.services import (
     record_observation,
     refresh_addons,
 )
+from nodepools.models import NodePool
+from nodepools.services import reconcile
 from nvke import jobs
 from nvke.providers.base import ProviderError
 from nvke.providers.clusterapi import management, manifests
@@ -39,10 +42,6 @@ from nvke.providers.clusterapi import status as capi_status
 from nvke.providers.clusterapi.watch import ManagementWatch
 from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.watch import ClusterWatch
-
-from . import workloads
-from .models import NodePool
-from .services import reconcile
 
 log = logging.getLogger(__name__)
 # How long the supervisor waits for a cluster's threads to stop: a watch ends at its next event, bookmark
@@ -129,7 +128,7 @@ class ClusterSync:
             self.sync_workloads()
 
     def sync_workloads(self) -> None:
-        """The cluster's workloads pass (nodepools.workloads), from the allocation log's position now."""
+        """The cluster's workloads pass (claims.workloads), from the allocation log's position now."""
         self.seen_log = workloads.log_position(self.cluster_id)
         try:
             workloads.sync_workloads(self.cluster_id)

@@ -8,11 +8,11 @@ import uuid
 
 from django.db import transaction
 
+from claims import allocator
+from nodepools import preflight
+from nodepools.models import Gpu, Node, NodePool
 from nvke.errors import Conflict, DomainError
 from nvke.providers.base import NodeInfo
-
-from . import allocator, preflight
-from .models import Gpu, Node, NodePool
 
 
 def sync_nodes(pool: NodePool, reported: list[NodeInfo]) -> bool:

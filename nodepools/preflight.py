@@ -3,10 +3,9 @@ against their pool's sharing mode with the agent's own checks (nvke.agent.prefli
 is kept out of placement with the check named (the allocator's reason, the node's page and API, and the
 pool's SharingPreflight condition)."""
 
+from nodepools.models import Node, NodePool
 from nvke.agent import preflight as checks
 from nvke.errors import DomainError
-
-from .models import Node, NodePool
 
 MAX_TEXT = 64
 FLAGS = tuple(fact for fact in checks.FACTS if fact not in ("driver_version", "kernel_version"))

@@ -1,17 +1,12 @@
 """Reads that more than one entry point needs."""
 
-import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import F, QuerySet, Sum
-from django.db.models.functions import Coalesce
-from django.db.models.sql.compiler import SQLCompiler
+from django.db.models import F, QuerySet
 
-from nvke.lookups import ids_parameter
-
-from .compatibility import Refusal, cuda_refusal, driver_refusals
-from .models import Allocation, Claim, DriverRelease, Gpu, GpuModel, GpuShare, Node, NodePool
+from claims.models import Allocation, GpuShare
+from nodepools.models import Gpu, Node, NodePool
+from nvke.lookups import rows_among
 
 DECISIONS_SHOWN = 20
 
@@ -76,14 +71,14 @@ SHARE_COLUMNS = (
 
 def node_gpus(node_ids: list[int]) -> list[tuple]:
     """The nodes' GPUs as tuples of GPU_COLUMNS, by node in index order."""
-    return _rows(_node_gpus, node_ids)
+    return rows_among(_node_gpus, node_ids)
 
 
 def gpu_shares(gpu_ids: list[int]) -> list[tuple]:
     """The GPUs' shares as tuples of SHARE_COLUMNS, each GPU's in `attach_gpu_snapshots`' order (MIG
     start, nulls last, then id). Read by the GPUs' ids rather than joined to the nodes' GPUs: PostgreSQL
     hashed every share of the fleet for that join (1.3 ms at 10,000 shares, against 0.5)."""
-    return _rows(_gpu_shares, gpu_ids)
+    return rows_among(_gpu_shares, gpu_ids)
 
 
 def allocation_claims(allocation_ids: Iterable[int]) -> list[tuple[int, int, str, str]]:
@@ -101,145 +96,3 @@ def _node_gpus(node_ids: list[int]) -> QuerySet:
 def _gpu_shares(gpu_ids: list[int]) -> QuerySet:
     shares = GpuShare.objects.filter(gpu_id__among=gpu_ids).order_by("gpu_id", "mig_start", "id")
     return shares.values_list(*SHARE_COLUMNS)
-
-
-def _rows(query: Callable[[list[int]], QuerySet], ids: list[int]) -> list[tuple]:
-    """`query(ids)`'s rows, its SQL compiled once per process (`_compiled`)."""
-    if not ids:
-        return []
-    connection = connections[DEFAULT_DB_ALIAS]
-    sql, compiler = _compiled(query)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [ids_parameter(connection, ids)])
-        rows = cursor.fetchall()
-    return list(compiler.results_iter([rows]))  # the backend's converters, as values_list applies them
-
-
-@functools.cache
-def _compiled(query: Callable[[list[int]], QuerySet]) -> tuple[str, SQLCompiler]:
-    """The SQL of `query`, whose one parameter is its ids (`__among`): building and compiling it took
-    the ORM ~0.45 ms a page of nodes."""
-    compiler = query([]).query.get_compiler(DEFAULT_DB_ALIAS)
-    sql, params = compiler.as_sql()
-    assert len(params) == 1, params
-    return sql, compiler
-
-
-CLAIM_COLUMNS = (
-    "id",
-    "cluster_id",
-    "pool_id",
-    "namespace",
-    "name",
-    "kind",
-    "gpus",
-    "nvlink_required",
-    "mig_profile",
-    "gpu_memory_mib",
-    "compute_percent",
-    "guaranteed_percent",
-    "cpu_milli",
-    "host_memory_mib",
-    "allowed_models",
-    "priority",
-    "training",
-    "status",
-    "pending_reason",
-    "source",
-    "workload",
-    "created_at",
-    "allocated_at",
-)
-# Where a claim is placed (null columns when it is not), read in the claim's row.
-ALLOCATION_COLUMNS = {
-    "allocation_id": F("allocation__id"),
-    "node_id": F("allocation__node_id"),
-    "node_name": F("allocation__node__name"),
-    "pool_name": F("allocation__node__pool__name"),
-    "sharing_mode": F("allocation__node__pool__sharing_mode"),
-    "card_mib": F("allocation__node__pool__gpu_model__memory_mib"),
-    "isolation": F("allocation__isolation"),
-}
-
-
-def claim_rows(claims: QuerySet[Claim]) -> QuerySet:
-    """The claims as plain rows, each with its allocation's node, pool and GPU model columns (one query
-    with the joins). Plain rows, not model instances: a page of claims with their allocations, nodes,
-    pools and GPU models was hundreds of instances, most of the request's time."""
-    return claims.values(*CLAIM_COLUMNS, **ALLOCATION_COLUMNS)
-
-
-# What a claim's document shows of each of its shares, and the keys `attach_claim_shares` gives them.
-CLAIM_SHARE_COLUMNS = (
-    *("allocation_id", "memory_mib", "compute_milli", "guaranteed_milli", "exclusive"),
-    *("mig_profile", "mig_start", "gpu__index", "gpu__uuid"),
-)
-_CLAIM_SHARE_KEYS = tuple(column.replace("gpu__", "gpu_") for column in CLAIM_SHARE_COLUMNS)
-
-
-def attach_claim_shares(rows: list[dict]) -> None:
-    """Give each claim row (`claim_rows`) `shares`: its allocation's GPU shares as plain dicts, in GPU
-    index order, each with its GPU's index and UUID; one query however many claims."""
-    by_allocation: dict[int, list[dict]] = {}
-    for row in rows:
-        row["shares"] = by_allocation.setdefault(row["allocation_id"], []) if row["allocation_id"] else []
-    for share in _rows(_allocation_shares, list(by_allocation)):
-        by_allocation[share[0]].append(dict(zip(_CLAIM_SHARE_KEYS, share, strict=True)))
-
-
-def _allocation_shares(allocation_ids: list[int]) -> QuerySet:
-    # Ordered by the columns themselves: GpuShare's ordering sorts through node, pool and cluster names.
-    shares = GpuShare.objects.filter(allocation_id__among=allocation_ids)
-    return shares.order_by("allocation_id", "gpu__index", "mig_start").values_list(*CLAIM_SHARE_COLUMNS)
-
-
-def driver_compatibility(
-    gpu_model: GpuModel, sharing_mode: str, cuda: str = ""
-) -> list[tuple[DriverRelease, list[Refusal]]]:
-    """Every driver release with why it cannot run this GPU (empty list: it can), newest first; with
-    `cuda`, also why it cannot run that CUDA version (the rule a pool's driver-options apply)."""
-    drivers = list(DriverRelease.objects.prefetch_related("architectures").select_related())
-    rows = []
-    for driver in drivers:
-        refusals = driver_refusals(driver, gpu_model, sharing_mode)
-        if refusal := cuda_refusal(driver, cuda, drivers):
-            refusals.append(refusal)
-        rows.append((driver, refusals))
-    return rows
-
-
-def allocation_violations(cluster_id: int) -> list[str]:
-    """Over-commits in the cluster's stored allocations, recomputed from the rows (the race test and
-    the service benchmark use it). Empty when every invariant holds."""
-    problems = []
-    shares = GpuShare.objects.filter(gpu__node__pool__cluster_id=cluster_id).select_related("gpu__node__pool")
-    by_gpu: dict[int, list] = {}
-    for share in shares:
-        by_gpu.setdefault(share.gpu_id, []).append(share)
-    for gpu_shares in by_gpu.values():
-        gpu = gpu_shares[0].gpu
-        memory = sum(s.memory_mib for s in gpu_shares)
-        guaranteed = sum(s.guaranteed_milli for s in gpu_shares)
-        ceilings = sum(s.compute_milli for s in gpu_shares)
-        budget = gpu.node.pool.compute_oversubscription_percent
-        if memory > gpu.memory_mib:
-            problems.append(f"{gpu}: memory {memory}/{gpu.memory_mib} MiB")
-        if guaranteed > 1000:
-            problems.append(f"{gpu}: guaranteed compute {guaranteed / 10:g}%")
-        if ceilings > budget * 10:
-            problems.append(f"{gpu}: compute ceilings {ceilings / 10:g}% over the pool's {budget}%")
-        if any(s.guaranteed_milli > s.compute_milli for s in gpu_shares):
-            problems.append(f"{gpu}: a share is guaranteed more than its ceiling")
-        if any(s.exclusive for s in gpu_shares) and len(gpu_shares) > 1:
-            problems.append(f"{gpu}: an exclusive GPU is shared by {len(gpu_shares)} claims")
-        spans = sorted((s.mig_start, s.mig_start + s.mig_size) for s in gpu_shares if s.mig_start is not None)
-        if any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
-            problems.append(f"{gpu}: MIG slices overlap {spans}")
-    nodes = Node.objects.filter(pool__cluster_id=cluster_id).annotate(
-        cpu=Coalesce(Sum("allocations__cpu_milli"), 0),
-        memory=Coalesce(Sum("allocations__host_memory_mib"), 0),
-    )
-    for node in nodes:
-        if node.cpu > node.cpu_millicores or node.memory > node.memory_mib:
-            problems.append(f"{node}: host CPU {node.cpu}/{node.cpu_millicores}, memory {node.memory}")
-    return problems

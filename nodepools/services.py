@@ -6,20 +6,21 @@ import re
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from catalog.compatibility import driver_refusals, image_refusals, mig_layout_refusal, sharing_refusal
+from catalog.models import NodeImage, SharingMode
+from claims import quotas
 from clusters.models import Cluster
 from clusters.services import cluster_infrastructure, cluster_key, cluster_operations
+from nodepools import capacity, sharing
+from nodepools.events import publish_pool
+from nodepools.models import NodePool, ScaleDown
+from nodepools.nodes import sync_nodes
 from nvke import jobs
 from nvke.errors import Conflict, DomainError, Incompatible
 from nvke.models import check_dns_label
 from nvke.node_counts import budget_error
 from nvke.providers.base import PoolSpec, ProviderError
 from nvke.tenancy.context import TenantContext
-
-from . import capacity, quotas, sharing
-from .compatibility import driver_refusals, image_refusals, mig_layout_refusal, sharing_refusal
-from .events import publish_pool
-from .models import NodeImage, NodePool, ScaleDown, SharingMode
-from .nodes import sync_nodes
 
 # Kubernetes label syntax: an optional DNS-subdomain prefix and a name of up to 63 characters.
 LABEL_KEY = re.compile(

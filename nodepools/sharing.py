@@ -7,10 +7,10 @@ request). On one GPU the guarantees add up to at most 100%, the ceilings to at m
 `compute_oversubscription_percent`. Memory is never oversubscribed. Exclusive and MIG pools never
 oversubscribe: a whole GPU or a MIG slice is all of what it holds."""
 
+from catalog.models import SharingMode
+from claims.allocation.state import MILLI
+from nodepools.models import NodePool
 from nvke.errors import DomainError
-
-from .allocation.state import MILLI
-from .models import NodePool, SharingMode
 
 MAX_OVERSUBSCRIPTION_PERCENT = 400
 

@@ -1,10 +1,13 @@
 """`column__among=ids`: rows whose column is one of a list of ids, the list passed as one parameter."""
 
+import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from django.db import models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet
+from django.db.models.sql.compiler import SQLCompiler
 
 
 @models.ForeignKey.register_lookup
@@ -34,3 +37,25 @@ class Among(models.Lookup):
 def ids_parameter(connection: BaseDatabaseWrapper, ids: Iterable[int]) -> list[int] | str:
     """The one parameter of `__among`: an array for PostgreSQL, a JSON array for SQLite."""
     return list(ids) if connection.vendor == "postgresql" else json.dumps(list(ids))
+
+
+def rows_among(query: Callable[[list[int]], QuerySet], ids: list[int]) -> list[tuple]:
+    """`query(ids)`'s rows, its SQL compiled once per process (`_compiled`)."""
+    if not ids:
+        return []
+    connection = connections[DEFAULT_DB_ALIAS]
+    sql, compiler = _compiled(query)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [ids_parameter(connection, ids)])
+        rows = cursor.fetchall()
+    return list(compiler.results_iter([rows]))  # the backend's converters, as values_list applies them
+
+
+@functools.cache
+def _compiled(query: Callable[[list[int]], QuerySet]) -> tuple[str, SQLCompiler]:
+    """The SQL of `query`, whose one parameter is its ids (`__among`): building and compiling it took
+    the ORM ~0.45 ms a page of nodes."""
+    compiler = query([]).query.get_compiler(DEFAULT_DB_ALIAS)
+    sql, params = compiler.as_sql()
+    assert len(params) == 1, params
+    return sql, compiler

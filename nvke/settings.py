@@ -90,11 +90,13 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's assets, served by whitenoise
     "channels",
+    "catalog",
     "nvke.tenancy",
     "nvke.providers.simulator",
     "nvke.providers.clusterapi",
     "clusters",
     "nodepools",
+    "claims",
     "telemetry",
     "upgrades",
     "frontend",
@@ -190,9 +192,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "clusters.tasks.*": {"queue": "provisioning"},
-    "nodepools.tasks.place_pending_claims": {"queue": "allocator"},
-    "nodepools.tasks.place_all_pending_claims": {"queue": "allocator"},
-    "nodepools.tasks.prune_allocation_log": {"queue": "allocator"},
+    "claims.tasks.place_pending_claims": {"queue": "allocator"},
+    "claims.tasks.place_all_pending_claims": {"queue": "allocator"},
+    "claims.tasks.prune_allocation_log": {"queue": "allocator"},
     "nodepools.tasks.*": {"queue": "provisioning"},
     "telemetry.tasks.*": {"queue": "telemetry"},
     "upgrades.tasks.*": {"queue": "upgrades"},
@@ -202,8 +204,8 @@ CELERY_TASK_ROUTES = {
 NVKE_AUTOSCALER_INTERVAL_S = float(os.environ.get("NVKE_AUTOSCALER_INTERVAL_S", "15"))
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
-    "place-pending-claims": {"task": "nodepools.tasks.place_all_pending_claims", "schedule": 30.0},
-    "prune-allocation-log": {"task": "nodepools.tasks.prune_allocation_log", "schedule": 300.0},
+    "place-pending-claims": {"task": "claims.tasks.place_all_pending_claims", "schedule": 30.0},
+    "prune-allocation-log": {"task": "claims.tasks.prune_allocation_log", "schedule": 300.0},
     "autoscale-pools": {"task": "nodepools.tasks.autoscale_all", "schedule": NVKE_AUTOSCALER_INTERVAL_S},
     "telemetry-rollup": {"task": "telemetry.tasks.rollup", "schedule": 10.0},
     "telemetry-rescale": {"task": "telemetry.tasks.rescale", "schedule": 5.0},
@@ -344,7 +346,7 @@ NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_AD
 NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
 # Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days.
 NVKE_INVITATION_TTL_DAYS = int(os.environ.get("NVKE_INVITATION_TTL_DAYS", "7"))
-# Default quotas (nodepools/quotas.py): GPUs of each model a tenant's pools may reach when neither the
+# Default quotas (claims/quotas.py): GPUs of each model a tenant's pools may reach when neither the
 # tenant nor the platform (a GPU quota row without a tenant, in the admin) has a limit for that model;
 # empty: unlimited. And the most nodes one pool may ask for, whatever the quotas (a 400 beyond it).
 _default_gpu_quota = os.environ.get("NVKE_DEFAULT_GPU_QUOTA", "64").strip()

@@ -9,10 +9,11 @@ replaces silent nodes if it can (`Infrastructure.repair_node`)."""
 from django.conf import settings
 from django.db import transaction
 
+from claims.allocator import evict_claims
+from claims.models import Claim
 from clusters.services import cluster_infrastructure, cluster_key, cluster_operations
 from nodepools import nodes
-from nodepools.allocator import evict_claims
-from nodepools.models import Claim, Gpu, Node
+from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 
 from . import events, store

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from claims.models import GpuShare
 from nodepools import nodes, preflight
-from nodepools.models import Gpu, GpuShare
+from nodepools.models import Gpu
 from nvke import jobs
 from nvke.errors import DomainError
 

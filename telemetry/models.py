@@ -82,7 +82,7 @@ class ClaimScaling(models.Model):
         THROTTLED = "throttled"
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
-    claim = models.OneToOneField("nodepools.Claim", on_delete=models.CASCADE, related_name="scaling")
+    claim = models.OneToOneField("claims.Claim", on_delete=models.CASCADE, related_name="scaling")
     profile = models.CharField(max_length=8, choices=Profile.choices, default=Profile.STEADY)
     requested_compute_percent = models.PositiveSmallIntegerField()
     state = models.CharField(max_length=10, choices=State.choices, default=State.NORMAL)
@@ -158,7 +158,7 @@ class TelemetryEvent(models.Model):
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="+")
     cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    claim = models.ForeignKey("nodepools.Claim", on_delete=models.SET_NULL, null=True, related_name="+")
+    claim = models.ForeignKey("claims.Claim", on_delete=models.SET_NULL, null=True, related_name="+")
     gpu = models.ForeignKey("nodepools.Gpu", on_delete=models.SET_NULL, null=True, related_name="+")
     node = models.ForeignKey("nodepools.Node", on_delete=models.SET_NULL, null=True, related_name="+")
     message = models.TextField()

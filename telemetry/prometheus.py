@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from claims.models import Claim, GpuShare
 from clusters.models import Cluster
-from nodepools.models import Claim, Gpu, GpuShare, Node
+from nodepools.models import Gpu, Node
 
 from . import store
 from .models import TelemetryEvent

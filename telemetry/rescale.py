@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import F
 
-from nodepools import allocator
-from nodepools.models import Claim, Gpu
+from claims import allocator
+from claims.models import Claim
+from nodepools.models import Gpu
 
 from . import events, store
 from .models import ClaimScaling, TelemetryEvent

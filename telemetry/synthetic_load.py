@@ -10,7 +10,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from nodepools.models import Claim, Gpu, GpuShare
+from claims.models import Claim, GpuShare
+from nodepools.models import Gpu
 
 from . import store
 from .models import ClaimScaling

@@ -4,10 +4,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from clusters.models import Cluster, KubernetesVersion, Region
+from catalog.models import DriverRelease, GpuModel, KubernetesVersion, Region
+from catalog.seed import seed_catalog
+from clusters.models import Cluster
 from clusters.services import provision
-from nodepools.catalog import seed_catalog
-from nodepools.models import DriverRelease, GpuModel, NodePool
+from nodepools.models import NodePool
 from nvke.celery import app as celery_app
 from nvke.tenancy.models import ApiToken, Membership, Tenant
 from tests.integration.processes import (

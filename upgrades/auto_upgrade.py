@@ -9,9 +9,10 @@ import logging
 
 from django.utils import timezone
 
+from catalog.models import KubernetesVersion
 from clusters import skew
 from clusters.events import publish_cluster
-from clusters.models import Cluster, KubernetesVersion
+from clusters.models import Cluster
 from nvke.errors import DomainError
 
 from . import control_plane, maintenance, services

@@ -1,15 +1,15 @@
 """Which driver releases a pool may move to, and for each refused one every rule it breaks. Builds on
-nodepools.compatibility (architecture, GPU floor, MIG floor, end of life, disabled, the CUDA version the
+catalog.compatibility (architecture, GPU floor, MIG floor, end of life, disabled, the CUDA version the
 tenant needs) and adds the rules that only an upgrade has: the release the pool already runs, and the
 driver its node image preinstalls. Which Kubernetes versions and node images a pool may move to:
-clusters.skew's rules and nodepools.compatibility's image rules, on a cluster whose machines NVKE makes
+clusters.skew's rules and catalog.compatibility's image rules, on a cluster whose machines NVKE makes
 and whose provider replaces them one at a time."""
 
+from catalog.compatibility import Refusal, cuda_refusal, driver_refusals, image_refusals
+from catalog.models import DriverRelease, KubernetesVersion, NodeImage
 from clusters import skew
-from clusters.models import KubernetesVersion
 from clusters.services import cluster_ref
-from nodepools.compatibility import Refusal, cuda_refusal, driver_refusals, image_refusals
-from nodepools.models import DriverRelease, NodeImage, NodePool
+from nodepools.models import NodePool
 from nvke.providers import operations_type
 
 ROLLBACK_EXEMPT = {"end_of_life", "driver_disabled"}  # going back to what ran before is allowed

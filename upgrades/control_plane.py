@@ -11,9 +11,10 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from catalog.models import KubernetesVersion
 from clusters import skew
 from clusters.events import publish_cluster
-from clusters.models import Cluster, KubernetesVersion
+from clusters.models import Cluster
 from clusters.services import cluster_infrastructure, cluster_key
 from nvke import jobs
 from nvke.errors import Conflict, Incompatible

@@ -38,10 +38,11 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from claims import allocator
+from claims.models import Allocation
 from clusters.services import cluster_operations
-from nodepools import allocator
 from nodepools import nodes as node_rows
-from nodepools.models import Allocation, Gpu, Node, NodePool
+from nodepools.models import Gpu, Node, NodePool
 from nvke import jobs
 from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError

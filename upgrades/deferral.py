@@ -6,7 +6,8 @@ import datetime
 
 from django.db.models import Q
 
-from nodepools.models import Allocation, Node, NodePool
+from claims.models import Allocation
+from nodepools.models import Node, NodePool
 
 from .models import UpgradeDeferral
 

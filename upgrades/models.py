@@ -27,9 +27,9 @@ def strategy_field(name: str) -> models.Field:
 class FleetRollout(models.Model):
     """An operator's rollout of one release over many pools (of any tenant), a wave of pools at a time."""
 
-    target_release = models.ForeignKey("nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+")
+    target_release = models.ForeignKey("catalog.DriverRelease", on_delete=models.PROTECT, related_name="+")
     gpu_model = models.ForeignKey(
-        "nodepools.GpuModel", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        "catalog.GpuModel", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     from_branch = models.PositiveIntegerField(null=True, blank=True, help_text="Only pools on this branch")
     pools_per_wave = models.PositiveSmallIntegerField(default=1)
@@ -61,16 +61,16 @@ class UpgradeRun(models.Model):
 
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="upgrade_runs")
     pool = models.ForeignKey("nodepools.NodePool", on_delete=models.CASCADE, related_name="upgrade_runs")
-    target_release = models.ForeignKey("nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+")
+    target_release = models.ForeignKey("catalog.DriverRelease", on_delete=models.PROTECT, related_name="+")
     previous_release = models.ForeignKey(
-        "nodepools.DriverRelease", on_delete=models.PROTECT, related_name="+", help_text="Rollback target"
+        "catalog.DriverRelease", on_delete=models.PROTECT, related_name="+", help_text="Rollback target"
     )
     # A Kubernetes or image run keeps the pool's driver: both releases above are the pool's.
     kind = models.CharField(max_length=12, choices=Kind.choices, default=Kind.DRIVER)
     kubernetes_version = models.CharField(max_length=16, blank=True, help_text="A Kubernetes run's target")
     previous_kubernetes_version = models.CharField(max_length=16, blank=True)
     node_image = models.ForeignKey(
-        "nodepools.NodeImage",
+        "catalog.NodeImage",
         on_delete=models.PROTECT,
         null=True,
         blank=True,
@@ -78,7 +78,7 @@ class UpgradeRun(models.Model):
         help_text="An image run's target",
     )
     previous_node_image = models.ForeignKey(
-        "nodepools.NodeImage", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        "catalog.NodeImage", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     rollback_of = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

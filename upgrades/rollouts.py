@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from nodepools.models import DriverRelease, GpuModel, NodePool
+from catalog.models import DriverRelease, GpuModel
+from nodepools.models import NodePool
 from nvke.errors import Conflict, DomainError
 
 from . import events

@@ -9,9 +9,10 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from audit.recorder import record
+from catalog.models import DriverRelease, NodeImage
 from clusters.services import cluster_operations
 from nodepools import nodes as node_rows
-from nodepools.models import DriverRelease, Node, NodeImage, NodePool
+from nodepools.models import Node, NodePool
 from nvke.errors import Conflict, DomainError, Incompatible, NotFound, ProviderFailed
 from nvke.node_counts import parse_nodes
 from nvke.providers.base import ProviderError

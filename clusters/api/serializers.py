@@ -1,13 +1,8 @@
 from rest_framework import serializers
 
-from clusters.models import Cluster, ClusterAddon, KubernetesVersion, Region
+from catalog.models import KubernetesVersion, Region
+from clusters.models import Cluster, ClusterAddon
 from nvke.api.fields import DATETIME
-
-
-class KubernetesVersionSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = KubernetesVersion
-        fields = ["version", "enabled", "is_default", "end_of_support"]
 
 
 class ClusterAddonSerializer(serializers.ModelSerializer):

@@ -8,6 +8,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 
 from clusters import services
+from clusters.api.serializers import AttachClusterSerializer, ClusterSerializer
 from clusters.filtersets import ClusterFilter
 from clusters.kubeconfig import kubeconfig_filename, kubeconfig_yaml, parse_kubeconfig
 from clusters.models import Cluster
@@ -15,8 +16,6 @@ from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.providers.kubernetes import rbac
 from nvke.tenancy.roles import Action
-
-from .serializers import AttachClusterSerializer, ClusterSerializer
 
 # What kubeconfig_yaml writes (a YAML document, which clients read as the object it is).
 _NAMED = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}

@@ -4,8 +4,9 @@ import datetime
 
 from django import template
 
+from claims.models import Claim
 from frontend.snapshot import MIG_SLOTS, gpu_bar
-from nodepools.models import Claim, Gpu
+from nodepools.models import Gpu
 from nvke.quantity import human_mib
 
 register = template.Library()

@@ -4,117 +4,16 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.utils import encoders
 
-from clusters.models import Cluster, Region
+from catalog.models import DriverRelease, GpuModel, Region, SharingMode
+from clusters.models import Cluster
 from nodepools import preflight, selectors
 from nodepools.capacity import offers
-from nodepools.models import (
-    Architecture,
-    AutoscalerDecision,
-    DriverRelease,
-    GpuModel,
-    MigProfile,
-    Node,
-    NodeImage,
-    NodePool,
-    ScaleDown,
-    SharingMode,
-)
+from nodepools.models import AutoscalerDecision, Node, NodePool, ScaleDown
 from nvke.api.fields import DATETIME
 from nvke.api.rendering import escape_line_separators
 from nvke.tenancy.context import resolve_tenant
 
 IMMUTABLE_POOL_FIELDS = ("cluster", "name", "gpu_model", "gpus_per_node")
-
-
-class MigProfileSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = MigProfile
-        fields = [
-            "name",
-            "profile_id",
-            "compute_slices",
-            "memory_slices",
-            "memory_mib",
-            "max_instances",
-            "placements",
-        ]
-
-
-class GpuModelSerializer(serializers.ModelSerializer):
-    architecture = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    mig_profiles = MigProfileSerializer(many=True, read_only=True)
-
-    class Meta:
-        model = GpuModel
-        fields = [
-            "name",
-            "display_name",
-            "product_name",
-            "architecture",
-            "compute_capability",
-            "memory_mib",
-            "memory_bandwidth_gbps",
-            "max_power_w",
-            "form_factor",
-            "nvlink",
-            "nvlink_bandwidth_gbps",
-            "max_gpus_per_node",
-            "mig_max_instances",
-            "min_driver_version",
-            "mig_min_driver_version",
-            "mig_profiles",
-        ]
-
-
-class NodeImageSerializer(serializers.ModelSerializer):
-    driver_release = serializers.SlugRelatedField(slug_field="version", read_only=True, allow_null=True)
-
-    class Meta:
-        model = NodeImage
-        fields = [
-            "name",
-            "os",
-            "kernel_version",
-            "container_toolkit_version",
-            "driver_release",
-            "release_date",
-            "enabled",
-            "is_default",
-        ]
-
-
-class DriverReleaseSerializer(serializers.ModelSerializer):
-    architectures = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
-
-    class Meta:
-        model = DriverRelease
-        fields = [
-            "version",
-            "branch",
-            "branch_type",
-            "branch_end_of_life",
-            "release_date",
-            "cuda_version",
-            "architectures",
-            "enabled",
-        ]
-
-
-class RefusalSerializer(serializers.Serializer):
-    rule = serializers.CharField()
-    message = serializers.CharField()
-
-
-class DriverCompatibilitySerializer(serializers.Serializer):
-    driver = DriverReleaseSerializer()
-    compatible = serializers.BooleanField()
-    refusals = RefusalSerializer(many=True)
-
-
-class ArchitectureSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Architecture
-        fields = ["name", "compute_capabilities"]
 
 
 class RegionOfferSerializer(serializers.Serializer):

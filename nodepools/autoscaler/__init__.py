@@ -11,11 +11,10 @@ this one that must not lose a pool's nodes for a while (a driver upgrade run) sa
 
 from collections.abc import Callable
 
+from nodepools.autoscaler.embedded import keep_stepping
+from nodepools.autoscaler.service import HOLDS, autoscale, clusters
+from nodepools.models import NodePool
 from nvke import jobs
-
-from ..models import NodePool
-from .embedded import keep_stepping
-from .service import HOLDS, autoscale, clusters
 
 
 def hold_scale_down(holds: Callable[[list[int]], dict[int, str]]) -> None:

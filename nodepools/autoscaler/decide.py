@@ -21,8 +21,8 @@ import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..allocation import Fleet, NodeState, Placement, Request, fits_ever
-from ..allocation.fleet import BINPACK
+from claims.allocation import Fleet, NodeState, Placement, Request, fits_ever
+from claims.allocation.fleet import BINPACK
 
 
 class Action(StrEnum):

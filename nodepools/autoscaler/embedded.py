@@ -10,7 +10,7 @@ import threading
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from .service import autoscale, clusters
+from nodepools.autoscaler.service import autoscale, clusters
 
 log = logging.getLogger(__name__)
 _timers: dict[int, threading.Timer] = {}

@@ -26,15 +26,17 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from audit.context import acting_as
+from catalog.models import MigProfile
+from claims import allocator
+from claims.models import Claim
 from clusters.models import Cluster
 from clusters.services import cluster_infrastructure, cluster_operations
+from nodepools import capacity, nodes
+from nodepools.autoscaler.decide import Action, Decision, IdleNode, Pending, PoolView, decide
+from nodepools.events import publish_pool
+from nodepools.models import AutoscalerDecision, Node, NodePool, ScaleDown
 from nvke import jobs
 from nvke.providers.base import DrainStatus, ProviderError
-
-from .. import allocator, capacity, nodes
-from ..events import publish_pool
-from ..models import AutoscalerDecision, Claim, MigProfile, Node, NodePool, ScaleDown
-from .decide import Action, Decision, IdleNode, Pending, PoolView, decide
 
 log = logging.getLogger(__name__)
 

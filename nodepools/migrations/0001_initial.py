@@ -2,7 +2,7 @@
 
 import django.core.validators
 import django.db.models.deletion
-import nodepools.models
+import catalog.models
 import uuid
 from django.db import migrations, models
 
@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
             name='DriverRelease',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.CharField(max_length=24, unique=True, validators=[nodepools.models.validate_version])),
+                ('version', models.CharField(max_length=24, unique=True, validators=[catalog.models.validate_version])),
                 ('branch', models.PositiveIntegerField(help_text='e.g. 570')),
                 ('branch_type', models.CharField(choices=[('ltsb', 'Long Term Support'), ('pb', 'Production'), ('nfb', 'New Feature')], max_length=4)),
                 ('branch_end_of_life', models.DateField(blank=True, null=True)),
@@ -61,7 +61,7 @@ class Migration(migrations.Migration):
                 ('nvlink_bandwidth_gbps', models.PositiveIntegerField(default=0, help_text='Per GPU, GB/s')),
                 ('max_gpus_per_node', models.PositiveSmallIntegerField(default=8)),
                 ('mig_max_instances', models.PositiveSmallIntegerField(default=0, help_text='0 = no MIG')),
-                ('min_driver_version', models.CharField(help_text='Oldest driver that runs this GPU.', max_length=24, validators=[nodepools.models.validate_version])),
+                ('min_driver_version', models.CharField(help_text='Oldest driver that runs this GPU.', max_length=24, validators=[catalog.models.validate_version])),
                 ('mig_min_driver_version', models.CharField(blank=True, help_text='Oldest driver for MIG.', max_length=24)),
                 ('host_cpus_per_gpu', models.PositiveSmallIntegerField(default=16, help_text='vCPUs a node has per GPU')),
                 ('host_memory_gib_per_gpu', models.PositiveSmallIntegerField(default=128)),

@@ -2,20 +2,18 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from audit.api.views import AuditEntryViewSet
-from clusters.api.views import ClusterViewSet
-from nodepools.api.claims import ClaimViewSet
-from nodepools.api.defrag import ClusterDefragViewSet
-from nodepools.api.quota import quota
-from nodepools.api.usage import usage_export, usage_report
-from nodepools.api.views import (
+from catalog.api.views import (
     DriverReleaseViewSet,
     GpuModelViewSet,
     KubernetesVersionViewSet,
     NodeImageViewSet,
-    NodePoolViewSet,
-    NodeViewSet,
-    RegionViewSet,
 )
+from claims.api.claims import ClaimViewSet
+from claims.api.defrag import ClusterDefragViewSet
+from claims.api.quota import quota
+from claims.api.usage import usage_export, usage_report
+from clusters.api.views import ClusterViewSet
+from nodepools.api.views import NodePoolViewSet, NodeViewSet, RegionViewSet
 from nvke.tenancy.api.views import (
     ApiTokenViewSet,
     InvitationViewSet,

@@ -143,7 +143,7 @@ class Quota(models.Model):
 class GpuQuota(models.Model):
     """How many GPUs of one model a tenant's node pools may reach (gpus_per_node × max_nodes). A row
     without a tenant is the platform's default for that model: it applies to every tenant without a row
-    of its own (and NVKE_DEFAULT_GPU_QUOTA to models with neither; nodepools/quotas.py)."""
+    of its own (and NVKE_DEFAULT_GPU_QUOTA to models with neither; claims/quotas.py)."""
 
     tenant = models.ForeignKey(
         Tenant,
@@ -153,7 +153,7 @@ class GpuQuota(models.Model):
         blank=True,
         help_text="Empty: the platform default, for every tenant without a quota of its own for this model",
     )
-    gpu_model = models.ForeignKey("nodepools.GpuModel", on_delete=models.CASCADE, related_name="+")
+    gpu_model = models.ForeignKey("catalog.GpuModel", on_delete=models.CASCADE, related_name="+")
     max_gpus = models.PositiveIntegerField()
 
     class Meta:

@@ -1,5 +1,5 @@
 """Per-tenant quotas: the limits (`Quota`, `GpuQuota`) and how a check takes them. Each app counts its
-own use where its objects are written: `clusters/quotas.py` (clusters), `nodepools/quotas.py` (GPUs of a
+own use where its objects are written: `clusters/quotas.py` (clusters), `claims/quotas.py` (GPUs of a
 model in node pools; GPU memory and compute share in claims; the tenant's usage report).
 
 Every check runs inside the transaction that creates or changes the object, before it is saved. Where

@@ -2,7 +2,8 @@ from dataclasses import asdict
 
 from rest_framework import serializers
 
-from nodepools.models import Claim, Gpu, Node, NodePool
+from claims.models import Claim
+from nodepools.models import Gpu, Node, NodePool
 from telemetry import policy
 from telemetry.models import RESCALING_BOUNDS, ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
 

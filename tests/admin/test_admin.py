@@ -51,10 +51,10 @@ def test_changelists_search_and_change_pages_render(operator, make_member, make_
 
 
 def test_operator_disables_a_kubernetes_version_and_tenants_can_no_longer_pick_it(operator, api, catalog):
-    from clusters.models import KubernetesVersion
+    from catalog.models import KubernetesVersion
 
     version = KubernetesVersion.objects.get(version="1.34")
-    url = reverse("admin:clusters_kubernetesversion_change", args=[version.pk])
+    url = reverse("admin:catalog_kubernetesversion_change", args=[version.pk])
     response = operator.post(url, {"version": "1.34", "is_default": "", "end_of_support": ""})  # enabled off
     assert response.status_code == 302
     version.refresh_from_db()
@@ -67,7 +67,7 @@ def test_operator_disables_a_kubernetes_version_and_tenants_can_no_longer_pick_i
 
 
 def test_driver_list_filters_by_branch(operator, catalog):
-    page = operator.get(reverse("admin:nodepools_driverrelease_changelist"), {"branch": 580}).content.decode()
+    page = operator.get(reverse("admin:catalog_driverrelease_changelist"), {"branch": 580}).content.decode()
     assert "580.105.08" in page and "535.230.02" not in page
 
 

@@ -5,8 +5,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
+from catalog.models import DriverRelease
 from clusters.models import Cluster
-from nodepools.models import DriverRelease
 from nodepools.services import reconcile, update_pool
 from nvke.tenancy.models import ApiToken
 from telemetry.models import NodeToken
@@ -238,7 +238,7 @@ def test_a_claim_and_its_entry_in_one_statement_are_what_save_and_the_signals_wr
 
     from audit.context import acting_as
     from audit.recorder import insert
-    from nodepools.models import Claim
+    from claims.models import Claim
 
     tenant = owner.memberships.get().tenant
     cluster = make_cluster(tenant)
@@ -258,7 +258,7 @@ def test_a_claim_and_its_entry_in_one_statement_are_what_save_and_the_signals_wr
     assert Claim.objects.filter(pk=inserted.pk, name="inserted", created_at=inserted.created_at).exists()
 
     def entry(name: str) -> dict:
-        row = AuditEntry.objects.filter(object_type="nodepools.claim", object_repr=f"default/{name}").values()
+        row = AuditEntry.objects.filter(object_type="claims.claim", object_repr=f"default/{name}").values()
         found = dict(row.get())
         assert found["object_id"] == str(Claim.objects.get(name=name).pk)
         assert found["changes"].pop("name") == [None, name]

@@ -7,9 +7,10 @@ from django.test import Client
 
 from audit.context import acting_as
 from audit.models import AuditEntry
-from nodepools.allocator import create_claim
-from nodepools.allocator.service import evict_claims
-from nodepools.models import Claim, Node
+from claims.allocator import create_claim
+from claims.allocator.service import evict_claims
+from claims.models import Claim
+from nodepools.models import Node
 from nodepools.nodes import set_cordons
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
@@ -39,7 +40,7 @@ def test_a_claim_a_drain_moves_is_recorded_as_the_runs_move(placed):
     with acting_as("upgrade run 7"):
         evict_claims(placed.cluster_id, [placed.pk])
 
-    entry = AuditEntry.objects.get(object_type="nodepools.claim", action="update")
+    entry = AuditEntry.objects.get(object_type="claims.claim", action="update")
     assert (entry.actor, entry.changes) == ("upgrade run 7", {"node": [left.name, other.name]})
 
 
@@ -47,7 +48,7 @@ def test_a_claim_taken_back_with_nowhere_to_go_is_recorded_as_waiting(placed):
     set_cordons(placed.cluster_id, {node.pk: True for node in Node.objects.all()})
     with acting_as("gpu health"):
         evict_claims(placed.cluster_id, [placed.pk])
-    entry = AuditEntry.objects.get(object_type="nodepools.claim", action="update")
+    entry = AuditEntry.objects.get(object_type="claims.claim", action="update")
     assert entry.actor == "gpu health" and entry.changes["node"][1] is None
     assert Claim.objects.get(pk=placed.pk).status == "pending"
 
@@ -67,7 +68,7 @@ def test_the_audit_page_says_who_did_what_to_which_object_and_filters(placed, ow
 
     only_runs = browser.get("/account/audit/", {"actor": "upgrade run 7"})
     assert {entry.actor for entry in only_runs.context["page"]} == {"upgrade run 7"}
-    created = browser.get("/account/audit/", {"action": "create", "object_type": "nodepools.claim"})
+    created = browser.get("/account/audit/", {"action": "create", "object_type": "claims.claim"})
     assert [e.object_repr for e in created.context["page"]] == ["default/train"]
     refused = browser.get("/account/audit/", {"since": "yesterday"})
     assert refused.status_code == 200 and "since:" in refused.content.decode()

@@ -133,7 +133,7 @@ def test_clusters_cannot_be_patched(api, owner, make_cluster):
 
 
 def test_services_check_names_without_a_serializer(owner, catalog):
-    from clusters.models import KubernetesVersion, Region
+    from catalog.models import KubernetesVersion, Region
     from clusters.services import create_cluster
     from nvke.errors import DomainError
     from nvke.tenancy.context import TenantContext

@@ -1,7 +1,7 @@
 import pytest
 from django.test import Client
 
-from nodepools.models import Architecture, DriverRelease
+from catalog.models import Architecture, DriverRelease
 
 # Browser fixtures (Playwright + Debian's Chromium on a live uvicorn): see browser.py.
 from .browser import browser_context_factory, owner_page, page  # noqa: F401

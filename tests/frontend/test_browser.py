@@ -7,11 +7,13 @@ import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from playwright.sync_api import expect
 
+from catalog.models import GpuModel
+from claims.allocator import create_claim, release_claim
+from claims.models import Claim
 from clusters.events import cluster_event
 from clusters.models import Cluster
-from nodepools.allocator import create_claim, release_claim
 from nodepools.events import pool_event
-from nodepools.models import Claim, GpuModel, NodePool
+from nodepools.models import NodePool
 from nodepools.services import reconcile, update_pool
 from nvke.realtime import broadcast
 from nvke.tenancy.context import TenantContext

@@ -4,7 +4,7 @@ and the autoscaler's decisions with their reasons as they arrive (live, without 
 import pytest
 from playwright.sync_api import expect
 
-from nodepools import allocator
+from claims import allocator
 from nodepools.autoscaler import autoscale
 from nodepools.models import NodePool
 from nodepools.services import reconcile

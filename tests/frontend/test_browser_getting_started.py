@@ -3,7 +3,7 @@ laptop and phone width in Chromium."""
 
 from playwright.sync_api import expect
 
-from nodepools.allocator import create_claim
+from claims.allocator import create_claim
 from nvke.tenancy.context import TenantContext
 
 from .browser import BROWSER_TEST, screenshot

@@ -6,7 +6,8 @@ import re
 
 from playwright.sync_api import expect
 
-from nodepools.models import Claim, NodePool
+from claims.models import Claim
+from nodepools.models import NodePool
 
 from .browser import BROWSER_TEST, screenshot
 

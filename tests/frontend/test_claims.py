@@ -6,9 +6,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from claims.allocator import create_claim
+from claims.models import Allocation, Claim, GpuShare
 from clusters.models import Cluster
-from nodepools.allocator import create_claim
-from nodepools.models import Allocation, Claim, GpuShare, Node, NodePool
+from nodepools.models import Node, NodePool
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 

@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
+from claims.allocator import create_claim
 from clusters.models import Cluster
-from nodepools.allocator import create_claim
 from nodepools.models import Gpu
 from nodepools.services import reconcile
 from nvke.quantity import human_mib

@@ -7,8 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from nodepools.allocator import create_claim
-from nodepools.models import Gpu, GpuShare, Node
+from claims.allocator import create_claim
+from claims.models import GpuShare
+from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 

@@ -5,11 +5,12 @@ import re
 
 import pytest
 
+from catalog.compatibility import driver_refusals, sharing_refusal
+from catalog.models import DriverRelease, GpuModel
 from clusters.models import Cluster
 from frontend.forms import PoolCreateForm
 from frontend.overview import ModelCapacity
-from nodepools.compatibility import driver_refusals, sharing_refusal
-from nodepools.models import DriverRelease, Gpu, GpuModel, Node, NodePool
+from nodepools.models import Gpu, Node, NodePool
 
 from .helpers import field_errors, live_texts, text
 

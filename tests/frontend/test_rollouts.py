@@ -48,7 +48,7 @@ FORM = {"target_release": TARGET, "gpu_model": "", "from_branch": "", "pools_per
 
 
 def create(operator, **fields) -> FleetRollout:
-    from nodepools.models import DriverRelease
+    from catalog.models import DriverRelease
 
     return rollouts.create_rollout(
         target_release=DriverRelease.objects.get(version=TARGET), user=operator, **fields

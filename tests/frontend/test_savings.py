@@ -3,8 +3,8 @@ cards in use, per cluster and pool; and the last week's GPU-hours from metering.
 
 import pytest
 
-from nodepools.allocator import create_claim
-from nodepools.savings import savings
+from claims.allocator import create_claim
+from claims.savings import savings
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 

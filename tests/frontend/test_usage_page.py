@@ -5,7 +5,8 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from nodepools.models import GpuModel, UsageInterval
+from catalog.models import GpuModel
+from claims.models import UsageInterval
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ import json
 import pytest
 from django.db.models import Sum
 
-from nodepools.models import Claim, GpuShare
-from nodepools.selectors import allocation_violations
+from claims.models import Claim, GpuShare
+from claims.selectors import allocation_violations
 from nodepools.services import reconcile
 
 from .processes import BIN, ROOT, Process, database_url_of_this_run, process_env

@@ -7,7 +7,8 @@ import redis
 from django.conf import settings
 
 from audit.models import AuditEntry
-from nodepools.models import Claim, Node, NodePool
+from claims.models import Claim
+from nodepools.models import Node, NodePool
 from nvke.celery import app as celery_app
 
 from .processes import BIN, Process, database_url_of_this_run, process_env, wait_until

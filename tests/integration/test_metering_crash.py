@@ -8,8 +8,8 @@ import signal
 import pytest
 from django.db.models import Count, Q
 
-from nodepools.allocator import create_claim, place_pending
-from nodepools.models import Allocation, Claim, UsageInterval
+from claims.allocator import create_claim, place_pending
+from claims.models import Allocation, Claim, UsageInterval
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from clusters.models import KubernetesVersion, Region
+from catalog.models import KubernetesVersion, Region
 from clusters.services import create_cluster
 from nvke.realtime import flush
 from nvke.tenancy.context import TenantContext

@@ -50,9 +50,9 @@ def test_worker_provisions_cluster_and_pool(api, catalog, celery_worker_process)
 def test_queued_claims_ride_on_one_queued_pass(owner, make_cluster, make_pool, celery_worker_process):
     """A burst of queued claims: a real worker on the allocator queue places them all, and claims that
     arrive while a pass is queued do not queue passes of their own."""
-    from nodepools.allocator import create_claim
-    from nodepools.allocator.queue import _queued_key, _redis
-    from nodepools.models import Claim
+    from claims.allocator import create_claim
+    from claims.allocator.queue import _queued_key, _redis
+    from claims.models import Claim
     from nodepools.services import reconcile
     from nvke.tenancy.context import TenantContext
 

@@ -9,9 +9,11 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from nodepools import allocator, services
+from claims import allocator
+from claims.models import Claim
+from nodepools import services
 from nodepools.autoscaler import autoscale
-from nodepools.models import AutoscalerDecision, Claim, Node, NodePool
+from nodepools.models import AutoscalerDecision, Node, NodePool
 from nvke.providers.simulator.models import SimFault, SimNode
 from nvke.tenancy.context import TenantContext
 
@@ -175,7 +177,7 @@ def test_the_api_sets_autoscaling_and_shows_its_decisions(api, pool, make_member
 
 def test_a_driver_upgrade_run_holds_the_pools_nodes(two_nodes, django_capture_on_commit_callbacks):
     """A node leaving a run fails it (NodeGone), so no idle node goes while one is not finished."""
-    from nodepools.models import DriverRelease
+    from catalog.models import DriverRelease
     from upgrades import services as upgrades
 
     pool = two_nodes

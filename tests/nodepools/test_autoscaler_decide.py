@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from nodepools.allocation import GpuState, NodeState, Request
+from claims.allocation import GpuState, NodeState, Request
 from nodepools.autoscaler.decide import Action, IdleNode, Pending, PoolView, decide
 
 GIB = 1024

@@ -3,8 +3,8 @@ shares, and what the claim says about its isolation."""
 
 import pytest
 
+from claims.selectors import allocation_violations
 from nodepools.models import NodePool
-from nodepools.selectors import allocation_violations
 from nodepools.services import reconcile
 
 pytestmark = pytest.mark.django_db

@@ -36,7 +36,7 @@ def test_shares(total, demands, expected):
 
 @pytest.fixture
 def pool_fields(catalog):
-    from nodepools.models import DriverRelease, GpuModel
+    from catalog.models import DriverRelease, GpuModel
 
     return {
         "gpu_model": GpuModel.objects.get(name="l4"),
@@ -98,7 +98,7 @@ def test_a_tenant_asking_for_everything_does_not_starve_another(
 def test_regions_show_what_the_tenant_may_get(make_cluster, make_pool, make_member, client_for, settings):
     """Each bound in turn: another tenant's pool asking for 40 of the region's 32 L4s (holding none yet)
     leaves a newcomer its fair share, 16; a quota of its own below that binds instead."""
-    from nodepools.models import GpuModel
+    from catalog.models import GpuModel
     from nvke.tenancy.models import GpuQuota
 
     settings.NVKE_DEFAULT_GPU_QUOTA = None

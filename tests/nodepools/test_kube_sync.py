@@ -7,11 +7,13 @@ import kubernetes
 import pytest
 from django.core.management import CommandError, call_command
 
+from catalog.models import DriverRelease
+from claims.allocator.service import create_claim
+from claims.models import Claim
 from clusters.models import Cluster
 from clusters.services import cluster_ref
 from nodepools import kube_sync
-from nodepools.allocator.service import create_claim
-from nodepools.models import Claim, DriverRelease, Node
+from nodepools.models import Node
 from nvke.providers.kubernetes import dra
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch

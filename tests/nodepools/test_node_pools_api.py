@@ -71,7 +71,7 @@ def test_scale_up_and_down(api, body, django_capture_on_commit_callbacks):
 
 def test_capacity_shortfall_leaves_pool_pending_with_reason(api, body, django_capture_on_commit_callbacks):
     # eu-west-1 has 16 H200s: two 8-GPU nodes fit, the third waits.
-    from clusters.models import Region
+    from catalog.models import Region
 
     body["cluster"] = api.post(
         "/api/v1/clusters/",

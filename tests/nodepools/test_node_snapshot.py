@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from nodepools.allocator import create_claim
+from claims.allocator import create_claim
+from claims.models import GpuShare
 from nodepools.api.serializers import GpuSerializer, GpuSnapshotShareSerializer
-from nodepools.models import Gpu, GpuShare, Node
+from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 

@@ -20,7 +20,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
-from nodepools.models import Claim, DriverRelease, Gpu, Node
+from catalog.models import DriverRelease
+from claims.models import Claim
+from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from nvke.routing import websocket_urlpatterns
 from nvke.tenancy.context import TenantContext

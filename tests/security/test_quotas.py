@@ -7,11 +7,13 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from clusters.models import Cluster, KubernetesVersion, Region
+from catalog.models import GpuModel, KubernetesVersion, Region
+from claims import quotas
+from claims.models import Claim
+from clusters.models import Cluster
 from clusters.quotas import check_cluster
 from clusters.services import create_cluster
-from nodepools import quotas
-from nodepools.models import Claim, GpuModel, NodePool
+from nodepools.models import NodePool
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.models import GpuQuota, Quota
 from nvke.tenancy.quotas import QuotaExceeded
@@ -115,7 +117,7 @@ def test_check_claim_counts_memory_and_compute_of_every_claim(tenant, make_clust
 
 @pytest.mark.django_db
 def test_claim_ask_prices_mig_by_profile_and_whole_by_the_largest_candidate():
-    from nodepools.catalog import seed_catalog
+    from catalog.seed import seed_catalog
 
     seed_catalog()
     h100 = GpuModel.objects.get(name="h100-sxm5-80gb")

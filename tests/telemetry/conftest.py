@@ -105,7 +105,7 @@ def add_pool(cluster, make_pool):
 def claim_in(cluster, tenant):
     """claim_in(name, compute_percent, pool=None, guaranteed_percent=None): a fractional claim, placed at
     once."""
-    from nodepools.allocator import create_claim
+    from claims.allocator import create_claim
     from nvke.tenancy.context import TenantContext
 
     def make(name: str, compute_percent: int, pool=None, guaranteed_percent: int | None = None):
@@ -124,6 +124,6 @@ def claim_in(cluster, tenant):
 
 
 def gpu_of(claim) -> Gpu:
-    from nodepools.models import GpuShare
+    from claims.models import GpuShare
 
     return GpuShare.objects.select_related("gpu__node").get(allocation__claim=claim).gpu

@@ -4,8 +4,9 @@ import time
 
 import pytest
 
+from claims.models import Claim, GpuShare
 from clusters.services import cluster_operations
-from nodepools.models import Claim, GpuShare, Node
+from nodepools.models import Node
 from nodepools.services import reconcile
 from telemetry import health
 from telemetry.models import TelemetryEvent

@@ -154,7 +154,7 @@ def test_other_tenants_gpus_are_invisible(node, node_client, make_member, client
 def test_a_claim_placed_after_the_node_was_remembered_is_taken_at_once(
     tenant, cluster, frac_pool, clean_redis
 ):
-    from nodepools.allocator import create_claim
+    from claims.allocator import create_claim
     from nvke.tenancy.context import TenantContext
 
     clients = {n.pk: client_of_node(n) for n in Node.objects.filter(pool=frac_pool)}

@@ -4,8 +4,9 @@ passes again takes them; the simulator models a failing node."""
 
 import pytest
 
-from nodepools.allocator import create_claim
-from nodepools.models import Claim, Node, NodePool
+from claims.allocator import create_claim
+from claims.models import Claim
+from nodepools.models import Node, NodePool
 from nodepools.services import reconcile
 from nvke.providers.simulator.models import SimNode
 from nvke.tenancy.context import TenantContext

@@ -6,7 +6,7 @@ import time
 import pytest
 from django.test import Client, override_settings
 
-from nodepools.models import Claim, GpuShare
+from claims.models import Claim, GpuShare
 from telemetry import rescale
 from telemetry.models import ClaimScaling, TelemetryEvent
 

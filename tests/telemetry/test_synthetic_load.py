@@ -6,7 +6,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from nodepools.models import Claim
+from claims.models import Claim
 from telemetry import rescale, store, synthetic_load
 from telemetry.models import ClaimScaling
 

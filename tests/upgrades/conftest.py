@@ -1,7 +1,8 @@
 import pytest
 
-from nodepools import allocator as claims_service
-from nodepools.models import Allocation, Node
+from claims import allocator as claims_service
+from claims.models import Allocation
+from nodepools.models import Node
 from nodepools.services import reconcile
 from nvke.providers.simulator.models import SimNode
 from nvke.tenancy.context import TenantContext

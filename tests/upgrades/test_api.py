@@ -4,7 +4,8 @@ tenancy (404) and roles (403), history, fleet rollouts for operators."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from nodepools.models import DriverRelease, Node
+from catalog.models import DriverRelease
+from nodepools.models import Node
 from nvke.providers.simulator.models import SimFault
 from upgrades.controller import tick
 from upgrades.models import UpgradeRun
@@ -270,7 +271,7 @@ def test_driver_options_refuse_a_branch_without_the_pools_architecture(api, owne
 
 
 def test_a_pool_waiting_in_one_rollout_is_skipped_by_the_next(owner, make_upgrade_pool):
-    from nodepools.models import DriverRelease
+    from catalog.models import DriverRelease
     from upgrades.rollouts import create_rollout, plan_rollout
 
     first = make_upgrade_pool(nodes=1, name="a")
@@ -290,7 +291,7 @@ def test_operators_retry_and_approve_one_run_of_a_rollout_as_themselves(
     api, owner, make_upgrade_pool, client_for
 ):
     from audit.models import AuditEntry
-    from nodepools.models import DriverRelease
+    from catalog.models import DriverRelease
     from upgrades.models import FleetRollout
     from upgrades.rollouts import create_rollout
 

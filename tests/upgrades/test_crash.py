@@ -11,7 +11,9 @@ import pytest
 import redis
 from django.conf import settings
 
-from nodepools.models import Claim, DriverRelease, Node
+from catalog.models import DriverRelease
+from claims.models import Claim
+from nodepools.models import Node
 from nvke.celery import app as celery_app
 from tests.integration.processes import BIN, Process, database_url_of_this_run, process_env
 from upgrades import services

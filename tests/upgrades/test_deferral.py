@@ -8,8 +8,10 @@ from dataclasses import replace
 import pytest
 from django.utils import timezone
 
-from nodepools import allocator
-from nodepools.models import Allocation, DriverRelease, NodePool
+from catalog.models import DriverRelease
+from claims import allocator
+from claims.models import Allocation
+from nodepools.models import NodePool
 from nvke.tenancy.context import TenantContext
 from upgrades import services
 from upgrades.controller import tick

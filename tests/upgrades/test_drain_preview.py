@@ -3,8 +3,9 @@ why), computed on a copy of the inventory: nothing is written."""
 
 import pytest
 
-from nodepools.allocator import create_claim, drain_preview, release_claim
-from nodepools.models import Allocation, AllocationEvent, Claim, Node
+from claims.allocator import create_claim, drain_preview, release_claim
+from claims.models import Allocation, AllocationEvent, Claim
+from nodepools.models import Node
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 

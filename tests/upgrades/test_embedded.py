@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from nodepools.models import DriverRelease, Node
+from catalog.models import DriverRelease
+from nodepools.models import Node
 from nvke.celery import app as celery_app
 from tests.integration.processes import wait_until
 from upgrades import services

@@ -7,8 +7,10 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from clusters.models import Cluster, KubernetesVersion
-from nodepools.models import Claim, Node
+from catalog.models import KubernetesVersion
+from claims.models import Claim
+from clusters.models import Cluster
+from nodepools.models import Node
 from nvke.errors import Conflict, Incompatible
 from nvke.providers.simulator.models import SimCluster, SimFault, SimNode
 from upgrades import control_plane, services

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nodepools.models import DriverRelease
+from catalog.models import DriverRelease
 from tests.integration.processes import wait_until
 from tests.integration.test_websocket import open_socket, receive_until
 from upgrades import services

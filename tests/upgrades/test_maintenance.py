@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from nodepools.models import DriverRelease
+from catalog.models import DriverRelease
 from upgrades import maintenance, services
 from upgrades.controller import tick
 from upgrades.machine import Phase, State, Strategy, plan

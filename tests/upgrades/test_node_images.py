@@ -4,8 +4,9 @@ mode refuse what would not work, naming the rule."""
 
 import pytest
 
+from catalog.models import DriverRelease, GpuModel, NodeImage
 from nodepools import services as pool_services
-from nodepools.models import DriverRelease, GpuModel, Node, NodeImage
+from nodepools.models import Node
 from nvke.errors import Conflict, Incompatible
 from nvke.providers.simulator.models import SimNode
 from upgrades import control_plane, services

@@ -5,8 +5,9 @@ never lost, and a drain blocked by a PodDisruptionBudget waits (and times out li
 import pytest
 from django.db import transaction
 
+from catalog.models import DriverRelease
 from clusters.services import cluster_ref
-from nodepools.models import DriverRelease, Node
+from nodepools.models import Node
 from nvke.providers.simulator.models import SimFault, SimNode
 from nvke.providers.simulator.provider import SimulatorOperations
 from upgrades import controller, services

@@ -5,8 +5,10 @@ the run (its later ticks, a retry, the pool's next run) does with it afterwards.
 import pytest
 
 from audit.models import AuditEntry
-from nodepools import allocator as claims_service
-from nodepools.models import Allocation, Claim, DriverRelease, Node
+from catalog.models import DriverRelease
+from claims import allocator as claims_service
+from claims.models import Allocation, Claim
+from nodepools.models import Node
 from nvke.providers.simulator.models import SimFault, SimNode
 from upgrades import services
 from upgrades.models import UpgradeRun
@@ -53,7 +55,7 @@ def test_return_to_service_uncordons_the_node_and_the_allocator_places_claims_on
         "upgrades.events.broadcast", lambda tenant, event, cluster_id=None: sent.append(event)
     )
     placements = []
-    monkeypatch.setattr("nodepools.allocator.request_placement", placements.append)
+    monkeypatch.setattr("claims.allocator.request_placement", placements.append)
     # four claims fill the two upgraded nodes; a fifth waits: the kept node is not schedulable
     for i in range(5):
         claims_service.create_claim(

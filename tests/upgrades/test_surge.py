@@ -4,7 +4,9 @@ its size, and no claim waits), and at its end drains the extra nodes away again 
 
 import pytest
 
-from nodepools.models import Claim, DriverRelease, Node
+from catalog.models import DriverRelease
+from claims.models import Claim
+from nodepools.models import Node
 from nodepools.services import reconcile
 from nvke.errors import DomainError
 from upgrades import control_plane, services

@@ -2,8 +2,10 @@
 
 import pytest
 
-from nodepools import allocator as claims_service
-from nodepools.models import Allocation, Claim, DriverRelease, Node
+from catalog.models import DriverRelease
+from claims import allocator as claims_service
+from claims.models import Allocation, Claim
+from nodepools.models import Node
 from nvke.errors import Conflict
 from nvke.providers.simulator.models import SimFault, SimNode
 from upgrades import services

@@ -4,9 +4,10 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from nodepools.api.serializers import DriverCompatibilitySerializer
-from nodepools.compatibility import CUDA_PARAMETER
-from nodepools.models import NodeImage, NodePool
+from catalog.api.serializers import DriverCompatibilitySerializer
+from catalog.compatibility import CUDA_PARAMETER
+from catalog.models import NodeImage
+from nodepools.models import NodePool
 from nvke.tenancy.context import resolve_tenant
 
 from .. import maintenance, windows

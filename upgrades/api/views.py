@@ -9,9 +9,10 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog.compatibility import CUDA_PARAMETER
+from catalog.models import DriverRelease, GpuModel
 from clusters.models import Cluster
-from nodepools.compatibility import CUDA_PARAMETER
-from nodepools.models import DriverRelease, GpuModel, NodePool
+from nodepools.models import NodePool
 from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.errors import DomainError

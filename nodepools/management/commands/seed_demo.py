@@ -5,11 +5,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from clusters.models import Cluster, KubernetesVersion, Region
+from catalog.models import DriverRelease, GpuModel, KubernetesVersion, Region
+from catalog.seed import seed_catalog
+from claims.allocator import create_claim
+from clusters.models import Cluster
 from clusters.services import create_cluster
-from nodepools.allocator import create_claim
-from nodepools.catalog import seed_catalog
-from nodepools.models import DriverRelease, GpuModel
 from nodepools.services import create_pool
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.demo import DEMO_PASSWORD, DEMO_USER, OPERATOR_PASSWORD, OPERATOR_USER

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from nodepools.models import NodeImage, RegionInventory
+from catalog.models import NodeImage, RegionInventory
 
 from ..base import (
     AddonStatus,

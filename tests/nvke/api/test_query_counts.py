@@ -6,8 +6,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from nodepools.allocator import create_claim
-from nodepools.models import Claim, Gpu, Node
+from claims.allocator import create_claim
+from claims.models import Claim
+from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 

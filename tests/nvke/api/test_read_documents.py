@@ -12,15 +12,16 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
+from claims.allocator import create_claim, release_claim
+from claims.models import Claim
 from clusters.api.serializers import ClusterSerializer
 from clusters.api.views import ClusterViewSet
 from clusters.models import Cluster, ClusterAddon
 from nodepools import selectors
-from nodepools.allocator import create_claim, release_claim
 from nodepools.api import serializers as node_serializers
 from nodepools.api.serializers import NodePoolSerializer, NodeSerializer
 from nodepools.api.views import NodePoolViewSet
-from nodepools.models import Claim, Gpu, Node, NodePool
+from nodepools.models import Gpu, Node, NodePool
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 from telemetry.api.serializers import GpuTelemetrySerializer

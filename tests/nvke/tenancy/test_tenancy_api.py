@@ -189,7 +189,7 @@ def test_lists_take_the_same_queries_for_one_object_or_many(api, owner, make_clu
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from nodepools.allocator import create_claim
+    from claims.allocator import create_claim
     from nodepools.services import reconcile
     from nvke.tenancy.context import TenantContext
 

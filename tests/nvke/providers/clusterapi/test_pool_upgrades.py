@@ -6,10 +6,12 @@ management cluster) and the pool's inventory (what its watch would do) between t
 
 import pytest
 
+from catalog.models import NodeImage
+from claims import allocator
+from claims.models import Allocation
 from clusters.models import Cluster
 from clusters.services import provision
-from nodepools import allocator
-from nodepools.models import Allocation, Node, NodeImage
+from nodepools.models import Node
 from nodepools.services import reconcile
 from nvke.providers.clusterapi.models import MachineReplacement
 from nvke.tenancy.context import TenantContext

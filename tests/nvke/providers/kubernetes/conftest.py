@@ -13,7 +13,7 @@ def context(owner):
 def sharing_pool(context):
     """sharing_pool(cluster, mode, model, gpus_per_node, nodes, **fields) -> a pool of an attached
     cluster made through the service (its mode's defaults applied) and reconciled once."""
-    from nodepools.models import DriverRelease, GpuModel
+    from catalog.models import DriverRelease, GpuModel
     from nodepools.services import create_pool, reconcile
 
     def make(cluster, mode, model="a10", gpus_per_node=1, nodes=1, name="infer", **fields):

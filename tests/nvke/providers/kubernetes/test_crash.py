@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from nodepools.models import DriverRelease, Node
+from catalog.models import DriverRelease
+from nodepools.models import Node
 from nvke.providers.kubernetes import gpus
 from tests.kubeapi import objects
 from tests.upgrades.conftest import check_invariants

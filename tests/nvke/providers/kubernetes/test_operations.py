@@ -308,8 +308,9 @@ def test_a_node_changed_between_read_and_patch_is_read_again(gpu_cluster):
 def test_a_resync_that_changes_nothing_writes_nothing_and_keeps_telemetrys_gpu_verdict(
     attach, gpu_cluster, make_attached_pool
 ):
+    from claims.models import AllocationEvent
     from nodepools import nodes
-    from nodepools.models import AllocationEvent, Gpu
+    from nodepools.models import Gpu
     from nodepools.services import reconcile
 
     cluster = attach(gpu_cluster)

@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from nodepools.allocator.service import evict_claims, resize_claim
-from nodepools.models import Claim, Gpu
+from claims.allocator.service import evict_claims, resize_claim
+from claims.models import Claim
+from claims.workloads import sync_workloads
+from nodepools.models import Gpu
 from nodepools.nodes import fail_gpu
-from nodepools.workloads import sync_workloads
 from nvke.providers.kubernetes import dra, records, scheduler
 from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
@@ -299,7 +300,7 @@ def test_a_pod_over_its_tenants_quota_is_told_which_quota(server, cluster, conte
 
 
 def test_a_claim_made_through_the_api_says_why_no_pod_can_use_it_without_dra(server, cluster, context):
-    from nodepools.allocator.service import create_claim
+    from claims.allocator.service import create_claim
 
     attached = cluster()
     create_claim(context=context, cluster=attached, name="api", namespace="ml", kind="whole")

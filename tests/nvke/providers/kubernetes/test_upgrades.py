@@ -4,7 +4,8 @@ NVIDIADriver, waits for the driver and validator pods and GFD's version, and unc
 
 import pytest
 
-from nodepools.models import DriverRelease, Node
+from catalog.models import DriverRelease
+from nodepools.models import Node
 from nodepools.services import reconcile
 from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.operations import UPGRADE_STATE_LABEL as UPGRADE_STATE

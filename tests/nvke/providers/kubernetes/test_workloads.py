@@ -8,10 +8,11 @@ import json
 import pytest
 from kubernetes import client
 
-from nodepools.allocator.service import create_claim, evict_claims, release_claim, resize_claim
-from nodepools.models import Claim, Gpu
+from claims.allocator.service import create_claim, evict_claims, release_claim, resize_claim
+from claims.models import Claim
+from claims.workloads import sync_workloads
+from nodepools.models import Gpu
 from nodepools.nodes import fail_gpu
-from nodepools.workloads import sync_workloads
 from nvke.providers.kubernetes import dra, records
 from nvke.quantity import parse_mib
 from nvke.tenancy.models import Quota

@@ -1,0 +1,41 @@
+"""NVKE's GPU-sharing allocator: pure placement core (no Django). See fleet.place()."""
+
+from catalog.mig import Profile, place_layout
+from claims.allocation.defrag import Move, plan_defrag
+from claims.allocation.fgd import Distribution, Workload
+from claims.allocation.fleet import POLICIES, Fleet, PlacementCache, empty_fleet, fits_ever, place
+from claims.allocation.state import (
+    GpuState,
+    MigSlice,
+    NodeState,
+    Placement,
+    Request,
+    Unplaceable,
+    apply,
+    invariant_violations,
+    release,
+)
+
+__all__ = [
+    "POLICIES",
+    "Distribution",
+    "Fleet",
+    "GpuState",
+    "MigSlice",
+    "Move",
+    "NodeState",
+    "Placement",
+    "PlacementCache",
+    "Profile",
+    "Request",
+    "Unplaceable",
+    "Workload",
+    "apply",
+    "empty_fleet",
+    "fits_ever",
+    "invariant_violations",
+    "place",
+    "place_layout",
+    "plan_defrag",
+    "release",
+]

@@ -1,0 +1,282 @@
+"""Claims API: create (placed at once or pending with a reason; queued for `Prefer: respond-async`), list
+with GPU-MEMORY and GPU-UTIL columns, read, release (DELETE). The defragmentation serializers serve the
+clusters' routes."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status
+
+from claims import allocator, selectors
+from claims.filtersets import ClaimFilter
+from claims.models import Claim
+from claims.sizing import fraction_hints
+from clusters.models import Cluster
+from nodepools.models import NodePool
+from nodepools.sharing import isolation_detail
+from nvke.api.fields import DATETIME
+from nvke.api.viewsets import TenantScopedViewSet
+from nvke.quantity import format_mib, human_mib, parse_mib
+from nvke.tenancy.context import resolve_tenant
+
+
+@extend_schema_field({"type": "string", "example": "4Gi", "nullable": True})
+class MemoryQuantityField(serializers.Field):
+    """GPU memory as a Kubernetes quantity ("4Gi", "512Mi"), stored in MiB."""
+
+    def to_internal_value(self, data) -> int:
+        try:
+            mib = parse_mib(str(data))
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
+        if mib < 1:
+            raise serializers.ValidationError("Ask for at least 1Mi.")
+        return mib
+
+    def to_representation(self, value: int) -> str:
+        return format_mib(value)
+
+
+def gpu_util_display(shares: list[dict]) -> str:
+    """The GPU-UTIL column: the compute ceiling held, and the guaranteed part when it is less."""
+    ceiling = sum(s["compute_milli"] for s in shares) // 10
+    guaranteed = sum(s["guaranteed_milli"] for s in shares) // 10
+    return f"{ceiling}%" if guaranteed == ceiling else f"{guaranteed}%/{ceiling}%"
+
+
+class WorkloadSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(
+        choices=["allocated", "waiting", "conflict", "gone"],
+        help_text="allocated: the cluster's ResourceClaim carries NVKE's allocation; waiting: not yet "
+        "(message says why); conflict: the cluster holds an allocation NVKE did not write",
+    )
+    message = serializers.CharField(allow_blank=True)
+
+
+class ClaimSerializer(serializers.ModelSerializer):
+    cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.none())
+    pool = serializers.PrimaryKeyRelatedField(
+        queryset=NodePool.objects.none(), required=False, allow_null=True
+    )
+    gpu_memory = MemoryQuantityField(source="gpu_memory_mib", required=False, allow_null=True)
+    allowed_models = serializers.ListField(
+        child=serializers.CharField(max_length=48),
+        required=False,
+        max_length=20,
+        help_text="GPU model names (see gpu-models/); empty = any",
+    )
+    allocation = serializers.SerializerMethodField()
+    sizing = serializers.SerializerMethodField(
+        help_text="A placed fraction's start-up hints: vllm_gpu_memory_utilization and vllm_explained, "
+        "mps_environment (MPS pools), pod_resources (YAML to copy); null otherwise"
+    )
+    workload = serializers.SerializerMethodField(
+        help_text="On a real cluster: where the claim's workload stands there; null on a simulated one"
+    )
+    gpu_memory_display = serializers.SerializerMethodField(help_text="GPU-MEMORY column: total held")
+    gpu_util_display = serializers.SerializerMethodField(
+        help_text="GPU-UTIL column: compute ceiling held, as guaranteed/ceiling when they differ"
+    )
+
+    class Meta:
+        model = Claim
+        fields = [
+            "id",
+            "cluster",
+            "pool",
+            "namespace",
+            "name",
+            "kind",
+            "gpus",
+            "nvlink_required",
+            "mig_profile",
+            "gpu_memory",
+            "compute_percent",
+            "guaranteed_percent",
+            "cpu_milli",
+            "host_memory_mib",
+            "allowed_models",
+            "priority",
+            "training",
+            "status",
+            "pending_reason",
+            "allocation",
+            "gpu_memory_display",
+            "gpu_util_display",
+            "sizing",
+            "source",
+            "workload",
+            "created_at",
+            "allocated_at",
+        ]
+        read_only_fields = ["status", "pending_reason", "allocated_at", "source"]
+        validators = []  # uniqueness is the service's, answered with 409 naming the field
+
+    def get_fields(self) -> dict:
+        fields = super().get_fields()  # for input and the schema: a read is written out by hand
+        request = self.context.get("request")
+        if request is not None:
+            context = resolve_tenant(request)
+            fields["cluster"].queryset = Cluster.objects.restrict(context)
+            fields["pool"].queryset = NodePool.objects.restrict(context)
+        return fields
+
+    def to_representation(self, claim: dict) -> dict:
+        """The claim from a `selectors.claim_rows` row with its shares attached (`attach_claim_shares`),
+        written out by hand in the fields' order: DRF's field-by-field walk over a page of claims, their
+        allocations and shares cost most of the request. tests/nodepools/test_claim_document.py holds
+        it to what the fields (and before them, DRF's walk over the models) give."""
+        return {
+            "id": claim["id"],
+            "cluster": claim["cluster_id"],
+            "pool": claim["pool_id"],
+            "namespace": claim["namespace"],
+            "name": claim["name"],
+            "kind": claim["kind"],
+            "gpus": claim["gpus"],
+            "nvlink_required": claim["nvlink_required"],
+            "mig_profile": claim["mig_profile"],
+            "gpu_memory": None if claim["gpu_memory_mib"] is None else format_mib(claim["gpu_memory_mib"]),
+            "compute_percent": claim["compute_percent"],
+            "guaranteed_percent": claim["guaranteed_percent"],
+            "cpu_milli": claim["cpu_milli"],
+            "host_memory_mib": claim["host_memory_mib"],
+            "allowed_models": [str(model) for model in claim["allowed_models"]],
+            "priority": claim["priority"],
+            "training": claim["training"],
+            "status": claim["status"],
+            "pending_reason": claim["pending_reason"],
+            "allocation": self.get_allocation(claim),
+            "gpu_memory_display": self.get_gpu_memory_display(claim),
+            "gpu_util_display": self.get_gpu_util_display(claim),
+            "sizing": self.get_sizing(claim),
+            "source": claim["source"],
+            "workload": self.get_workload(claim),
+            "created_at": DATETIME.to_representation(claim["created_at"]),
+            "allocated_at": DATETIME.to_representation(claim["allocated_at"]),
+        }
+
+    def get_allocation(self, claim: dict) -> dict | None:
+        shares = _placed_shares(claim)
+        if shares is None:
+            return None
+        return {
+            "node": claim["node_id"],
+            "node_name": claim["node_name"],
+            "pool": claim["pool_name"],
+            "isolation": claim["isolation"],
+            "isolation_detail": isolation_detail(claim["isolation"], claim["sharing_mode"]),
+            "gpus": [
+                {
+                    "gpu_index": share["gpu_index"],
+                    "gpu_uuid": str(share["gpu_uuid"]),
+                    "memory_mib": share["memory_mib"],
+                    "compute_percent": share["compute_milli"] / 10,
+                    "guaranteed_percent": share["guaranteed_milli"] / 10,
+                    "exclusive": share["exclusive"],
+                    "mig_profile": share["mig_profile"],
+                    "mig_start": share["mig_start"],
+                }
+                for share in shares
+            ],
+        }
+
+    @extend_schema_field(WorkloadSerializer(allow_null=True))
+    def get_workload(self, claim: dict) -> dict | None:
+        return claim["workload"] or None
+
+    @extend_schema_field({"type": "object", "nullable": True})
+    def get_sizing(self, claim: dict) -> dict | None:
+        shares = _placed_shares(claim)
+        if claim["kind"] != Claim.Kind.FRACTION or shares is None:
+            return None
+        return fraction_hints(
+            sum(s["memory_mib"] for s in shares),
+            sum(s["compute_milli"] for s in shares),
+            claim["card_mib"],
+            claim["sharing_mode"],
+        )
+
+    def get_gpu_memory_display(self, claim: dict) -> str:
+        shares = _placed_shares(claim)
+        return "-" if shares is None else human_mib(sum(s["memory_mib"] for s in shares))
+
+    def get_gpu_util_display(self, claim: dict) -> str:
+        shares = _placed_shares(claim)
+        if shares is None:
+            return "-"
+        return gpu_util_display(shares)
+
+
+def _placed_shares(claim: dict) -> list[dict] | None:
+    """An allocated claim's GPU shares (None while it is not placed)."""
+    placed = claim["status"] == Claim.Status.ALLOCATED and claim["allocation_id"] is not None
+    return claim["shares"] if placed else None
+
+
+RESPOND_ASYNC = "respond-async"
+
+
+class ClaimViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    TenantScopedViewSet,
+):
+    """GPU claims. Create places the claim at once when it fits (201 with `allocation`), else leaves it
+    `pending` with a reason and places it when capacity frees; with `Prefer: respond-async` it queues
+    the claim instead (202). DELETE releases it."""
+
+    # In the unique index's order (cluster id, not name): a page of 10,000 claims walks the index to
+    # its 50 rows instead of joining and sorting them all.
+    queryset = Claim.objects.order_by("cluster_id", "namespace", "name")
+    serializer_class = ClaimSerializer
+    filterset_class = ClaimFilter
+    ordering_fields = ["name", "created_at", "priority"]
+
+    def get_queryset(self):
+        claims = super().get_queryset()
+        # Reads are plain rows, written out by hand (ClaimSerializer.to_representation); a release acts
+        # on the claim itself.
+        return claims if self.action == "destroy" else selectors.claim_rows(claims)
+
+    def get_serializer(self, *args, **kwargs):
+        # The page's (or the one claim's) GPU shares, as plain rows in one query.
+        if args:
+            selectors.attach_claim_shares(args[0] if kwargs.get("many") else [args[0]])
+        return super().get_serializer(*args, **kwargs)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "Prefer",
+                str,
+                OpenApiParameter.HEADER,
+                description="`respond-async`: do not wait for the placement. The claim is queued and the "
+                "allocator queue places it with the others in one pass (202, the claim as it stands); "
+                "watch its `status`. For clients that submit many claims at once.",
+            )
+        ],
+        responses={201: ClaimSerializer, 202: ClaimSerializer},
+    )
+    def create(self, request, *args, **kwargs):
+        response = super().create(request, *args, **kwargs)
+        if self._respond_async():
+            response.status_code = status.HTTP_202_ACCEPTED
+            response["Preference-Applied"] = RESPOND_ASYNC
+        return response
+
+    def perform_create(self, serializer):
+        claim = allocator.create_claim(
+            context=self.tenant_context, place=not self._respond_async(), **serializer.validated_data
+        )
+        serializer.instance = selectors.claim_rows(Claim.objects.filter(pk=claim.pk)).get()
+        selectors.attach_claim_shares([serializer.instance])
+
+    def _respond_async(self) -> bool:
+        """The client's `Prefer` header (RFC 7240) asks not to wait: placed in the allocator queue's
+        batches, claims from many clients go ~2x as fast as answered one by one (bench/README.md)."""
+        preferences = self.request.headers.get("Prefer", "").split(",")
+        return any(p.split(";")[0].split("=")[0].strip().lower() == RESPOND_ASYNC for p in preferences)
+
+    def perform_destroy(self, instance):
+        allocator.release_claim(instance)

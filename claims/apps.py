@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class ClaimsConfig(AppConfig):
+    name = "claims"
+    verbose_name = "GPU claims"
+
+    def ready(self) -> None:
+        from audit.recorder import register
+        from claims.models import Claim
+
+        register(Claim, ignore=("status", "pending_reason", "allocated_at"))
