@@ -1,9 +1,9 @@
 """The house as drawn: the import contracts of .importlinter hold (apps layered frontend → upgrades and
-telemetry → nodepools and claims → clusters → the providers → catalog → the platform; only the simulator imports its models; no cycles between the
-modules of any package; only the allocator takes its lock). import-linter builds the import graph with
-grimp, which sees function-level imports too, so a lazy import cannot slip past. It runs in a child
-process: in the test process zope.interface (loaded with daphne) gives classes an attribute
-import-linter trips on."""
+telemetry → nodepools and claims → clusters → the providers → catalog → the platform; only the
+simulator imports its models; no cycles between the modules of any package; only the allocator takes
+its lock). import-linter builds the import graph with grimp, which sees function-level imports too, so
+a lazy import cannot slip past. It runs in a child process: in the test process zope.interface (loaded
+with daphne) gives classes an attribute import-linter trips on."""
 
 import configparser
 import subprocess
