@@ -23,7 +23,7 @@ from nvke.tenancy.roles import Action, Role
 
 from . import audit_lines
 from .forms import add_domain_error
-from .views import tenant_view
+from .views.shared import tenant_view
 
 AUDIT_PER_PAGE = 100
 AUDIT_FILTERS = ("actor", "object_type", "action", "since", "until")  # what the audit page filters by

@@ -24,7 +24,7 @@ from upgrades.machine import Phase, Refusal, State, rollout_move
 from upgrades.models import FleetRollout, UpgradeRun
 
 from .forms import add_domain_error, driver_label
-from .views import live
+from .views.shared import live
 from .views_upgrades import StrategyForm, offered_controls, run_page
 
 CONTROLS = ("pause", "resume", "abort")

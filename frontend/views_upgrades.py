@@ -22,7 +22,7 @@ from upgrades.machine import FINISHED, STRATEGY_FIELDS, Phase, State, StrategyFi
 from upgrades.models import UpgradeDeferral, UpgradeRun
 
 from .forms import add_domain_error
-from .views import live, require_change, tenant_view
+from .views.shared import live, require_change, tenant_view
 
 CONFIRMED_CONTROLS = {"abort", "rollback"}  # these ask first
 

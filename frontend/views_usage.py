@@ -14,7 +14,7 @@ from nodepools import usage
 from nvke.tenancy.context import TenantContext
 
 from .snapshot import css_percent
-from .views import tenant_view
+from .views.shared import tenant_view
 
 GROUP_LABELS = {
     "pool": "Pool",

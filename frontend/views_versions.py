@@ -17,7 +17,7 @@ from upgrades import control_plane, services
 from upgrades.machine import STRATEGY
 
 from .forms import add_domain_error
-from .views import require_change, tenant_view
+from .views.shared import require_change, tenant_view
 
 
 class VersionForm(forms.Form):
