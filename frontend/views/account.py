@@ -1,6 +1,6 @@
-"""Account pages: API tokens, members and invitations, audit log. Thin like frontend/views.py: parse
-the form, check the role, call nvke.tenancy.services, render. A new token's secret is rendered once, in
-the response to the POST that made it, and never stored anywhere it could be shown again."""
+"""Account pages: API tokens, members and invitations, audit log. Thin like the package's other views:
+parse the form, check the role, call nvke.tenancy.services, render. A new token's secret is rendered
+once, in the response to the POST that made it, and never stored anywhere it could be shown again."""
 
 from django import forms
 from django.contrib import messages
@@ -21,9 +21,9 @@ from nvke.tenancy.context import SESSION_KEY, TenantContext
 from nvke.tenancy.models import ApiToken, Invitation, Membership
 from nvke.tenancy.roles import Action, Role
 
-from . import audit_lines
-from .forms import add_domain_error
-from .views.shared import tenant_view
+from .. import audit_lines
+from ..forms import add_domain_error
+from .shared import tenant_view
 
 AUDIT_PER_PAGE = 100
 AUDIT_FILTERS = ("actor", "object_type", "action", "since", "until")  # what the audit page filters by

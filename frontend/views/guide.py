@@ -11,7 +11,7 @@ from clusters.models import Cluster
 from nodepools.models import Claim, NodePool
 from nvke.tenancy.context import TenantContext
 
-from .views.shared import tenant_view
+from .shared import tenant_view
 
 
 @dataclass(frozen=True)
