@@ -4,6 +4,7 @@ from django.urls import path
 from .sign_in import SignInView
 from .views import (
     account,
+    audit,
     claims,
     clusters,
     dashboard,
@@ -61,7 +62,7 @@ urlpatterns = [
         account.invitation_revoke,
         name="account-invitation-revoke",
     ),
-    path("account/audit/", account.audit_log, name="account-audit"),
+    path("account/audit/", audit.audit_log, name="account-audit"),
     path("invitations/", account.my_invitations, name="invitations"),
     path(
         "invitations/<int:pk>/accept/",

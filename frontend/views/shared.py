@@ -1,4 +1,4 @@
-"""What the view modules share: the tenant_view decorator and the role check, the live.js settings of
+"""What the view modules share: the tenant_view decorator and the role checks, the live.js settings of
 a page, and the GPU query behind the pool and node snapshots. It imports no other view module, so every
 one of them may import it."""
 
@@ -38,6 +38,11 @@ def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
 def require_change(context: TenantContext) -> None:
     if not context.allows(Action.CHANGE):
         raise PermissionDenied("Your role in this tenant may only view.")
+
+
+def require_manage(context: TenantContext) -> None:
+    if not context.allows(Action.MANAGE):
+        raise PermissionDenied("Only the tenant's owners and admins may do this.")
 
 
 def live(ws_query: str = "", refresh_on: str = "", gone_on: str = "", gone_url: str = "") -> dict:
