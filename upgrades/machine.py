@@ -302,7 +302,7 @@ def tick_move(phase: Phase, to: Phase, reason: str) -> Move:
 class StrategyField:
     """One field of the upgrade strategy as people set it (the run API, the start and rollout forms, a
     rollout's JSON) and a run stores it. The run's model fields (models.strategy_field), the API
-    serializer's, the forms' (frontend/views_upgrades.py) and the validation (strategy_error) are made
+    serializer's, the forms' (frontend/views/upgrades.py) and the validation (strategy_error) are made
     from STRATEGY_FIELDS."""
 
     name: str

@@ -3,7 +3,7 @@
 import html
 import re
 
-# The upgrade strategy as StrategyForm (frontend/views_upgrades.py) takes it: a pool's upgrade form
+# The upgrade strategy as StrategyForm (frontend/views/upgrades.py) takes it: a pool's upgrade form
 # and the fleet rollout form both post these fields. One node at a time, no canary, pause at the first
 # failure, failed nodes kept cordoned.
 STRATEGY_FORM = {

@@ -5,7 +5,7 @@ from dataclasses import fields
 
 import pytest
 
-from frontend.views_upgrades import StrategyForm
+from frontend.views.upgrades import StrategyForm
 from upgrades.api.serializers import UpgradeRunSerializer
 from upgrades.machine import STRATEGY_FIELDS, FailedNodes, Strategy, strategy_error
 from upgrades.models import UpgradeRun

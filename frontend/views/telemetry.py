@@ -11,7 +11,7 @@ from nodepools.models import Gpu, NodePool
 from nvke.tenancy.context import TenantContext
 from telemetry.models import ClaimScaling, TelemetryEvent
 
-from .views import tenant_view
+from .shared import tenant_view
 
 WS_TELEMETRY = "/ws/telemetry/"  # nvke/routing.py
 RECENT_EVENTS = 20

@@ -12,7 +12,7 @@ from clusters.models import Cluster
 from nodepools.models import NodePool
 from nvke.tenancy.context import TenantContext
 
-from .views import tenant_view
+from .shared import tenant_view
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Driver upgrade pages: a pool's driver options with the start form, and a run's page (node grid and
 history, refreshed live from the websocket by live.js; controls, with a confirmation for abort and
-rollback; returning a node the run keeps cordoned to service, with a confirmation). Thin, like
-frontend/views.py: the services in upgrades/ do the work."""
+rollback; returning a node the run keeps cordoned to service, with a confirmation). Thin, like the
+package's other views: the services in upgrades/ do the work."""
 
 from django import forms
 from django.contrib import messages
@@ -22,8 +22,8 @@ from upgrades.controller import kick_if_stale
 from upgrades.machine import FINISHED, STRATEGY_FIELDS, Phase, State, StrategyField
 from upgrades.models import UpgradeDeferral, UpgradeRun
 
-from .forms import add_domain_error
-from .views import live, require_change, tenant_view
+from ..forms import add_domain_error
+from .shared import live, require_change, tenant_view
 
 CONFIRMED_CONTROLS = {"abort", "rollback"}  # these ask first
 

@@ -14,7 +14,7 @@ from upgrades import maintenance
 from upgrades.api.serializers import MaintenanceSerializer
 from upgrades.models import MaintenanceExclusion
 
-from .views import require_change, tenant_view
+from .shared import require_change, tenant_view
 
 
 class TimeZoneForm(forms.Form):

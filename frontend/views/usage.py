@@ -13,8 +13,8 @@ from django.utils.http import urlencode
 from claims import usage
 from nvke.tenancy.context import TenantContext
 
-from .snapshot import css_percent
-from .views import tenant_view
+from ..snapshot import css_percent
+from .shared import tenant_view
 
 GROUP_LABELS = {
     "pool": "Pool",

@@ -16,8 +16,8 @@ from nvke.tenancy.roles import Action
 from upgrades import control_plane, services
 from upgrades.machine import STRATEGY
 
-from .forms import add_domain_error
-from .views import require_change, tenant_view
+from ..forms import add_domain_error
+from .shared import require_change, tenant_view
 
 
 class VersionForm(forms.Form):

@@ -24,9 +24,9 @@ from upgrades import rollouts, services
 from upgrades.machine import Phase, Refusal, State, rollout_move
 from upgrades.models import FleetRollout, UpgradeRun
 
-from .forms import add_domain_error, driver_label
-from .views import live
-from .views_upgrades import StrategyForm, offered_controls, run_page
+from ..forms import add_domain_error, driver_label
+from .shared import live
+from .upgrades import StrategyForm, offered_controls, run_page
 
 CONTROLS = ("pause", "resume", "abort")
 LIVE_STREAM = "rollouts=1"  # nvke/consumers.py: the operators' stream

@@ -1,32 +1,24 @@
-"""Account pages: API tokens, members and invitations, audit log. Thin like frontend/views.py: parse
-the form, check the role, call nvke.tenancy.services, render. A new token's secret is rendered once, in
-the response to the POST that made it, and never stored anywhere it could be shown again."""
+"""Account pages: API tokens, members and invitations. Thin like the package's other views: parse the
+form, check the role, call nvke.tenancy.services, render. A new token's secret is rendered once, in the
+response to the POST that made it, and never stored anywhere it could be shown again."""
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from audit.filtersets import AuditEntryFilter
-from audit.models import AuditEntry
 from nvke.errors import DomainError, NotFound
 from nvke.tenancy import services
 from nvke.tenancy.context import SESSION_KEY, TenantContext
 from nvke.tenancy.models import ApiToken, Invitation, Membership
 from nvke.tenancy.roles import Action, Role
 
-from . import audit_lines
-from .forms import add_domain_error
-from .views import tenant_view
+from ..forms import add_domain_error
+from .shared import require_manage, tenant_view
 
-AUDIT_PER_PAGE = 100
-AUDIT_FILTERS = ("actor", "object_type", "action", "since", "until")  # what the audit page filters by
 ROLE_CHOICES = [(r.value, r.name.title()) for r in Role]
 
 
@@ -48,11 +40,6 @@ class InviteForm(forms.Form):
 
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=ROLE_CHOICES)
-
-
-def require_manage(context: TenantContext) -> None:
-    if not context.allows(Action.MANAGE):
-        raise PermissionDenied("Only the tenant's owners and admins may do this.")
 
 
 def _tokens(request: HttpRequest, context: TenantContext):
@@ -205,27 +192,3 @@ def member_remove(request: HttpRequest, context: TenantContext, pk: int) -> Http
     else:
         messages.success(request, f"{membership.user.username} is no longer a member.")
     return redirect("account-members")
-
-
-@tenant_view
-def audit_log(request: HttpRequest, context: TenantContext) -> HttpResponse:
-    """The tenant's audit log, newest first (owners and admins)."""
-    require_manage(context)
-    mine = AuditEntry.objects.restrict(context)
-    asked = {key: request.GET[key] for key in AUDIT_FILTERS if request.GET.get(key)}
-    found = AuditEntryFilter(asked, queryset=mine)
-    entries = found.qs if found.is_valid() else mine.none()
-    page = Paginator(entries, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
-    return render(
-        request,
-        "frontend/account/audit.html",
-        {
-            "page": page,
-            "lines": [(entry, audit_lines.line(entry)) for entry in page],
-            "asked": asked,
-            "query": urlencode(asked),
-            "errors": found.errors if not found.is_valid() else {},
-            "actors": mine.order_by("actor").values_list("actor", flat=True).distinct()[:100],
-            "object_types": mine.order_by("object_type").values_list("object_type", flat=True).distinct(),
-        },
-    )

@@ -1,0 +1,151 @@
+"""GPU claim pages: a cluster's claims with their filters, create, a claim's page (where it landed or
+why it waits, its rescaling and the pod that uses it), release."""
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Prefetch, Q, Sum
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+
+from claims import allocator
+from claims.models import Allocation, Claim, GpuShare
+from claims.pod_templates import pod_template, serves_dra
+from claims.sizing import sizing_hints
+from clusters.models import Cluster
+from nodepools.sharing import isolation_detail
+from nvke.errors import DomainError
+from nvke.tenancy.context import TenantContext
+from telemetry.models import ClaimScaling, TelemetryEvent
+
+from ..forms import ClaimCreateForm, add_domain_error, claim_filter
+from .shared import live, require_change, tenant_view
+
+CLAIMS_PER_PAGE = 100
+
+
+def _claims_page(request: HttpRequest, cluster: Cluster, claims) -> dict:
+    namespaces = list(cluster.claims.order_by("namespace").values_list("namespace", flat=True).distinct())
+    filterset = claim_filter(request.GET or None, claims, namespaces)
+    return {
+        "filters": filterset.form,
+        "filtered": any(request.GET.get(name) for name in filterset.form.fields),
+        "page_obj": Paginator(filterset.qs, CLAIMS_PER_PAGE).get_page(request.GET.get("page")),
+    }
+
+
+@tenant_view
+def claim_list(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    allocated = Q(status=Claim.Status.ALLOCATED)  # a pending claim holds nothing, whatever rows linger
+    claims = (
+        Claim.objects.restrict(context)
+        .filter(cluster=cluster)
+        .select_related("allocation__node")
+        .annotate(
+            memory_held=Sum("allocation__shares__memory_mib", filter=allocated),
+            compute_held=Sum("allocation__shares__compute_milli", filter=allocated),
+            guaranteed_held=Sum("allocation__shares__guaranteed_milli", filter=allocated),
+        )
+        .order_by("namespace", "name")
+    )
+    return render(
+        request,
+        "frontend/claim_list.html",
+        {
+            "cluster": cluster,
+            **_claims_page(request, cluster, claims),
+            "live": live(f"cluster={cluster.pk}", refresh_on=f"claims:{cluster.pk}"),
+        },
+    )
+
+
+@tenant_view
+def claim_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    cluster = get_object_or_404(Cluster.objects.restrict(context), pk=pk)
+    require_change(context)
+    form = ClaimCreateForm(request.POST or None, cluster=cluster)
+    if request.method == "POST" and form.is_valid():
+        try:
+            claim = allocator.create_claim(context=context, cluster=cluster, **form.claim_fields())
+        except DomainError as error:
+            add_domain_error(form, error)
+        else:
+            if claim.status == Claim.Status.ALLOCATED:
+                messages.success(request, f"Claim {claim} is allocated.")
+            else:
+                messages.warning(request, f"Claim {claim} is pending: {claim.pending_reason}")
+            return redirect("claim-detail", pk=claim.pk)
+    return render(
+        request,
+        "frontend/claim_form.html",
+        {"form": form, "cluster": cluster},
+        status=400 if form.errors else 200,
+    )
+
+
+def _get_claim(context: TenantContext, pk: int) -> Claim:
+    return get_object_or_404(Claim.objects.restrict(context).select_related("cluster", "pool"), pk=pk)
+
+
+def _allocation_of(claim: Claim) -> Allocation | None:
+    if claim.status != Claim.Status.ALLOCATED:
+        return None
+    return (
+        Allocation.objects.filter(claim=claim)
+        .select_related("node__pool__gpu_model")
+        .prefetch_related(Prefetch("shares", queryset=GpuShare.objects.select_related("gpu")))
+        .first()
+    )
+
+
+RECENT_DECISIONS = 10  # rescaling decisions shown on a claim's page (telemetry/rescale.py)
+
+
+@tenant_view
+def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    claim = _get_claim(context, pk)
+    allocation = _allocation_of(claim)
+    pool = allocation.node.pool if allocation else None
+    shares = list(allocation.shares.all()) if allocation else []
+    scaling = ClaimScaling.objects.filter(claim=claim).first()
+    return render(
+        request,
+        "frontend/claim_detail.html",
+        {
+            "claim": claim,
+            # Rescaling changes what it holds, never what it asked for.
+            "scaling": scaling,
+            "requested_compute": scaling.requested_compute_percent if scaling else claim.compute_percent,
+            "decisions": TelemetryEvent.objects.filter(claim=claim)[:RECENT_DECISIONS],
+            "pressure": {
+                "percent": settings.TELEMETRY_PRESSURE_PERCENT,
+                "seconds": settings.TELEMETRY_PRESSURE_S,
+                "idle_s": settings.TELEMETRY_IDLE_S,
+            },
+            "allocation": allocation,
+            "isolation": isolation_detail(allocation.isolation, pool.sharing_mode) if allocation else "",
+            "shares": shares,
+            "sizing": sizing_hints(claim, allocation),
+            "pod_template": pod_template(claim),
+            "serves_dra": serves_dra(claim),
+            "live": live(
+                f"cluster={claim.cluster_id}",
+                refresh_on=f"claim:{claim.pk}",
+                gone_on=f"claim:{claim.pk}",
+                gone_url=reverse("claim-list", args=[claim.cluster_id]),
+            ),
+        },
+    )
+
+
+@tenant_view
+def claim_release(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
+    claim = _get_claim(context, pk)
+    require_change(context)
+    if request.method == "POST":
+        allocator.release_claim(claim)
+        messages.success(request, f"Claim {claim} is released.")
+        return redirect("claim-list", pk=claim.cluster_id)
+    return render(request, "frontend/claim_confirm_release.html", {"claim": claim})
