@@ -86,6 +86,11 @@ def register(
         post_delete.connect(_after_delete, sender=model, dispatch_uid=uid)
 
 
+def audited_models() -> list[type[models.Model]]:
+    """Every model registered for the audit log."""
+    return list(_registry)
+
+
 def _before_save(sender, instance, raw=False, update_fields=None, **kwargs):
     tracked = _registry[sender]
     instance._audit_before = None

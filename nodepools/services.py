@@ -190,6 +190,16 @@ def delete_pool(pool: NodePool) -> NodePool:
     return pool
 
 
+VERSION_FIELDS = ("driver_release", "kubernetes_version", "node_image")
+
+
+def complete_upgrade(pool_id: int, **versions) -> None:
+    """A pool's driver, Kubernetes version or node image once an upgrade run has moved every node to it.
+    No audit entry of its own: the run's entry and its conditions record the change."""
+    assert versions and set(versions) <= set(VERSION_FIELDS), versions
+    NodePool.objects.filter(pk=pool_id).update(**versions)
+
+
 def pool_spec(pool: NodePool) -> PoolSpec:
     model = pool.gpu_model
     return PoolSpec(

@@ -5,7 +5,8 @@ call and record; upgrades.machine sees only versions, compared as strings."""
 
 from clusters.skew import minor_of
 from nodepools import nodes as node_rows
-from nodepools.models import Node, NodePool
+from nodepools import services as pool_services
+from nodepools.models import Node
 from nvke.providers.base import ClusterOperations, DriverStatus
 
 from .models import UpgradeRun
@@ -38,7 +39,7 @@ class DriverTarget:
         node_rows.record_driver(node, version=status.version, gpus_healthy=status.gpus_healthy)
 
     def complete(self) -> None:
-        NodePool.objects.filter(pk=self.run.pool_id).update(driver_release=self.run.target_release)
+        pool_services.complete_upgrade(self.run.pool_id, driver_release=self.run.target_release)
 
     def new_machines(self) -> dict[str, str]:
         """What the pool's new machines get while the run is live (NodePool.new_machines)."""
@@ -97,7 +98,7 @@ class KubernetesTarget(_Replacement):
         node_rows.record_machine(node, kubelet_version=status.version)
 
     def complete(self) -> None:
-        NodePool.objects.filter(pk=self.run.pool_id).update(kubernetes_version=self.run.kubernetes_version)
+        pool_services.complete_upgrade(self.run.pool_id, kubernetes_version=self.run.kubernetes_version)
 
     def new_machines(self) -> dict[str, str]:
         return {"kubernetes_version": self.version}
@@ -123,7 +124,7 @@ class ImageTarget(_Replacement):
         node_rows.record_machine(node, node_image=status.version)
 
     def complete(self) -> None:
-        NodePool.objects.filter(pk=self.run.pool_id).update(node_image=self.run.node_image)
+        pool_services.complete_upgrade(self.run.pool_id, node_image=self.run.node_image)
 
     def new_machines(self) -> dict[str, str]:
         return {"node_image": self.version}
