@@ -9,17 +9,12 @@ place. Upgrading the control plane must keep every pool within the skew, so a po
 upgraded first."""
 
 import re
-from dataclasses import dataclass
+
+from catalog.compatibility import Refusal
 
 MAX_KUBELET_SKEW = 3  # minor versions a kubelet may lag kube-apiserver
 
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?")
-
-
-@dataclass(frozen=True)
-class Refusal:
-    rule: str
-    message: str
 
 
 def minor_of(version: str) -> tuple[int, int]:

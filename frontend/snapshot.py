@@ -125,7 +125,7 @@ def gpu_bar(gpu: Gpu, mig: bool = False, budget_percent: int = 100) -> GpuBar:
 
 
 @dataclass(frozen=True)
-class Usage:
+class HostUsage:
     """One host resource of a node: held by claims out of capacity, as figures and a CSS width."""
 
     name: str
@@ -133,15 +133,15 @@ class Usage:
     width: str
 
 
-def host_usage(node: Node, cpu_milli: int, memory_mib: int) -> list[Usage]:
+def host_usage(node: Node, cpu_milli: int, memory_mib: int) -> list[HostUsage]:
     """The node's host CPU and memory held by its allocated claims."""
     return [
-        Usage(
+        HostUsage(
             "Host CPU",
             f"{cpu_milli / 1000:g} / {node.cpu_millicores / 1000:g} cores",
             css_percent(cpu_milli / (node.cpu_millicores or 1)),
         ),
-        Usage(
+        HostUsage(
             "Host memory",
             f"{human_mib(memory_mib)} / {human_mib(node.memory_mib)}",
             css_percent(memory_mib / (node.memory_mib or 1)),

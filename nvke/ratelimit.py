@@ -60,7 +60,7 @@ def parse_rate(rate: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Verdict:
     allowed: bool
     retry_after_s: float  # 0 when allowed
 
@@ -110,12 +110,12 @@ def _retry_after(limit: int, current: int, previous: int, elapsed: float, window
     return (window - elapsed) + window * (1 - limit / current)
 
 
-def hit(key: str, limit: int, window_s: float) -> Decision:
+def hit(key: str, limit: int, window_s: float) -> Verdict:
     """Count one request under `key` if it stays within `limit` per `window_s`, atomically."""
     return hit_all([(key, limit, window_s)])[0]
 
 
-def hit_all(checks: list[tuple[str, int, float]]) -> list[Decision]:
+def hit_all(checks: list[tuple[str, int, float]]) -> list[Verdict]:
     """`hit` for several (key, limit, window_s) at once, in one Redis round trip."""
     if not checks:
         return []
@@ -140,9 +140,9 @@ def hit_all(checks: list[tuple[str, int, float]]) -> list[Decision]:
                     MEMORY.incr(this, now, window_s * 2)
                 counts.append((allowed, current, previous))
     return [
-        Decision(True, 0.0)
+        Verdict(True, 0.0)
         if allowed
-        else Decision(False, max(_retry_after(limit, current, previous, elapsed, window_s), 1.0))
+        else Verdict(False, max(_retry_after(limit, current, previous, elapsed, window_s), 1.0))
         for (allowed, current, previous), (limit, elapsed, window_s) in zip(counts, windows, strict=True)
     ]
 

@@ -34,14 +34,14 @@ GROWTH_STEP = 0.5  # each step adds half the request (the most it reaches: its p
 
 
 @dataclass(frozen=True)
-class Decision:
+class RescaleDecision:
     claim_id: int
     action: str  # "grow" or "shrink"
 
 
 def decide(
     states: dict[int, dict[str, float]], grown: set[int], policies: dict[int, Policy] | None = None
-) -> list[Decision]:
+) -> list[RescaleDecision]:
     """Pure: which claims act now, from their usage state (see store._track_claim) and the policy of
     each claim's pool (`policies`: claim id → policy; a claim not in it follows the defaults)."""
     policies = policies or {}
@@ -52,9 +52,9 @@ def decide(
         ts = state.get("ts", 0.0)
         if "over_since" in state and ts - state["over_since"] >= policy.pressure_s:
             if policy.enabled:  # a disabled pool's claims never grow (nor are throttled)
-                decisions.append(Decision(claim_id, "grow"))
+                decisions.append(RescaleDecision(claim_id, "grow"))
         elif claim_id in grown and "idle_since" in state and ts - state["idle_since"] >= policy.idle_s:
-            decisions.append(Decision(claim_id, "shrink"))  # disabled or not: a grown claim gives back
+            decisions.append(RescaleDecision(claim_id, "shrink"))  # disabled or not: a grown claim gives back
     return decisions
 
 

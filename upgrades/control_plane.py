@@ -11,6 +11,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from catalog.compatibility import Refusal
 from catalog.models import KubernetesVersion
 from clusters import skew
 from clusters.events import publish_cluster
@@ -30,20 +31,20 @@ CONDITION = "ControlPlaneUpToDate"
 NOTICE_DAYS = 60  # a version this close to its end of support gets a notice
 
 
-def refusal(cluster: Cluster, version: str, catalog: set[str]) -> skew.Refusal | None:
+def refusal(cluster: Cluster, version: str, catalog: set[str]) -> Refusal | None:
     """Why the cluster's control plane cannot move to `version`; None when it can."""
     if cluster.attached or cluster.kubernetes_version is None:
-        return skew.Refusal(
+        return Refusal(
             "not_managed",
             f"Cluster {cluster.name} is attached: its control plane is its owner's to upgrade, not NVKE's.",
         )
     if version not in catalog:
-        return skew.Refusal("unknown_version", f"Kubernetes {version!r} is not in the catalog.")
+        return Refusal("unknown_version", f"Kubernetes {version!r} is not in the catalog.")
     pools = dict(cluster.node_pools.exclude(kubernetes_version="").values_list("name", "kubernetes_version"))
     return skew.control_plane_refusal(cluster.kubernetes_version.version, version, pools)
 
 
-def options(cluster: Cluster) -> list[tuple[str, skew.Refusal | None]]:
+def options(cluster: Cluster) -> list[tuple[str, Refusal | None]]:
     """Every catalog version with why the control plane cannot move to it (None: it can), newest first."""
     catalog = set(KubernetesVersion.objects.values_list("version", flat=True))
     ordered = sorted(catalog, key=skew.minor_of, reverse=True)
@@ -65,7 +66,7 @@ def support_notice(version: KubernetesVersion | None, today: datetime.date) -> s
     return ""
 
 
-def _options(rows: list[tuple[str, skew.Refusal | None]]) -> list[dict]:
+def _options(rows: list[tuple[str, Refusal | None]]) -> list[dict]:
     return [
         {
             "version": version,

@@ -1,7 +1,7 @@
 """NVKE's GPU-sharing allocator: pure placement core (no Django). See fleet.place()."""
 
 from catalog.mig import Profile, place_layout
-from claims.allocation.defrag import Move, plan_defrag
+from claims.allocation.defrag import ClaimMove, plan_defrag
 from claims.allocation.fgd import Distribution, Workload
 from claims.allocation.fleet import POLICIES, Fleet, PlacementCache, empty_fleet, fits_ever, place
 from claims.allocation.state import (
@@ -22,7 +22,7 @@ __all__ = [
     "Fleet",
     "GpuState",
     "MigSlice",
-    "Move",
+    "ClaimMove",
     "NodeState",
     "Placement",
     "PlacementCache",

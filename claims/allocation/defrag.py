@@ -11,7 +11,7 @@ from claims.allocation.state import FRACTION, MIG_SLICE, NodeState, Placement
 
 
 @dataclass(frozen=True)
-class Move:
+class ClaimMove:
     claim_id: Hashable
     source: Placement
     target: Placement
@@ -19,7 +19,7 @@ class Move:
 
 def plan_defrag(
     nodes: Iterable[NodeState], placements: Mapping[Hashable, Placement], max_moves: int
-) -> list[Move]:
+) -> list[ClaimMove]:
     """Moves (at most `max_moves`) that empty as many GPUs as this greedy finds. `nodes` are not changed.
 
     Greedy, not optimal: repeatedly take the GPU that is cheapest to empty (fewest claims on it, then
@@ -36,7 +36,7 @@ def plan_defrag(
                 g.healthy = False
     scratch = Fleet(work)
     current = dict(placements)
-    moves: list[Move] = []
+    moves: list[ClaimMove] = []
     hopeless: set[tuple[Hashable, int]] = set()
     while len(moves) < max_moves:
         plan = None
@@ -81,9 +81,9 @@ def _set_health(fleet: Fleet, gpu: tuple[Hashable, int], healthy: bool) -> None:
 
 def _empty(
     scratch: Fleet, gpu: tuple[Hashable, int], claims: list[tuple[Hashable, Placement]]
-) -> list[Move] | None:
+) -> list[ClaimMove] | None:
     """Moves that take every claim off `gpu` (closed meanwhile), found on `scratch` and undone there."""
-    plan: list[Move] = []
+    plan: list[ClaimMove] = []
     released: list[Placement] = []
     healthy = scratch.node(gpu[0]).gpus[gpu[1]].healthy
     _set_health(scratch, gpu, False)
@@ -94,7 +94,7 @@ def _empty(
         if not isinstance(target, Placement):
             break
         scratch.apply(target)
-        plan.append(Move(claim_id, source, target))
+        plan.append(ClaimMove(claim_id, source, target))
     for move in reversed(plan):
         scratch.release(move.target)
     _set_health(scratch, gpu, True)  # apply() puts claims only on healthy GPUs

@@ -22,7 +22,7 @@ class PlannedMove:
     mig_start: int | None
 
 
-def _planned(moves: list[core.Move]) -> list[PlannedMove]:
+def _planned(moves: list[core.ClaimMove]) -> list[PlannedMove]:
     return [
         PlannedMove(
             m.claim_id,

@@ -13,13 +13,13 @@ from nodepools.models import Node
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DrainOutcome:
     claim: Claim
     to_node: str  # where it would go; "" when it would wait
     reason: str  # why it would wait
 
 
-def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[Outcome]]:
+def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[DrainOutcome]]:
     """Node pk → what becomes of each claim on it (highest priority first) if that node alone is drained;
     the other nodes of `node_ids` stay in service meanwhile, as when an upgrade takes one at a time."""
     with allocation_lock(cluster_id):
@@ -30,7 +30,7 @@ def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[Outcom
         .order_by("-priority", "created_at")
     )
     names = dict(Node.objects.filter(pool__cluster_id=cluster_id).values_list("pk", "name"))
-    result: dict[int, list[Outcome]] = {node_id: [] for node_id in node_ids}
+    result: dict[int, list[DrainOutcome]] = {node_id: [] for node_id in node_ids}
     for node_id in node_ids:
         on_node = [c for c in claims if c.allocation.node_id == node_id and c.pk in snap.inventory.placements]
         if node_id not in snap.fleet_of:
@@ -45,11 +45,11 @@ def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[Outcom
         for claim in on_node:
             placement, reason = find_placement(claim, snap)
             if placement is None:
-                result[node_id].append(Outcome(claim, "", reason))
+                result[node_id].append(DrainOutcome(claim, "", reason))
                 continue
             snap.apply(claim.pk, placement)
             moved.append(claim.pk)
-            result[node_id].append(Outcome(claim, names.get(placement.node_id, ""), ""))
+            result[node_id].append(DrainOutcome(claim, names.get(placement.node_id, ""), ""))
         for claim_id in moved:  # back as it was, for the next node
             target = snap.inventory.placements.pop(claim_id)
             snap.fleet_of[target.node_id].release(target)

@@ -42,7 +42,7 @@ class ShareRow:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ClaimOutcome:
     claim_id: int
     status: str
     reason: str
@@ -57,11 +57,13 @@ class Pass:
     allocations: list[AllocationRow]
     shares: list[ShareRow]
     log: list[tuple[int, dict]]  # (claim id, placement as the log stores it)
-    outcomes: list[Outcome]
+    outcomes: list[ClaimOutcome]
     usage: list[UsageRow]  # a metering interval opened for each allocation
 
 
-def write_pass(snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outcomes: list[Outcome]) -> None:
+def write_pass(
+    snap: Snapshot, placed: list[tuple[Claim, core.Placement]], outcomes: list[ClaimOutcome]
+) -> None:
     """Rows for placements already applied to the snapshot (allocations, GPU shares, log entries, metering
     intervals) and the claims' new status, in the current transaction: one statement on PostgreSQL however
     many claims."""

@@ -19,7 +19,7 @@ from claims.allocator import metering, moves
 from claims.allocator.inventory import CACHE, Inventory, Snapshot, placement_json
 from claims.allocator.locks import allocation_lock, allocation_lock_if_free, claim_after_holder
 from claims.allocator.queue import request_placement
-from claims.allocator.rows import Outcome, claims_by_pk, write_pass
+from claims.allocator.rows import ClaimOutcome, claims_by_pk, write_pass
 from claims.allocator.shapes import field_at_fault, pool_shape, request_of, validate_claim
 from claims.allocator.shortfall import shortfall
 from claims.events import publish_claim
@@ -377,7 +377,7 @@ def _place_all(claims: list[Claim], snap: Snapshot) -> int:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
         else:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
-    write_pass(snap, placed, [Outcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
+    write_pass(snap, placed, [ClaimOutcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
     for claim in claims:
         publish_claim(claim, pool=snap.pool_holding(claim.pk) or claim.pool_id)
     return len(placed)

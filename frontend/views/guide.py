@@ -16,7 +16,7 @@ from .shared import tenant_view
 
 
 @dataclass(frozen=True)
-class Step:
+class GuideStep:
     title: str
     done: bool
     text: str
@@ -32,7 +32,7 @@ def getting_started(request: HttpRequest, context: TenantContext) -> HttpRespons
     claims = Claim.objects.restrict(context).filter(cluster=cluster) if cluster else Claim.objects.none()
     placed = claims.filter(status=Claim.Status.ALLOCATED).order_by("pk").first()
     steps = [
-        Step(
+        GuideStep(
             "A cluster",
             cluster is not None,
             "Attach a Kubernetes cluster you run (NVKE reads its GPU nodes and drives their drivers), or "
@@ -40,7 +40,7 @@ def getting_started(request: HttpRequest, context: TenantContext) -> HttpRespons
             reverse("cluster-attach"),
             "Attach a cluster",
         ),
-        Step(
+        GuideStep(
             "A GPU node pool",
             pool is not None,
             "A pool is the cluster's nodes of one GPU model: how they share their GPUs (whole, MIG, "
@@ -48,7 +48,7 @@ def getting_started(request: HttpRequest, context: TenantContext) -> HttpRespons
             reverse("pool-create", args=[cluster.pk]) if cluster else "",
             "Add a pool",
         ),
-        Step(
+        GuideStep(
             "A claim",
             claims.exists(),
             "Ask for whole GPUs, a MIG slice, or a fraction (GPU memory and a compute share). NVKE places it "
@@ -56,7 +56,7 @@ def getting_started(request: HttpRequest, context: TenantContext) -> HttpRespons
             reverse("claim-create", args=[cluster.pk]) if cluster else "",
             "Make a claim",
         ),
-        Step(
+        GuideStep(
             "A running workload",
             placed is not None and placed.workload.get("state") == "allocated",
             "Label the namespace nvke.io/managed=true and apply the pod on the claim's page: it references "
@@ -65,7 +65,7 @@ def getting_started(request: HttpRequest, context: TenantContext) -> HttpRespons
             reverse("claim-detail", args=[placed.pk]) if placed else "",
             "Use this claim",
         ),
-        Step(
+        GuideStep(
             "Watch it",
             False,
             "Live GPU utilization per pool and GPU, and what each claim holds, also from kubectl "

@@ -64,7 +64,7 @@ class Pending:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScaleDecision:
     pool_id: int
     action: Action
     reason: str
@@ -120,7 +120,7 @@ class _Sim:
         return True
 
 
-def decide(pools: list[PoolView], pending: list[Pending]) -> dict[int, Decision]:
+def decide(pools: list[PoolView], pending: list[Pending]) -> dict[int, ScaleDecision]:
     """Pool id -> what it should do now. `pending`: highest priority first, then oldest."""
     sims = {pool.id: _Sim(pool) for pool in pools}
     for claim in pending:
@@ -136,11 +136,11 @@ def decide(pools: list[PoolView], pending: list[Pending]) -> dict[int, Decision]
     return {pool.id: _decision(sims[pool.id]) for pool in pools}
 
 
-def _decision(sim: _Sim) -> Decision:
+def _decision(sim: _Sim) -> ScaleDecision:
     pool, n = sim.pool, sim.pool.node_count
 
-    def decision(action: Action, reason: str, message: str, **more) -> Decision:
-        return Decision(pool.id, action, reason, message, more.pop("to_nodes", n), **more)
+    def decision(action: Action, reason: str, message: str, **more) -> ScaleDecision:
+        return ScaleDecision(pool.id, action, reason, message, more.pop("to_nodes", n), **more)
 
     claims = tuple(sim.claims)
     if sim.kept:
@@ -181,7 +181,7 @@ def _decision(sim: _Sim) -> Decision:
     return _scale_down(pool, decision)
 
 
-def _scale_down(pool: PoolView, decision) -> Decision:
+def _scale_down(pool: PoolView, decision) -> ScaleDecision:
     n, delay = pool.node_count, pool.scale_down_delay_s
     if pool.nodes != n:
         return decision(Action.NONE, "Scaling", f"Waiting for the pool to reach its {n} nodes.")

@@ -32,7 +32,7 @@ from claims.models import Claim
 from clusters.models import Cluster
 from clusters.services import cluster_infrastructure, cluster_operations
 from nodepools import capacity, nodes
-from nodepools.autoscaler.decide import Action, Decision, IdleNode, Pending, PoolView, decide
+from nodepools.autoscaler.decide import Action, IdleNode, Pending, PoolView, ScaleDecision, decide
 from nodepools.events import publish_pool
 from nodepools.models import AutoscalerDecision, Node, NodePool, ScaleDown
 from nvke import jobs
@@ -66,7 +66,7 @@ def clusters() -> list[int]:
     return sorted(set(pools.values_list("cluster_id", flat=True)))
 
 
-def autoscale(cluster_id: int) -> dict[int, Decision]:
+def autoscale(cluster_id: int) -> dict[int, ScaleDecision]:
     """One step for the cluster's autoscaling pools; pool pk -> what was decided."""
     cluster = Cluster.objects.filter(pk=cluster_id, status=Cluster.Status.RUNNING).first()
     if cluster is None or not _pools(cluster_id).exists():
@@ -194,7 +194,7 @@ def _put_back(pool: NodePool, node: Node, reason: str, message: str) -> None:
     _record(pool, Action.CANCEL_SCALE_DOWN, reason, message, pool.node_count, node=node.name)
 
 
-def _carry_out(pool: NodePool, decision: Decision, rows: list[Node], now) -> None:
+def _carry_out(pool: NodePool, decision: ScaleDecision, rows: list[Node], now) -> None:
     if decision.action == Action.SCALE_UP:
         before = pool.node_count
         pool.node_count, pool.status = decision.to_nodes, NodePool.Status.SCALING
@@ -227,7 +227,7 @@ def _carry_out(pool: NodePool, decision: Decision, rows: list[Node], now) -> Non
     publish_pool(pool)
 
 
-def _same_as_last(pool: NodePool, decision: Decision) -> bool:
+def _same_as_last(pool: NodePool, decision: ScaleDecision) -> bool:
     last = pool.autoscaler_decisions.values_list("action", "reason", "to_nodes", "node").first()
     return last == (decision.action, decision.reason, decision.to_nodes, decision.node)
 

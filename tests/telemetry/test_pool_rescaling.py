@@ -15,7 +15,7 @@ from nvke.errors import DomainError
 from nvke.tenancy.models import ApiToken
 from telemetry import policy, rescale, store
 from telemetry.models import ClaimScaling, PoolRescaling, TelemetryEvent
-from telemetry.rescale import Decision
+from telemetry.rescale import RescaleDecision
 
 from ..frontend.helpers import field_errors
 from .conftest import gpu_of
@@ -186,8 +186,8 @@ def test_decide_uses_each_claims_pool_seconds():
         4: {"ts": now, "idle_since": now - 90},
     }
     assert rescale.decide(states, grown={3, 4}, policies={1: fast, 3: fast}) == [
-        Decision(1, "grow"),
-        Decision(3, "shrink"),
+        RescaleDecision(1, "grow"),
+        RescaleDecision(3, "shrink"),
     ]
     assert rescale.decide(states, grown={3, 4}) == []
 
@@ -196,7 +196,7 @@ def test_decide_never_grows_a_disabled_pools_claims_but_shrinks_them():
     off = policy.Policy(**{**DEFAULTS, "enabled": False})
     now = 10_000.0
     states = {1: {"ts": now, "over_since": now - 3600}, 2: {"ts": now, "idle_since": now - 3600}}
-    assert rescale.decide(states, grown={2}, policies={1: off, 2: off}) == [Decision(2, "shrink")]
+    assert rescale.decide(states, grown={2}, policies={1: off, 2: off}) == [RescaleDecision(2, "shrink")]
 
 
 def test_a_pools_pressure_seconds_decide_when_its_claims_grow(add_pool, claim_in):
