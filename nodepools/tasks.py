@@ -26,7 +26,6 @@ def reconcile_all_pools() -> None:
 def autoscale_cluster(cluster_id: int) -> None:
     """One step of the pool autoscaler for the cluster (idempotent: it reads what is, decides, records)."""
     autoscaler.autoscale(cluster_id)
-    autoscaler.keep_stepping(cluster_id)  # the embedded default's stand-in for beat
 
 
 @shared_task

@@ -1,10 +1,12 @@
 """The embedded default's live telemetry. It runs no Redis, no beat and no simulator process, yet its
 dashboard is live: the store is in this process (store.client() without REDIS_URL), and one daemon
 thread of the web process plays the other two parts. Every second it writes a sample of each GPU of the
-simulated clusters (attached clusters' GPUs report through nvke-agent, as in production), and it runs
-beat's telemetry upkeep (rollup, rescale, heartbeats) and upgrades' resync (automatic upgrades, fleet
-rollouts, control plane steps, lost tick chains) on beat's own schedule, both by task name (the other
-beat entries have embedded paths of their own). nvke/asgi.py starts it."""
+simulated clusters (attached clusters' GPUs report through nvke-agent, as in production), and it plays
+beat's whole schedule (settings.CELERY_BEAT_SCHEDULE: the fleet's resync, pending claims, the pool
+autoscaler, telemetry's upkeep, upgrades' resync, the logs' pruning), each task by name when it is due.
+It is the embedded default's one scheduler; only an upgrade run's ticks, which Celery would run after a
+countdown rather than on beat's schedule, keep timers of their own (upgrades.controller.schedule_tick).
+nvke/asgi.py starts it."""
 
 import logging
 import threading
@@ -21,17 +23,12 @@ log = logging.getLogger(__name__)
 SAMPLE_INTERVAL_S = 1.0
 RESTART_AFTER_S = 5.0
 SIMULATED_GPUS = {"node__pool__cluster__attached": False}
-UPKEEP = ("telemetry.", "upgrades.tasks.resync_runs")  # beat's entries this thread plays
 _started = threading.Event()
 
 
 def upkeep_schedule() -> dict[str, float]:
-    """Beat's tasks this thread plays: task name → seconds between runs."""
-    return {
-        entry["task"]: float(entry["schedule"])
-        for entry in settings.CELERY_BEAT_SCHEDULE.values()
-        if entry["task"].startswith(UPKEEP)
-    }
+    """Beat's tasks, which this thread plays: task name → seconds between runs."""
+    return {entry["task"]: float(entry["schedule"]) for entry in settings.CELERY_BEAT_SCHEDULE.values()}
 
 
 def start() -> None:

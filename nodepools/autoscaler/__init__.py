@@ -2,8 +2,10 @@
 lose nodes that held no claim for their `scale_down_delay_s`, within `min_nodes`..`max_nodes`.
 
 - `decide`: the decisions, pure (the placement core simulates where pending claims would go);
-- `service`: the control loop, one step per cluster, and the provider calls after it;
-- `embedded`: the steps beat would start, on a timer thread, in the embedded default.
+- `service`: the control loop, one step per cluster, and the provider calls after it.
+
+Beat steps every autoscaling cluster (`nodepools.tasks.autoscale_all`); so does the embedded default's
+one scheduler, which plays beat's schedule (telemetry/embedded.py).
 
 `request(cluster)` asks for a step after commit, when the cluster has an autoscaling pool. Apps above
 this one that must not lose a pool's nodes for a while (a driver upgrade run) say so with
@@ -11,7 +13,6 @@ this one that must not lose a pool's nodes for a while (a driver upgrade run) sa
 
 from collections.abc import Callable
 
-from nodepools.autoscaler.embedded import keep_stepping
 from nodepools.autoscaler.service import HOLDS, autoscale, clusters
 from nodepools.models import NodePool
 from nvke import jobs
@@ -27,4 +28,4 @@ def request(cluster_id: int) -> None:
         jobs.enqueue("nodepools.tasks.autoscale_cluster", cluster_id)
 
 
-__all__ = ["autoscale", "clusters", "hold_scale_down", "keep_stepping", "request"]
+__all__ = ["autoscale", "clusters", "hold_scale_down", "request"]

@@ -1,6 +1,6 @@
 """The pool autoscaler in the embedded default (`scripts/dev serve`: SQLite, tasks in process, no beat):
 a claim the demo's L4 pool cannot hold grows it, and once released the idle node goes, its steps on the
-process's own timer thread."""
+process's one scheduler, which plays beat's schedule."""
 
 import time
 

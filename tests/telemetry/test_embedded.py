@@ -73,14 +73,16 @@ def test_the_embedded_simulator_plays_only_simulated_clusters(frac_pool):
     assert synthetic_load.layout(embedded.SIMULATED_GPUS) == []
 
 
-def test_the_embedded_upkeep_is_beats_telemetry_schedule_and_the_upgrades_resync(settings):
+def test_the_embedded_upkeep_is_beats_whole_schedule(settings):
+    """The embedded default's one scheduler plays every beat entry: the autoscaler's steps, pending
+    claims, automatic upgrades (from the resync) would never run on a laptop otherwise."""
     schedule = embedded.upkeep_schedule()
     assert schedule == {
-        "telemetry.tasks.rollup": 10.0,
-        "telemetry.tasks.rescale": 5.0,
-        "telemetry.tasks.check_heartbeats": 15.0,
-        # automatic upgrades start from it: without it they never would on a laptop
-        "upgrades.tasks.resync_runs": settings.CELERY_BEAT_SCHEDULE["resync-upgrades"]["schedule"],
+        entry["task"]: float(entry["schedule"]) for entry in settings.CELERY_BEAT_SCHEDULE.values()
     }
+    assert (
+        schedule["upgrades.tasks.resync_runs"] == settings.CELERY_BEAT_SCHEDULE["resync-upgrades"]["schedule"]
+    )
+    assert schedule["nodepools.tasks.autoscale_all"] == settings.NVKE_AUTOSCALER_INTERVAL_S
     celery_app.loader.import_default_modules()
     assert set(schedule) <= set(celery_app.tasks)
