@@ -20,8 +20,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from nodepools.models import DriverRelease, GpuModel, NodePool
 from nvke.errors import DomainError
 from upgrades import rollouts, services
-from upgrades.machine import Phase, Refusal, State, rollout_move
 from upgrades.models import FleetRollout, UpgradeRun
+from upgrades.node_machine import State
+from upgrades.run_lifecycle import Phase, Refusal, rollout_move
 
 from .forms import add_domain_error, driver_label
 from .views import live

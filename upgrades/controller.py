@@ -20,7 +20,7 @@ One tick, in three parts:
    refused uncordon or drain is retried).
 
 Every phase change of a run, a tick's or an operator's control (services.control), is a row of
-machine.LIFECYCLE, recorded by `enter`.
+run_lifecycle.LIFECYCLE, recorded by `enter`.
 
 Crash safety: the transaction commits the decision and the intent together or not at all; a crash after
 the commit leaves the intent, and the next tick (the chain's or beat's resync) makes the call again. Calls
@@ -47,26 +47,20 @@ from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
 from . import deferral, events, maintenance
-from .machine import (
+from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .node_machine import (
     ACTIVE,
-    FINISHED,
-    LIVE,
-    STRATEGY_FIELDS,
     Effect,
-    FailedNodes,
-    Move,
     NodeView,
-    Phase,
     RunView,
     State,
-    Strategy,
     keeps_cordoned,
     kept_message,
     nodes_text,
     plan,
-    tick_move,
 )
-from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .run_lifecycle import FINISHED, LIVE, Move, Phase, tick_move
+from .strategy import STRATEGY_FIELDS, FailedNodes, Strategy
 from .targets import DriverTarget, target_of
 
 log = logging.getLogger(__name__)
@@ -654,7 +648,7 @@ def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now)
 
 
 def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) -> None:
-    """The plan's phase change (a row of machine.LIFECYCLE); a completed run moves the pool's release,
+    """The plan's phase change (a row of run_lifecycle.LIFECYCLE); a completed run moves the pool's release,
     and a rollout hears of a run of its that ended or paused."""
     enter(run, tick_move(Phase(run.status), Phase(status), reason), now, message)
     if status == Phase.COMPLETED:
@@ -664,7 +658,7 @@ def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) ->
 
 
 def enter(run: UpgradeRun, move: Move, now, message: str = "") -> None:
-    """Take the run along one row of machine.LIFECYCLE, a control's (services.control) or a tick's,
+    """Take the run along one row of run_lifecycle.LIFECYCLE, a control's (services.control) or a tick's,
     recorded in its history; the caller saves the run. `message`: a tick's, from its plan."""
     message = message or move.message
     if move.to is not None:

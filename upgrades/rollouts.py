@@ -13,8 +13,8 @@ from nvke.errors import Conflict, DomainError
 
 from . import events
 from .compatibility import upgrade_refusals
-from .machine import FINISHED, LIVE, Phase, Refusal, rollout_move, takes
 from .models import FleetRollout, UpgradeRun
+from .run_lifecycle import FINISHED, LIVE, Phase, Refusal, rollout_move, takes
 from .services import control, create_run, validate_strategy
 
 

@@ -1,27 +1,25 @@
 """A virtual fleet for the pure state machine: fixed step durations, injectable failures, a virtual
-clock. The property tests and bench/upgrades.py drive `machine.plan` through it, tick by tick, and
+clock. The property tests and bench/upgrades.py drive `node_machine.plan` through it, tick by tick, and
 check the invariants after every tick."""
 
 import random
 import time
 from dataclasses import dataclass, field, replace
 
-from .machine import (
+from .node_machine import (
     ACTIVE,
-    LIVE,
     Effect,
     NodeView,
-    Phase,
     RunView,
     State,
-    Strategy,
     keeps_cordoned,
     plan,
     return_refusal,
     returned_to_service,
-    tick_move,
     unavailable_count,
 )
+from .run_lifecycle import LIVE, Phase, tick_move
+from .strategy import Strategy
 
 
 @dataclass(frozen=True)

@@ -7,29 +7,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvke.node_counts import nodes_of, parse_nodes
-from upgrades.machine import (
+from upgrades.node_machine import (
     KEPT_MESSAGE,
-    LIFECYCLE,
-    TICK,
-    Control,
     Effect,
-    FailedNodes,
-    Move,
     NodeView,
-    Phase,
-    Refusal,
-    RunFacts,
     RunView,
     State,
-    Strategy,
-    control_move,
     plan,
     return_refusal,
     returned_to_service,
+)
+from upgrades.run_lifecycle import (
+    LIFECYCLE,
+    TICK,
+    Control,
+    Move,
+    Phase,
+    Refusal,
+    RunFacts,
+    control_move,
     rollout_move,
-    strategy_error,
     tick_move,
 )
+from upgrades.strategy import FailedNodes, Strategy, strategy_error
 from upgrades.virtual_fleet import Durations, run_simulation
 
 RUN = RunView(phase=Phase.RUNNING, target_version="2.0")
