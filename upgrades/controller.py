@@ -60,7 +60,7 @@ from .node_machine import (
     nodes_text,
     plan,
 )
-from .run_lifecycle import FINISHED, LIVE, Move, Phase, tick_move
+from .run_lifecycle import FINISHED, LIVE, LifecycleMove, Phase, tick_move
 from .strategy import STRATEGY_FIELDS, FailedNodes, Strategy
 from .targets import DriverTarget, target_of
 
@@ -683,7 +683,7 @@ def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) ->
         jobs.enqueue("upgrades.tasks.advance_rollout", run.rollout_id)
 
 
-def enter(run: UpgradeRun, move: Move, now, message: str = "") -> None:
+def enter(run: UpgradeRun, move: LifecycleMove, now, message: str = "") -> None:
     """Take the run along one row of run_lifecycle.LIFECYCLE, a control's (services.control) or a tick's,
     recorded in its history; the caller saves the run. `message`: a tick's, from its plan."""
     message = message or move.message

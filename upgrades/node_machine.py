@@ -111,7 +111,9 @@ class RunView:
 
 
 @dataclass(frozen=True)
-class Step:
+class NodeStep:
+    """One node's move this tick: the state it goes to, and what the shell must do to it first."""
+
     node: str
     to: State
     effect: Effect = Effect.NONE
@@ -122,12 +124,12 @@ class Step:
 @dataclass
 class Plan:
     phase: Phase
-    steps: list[Step] = field(default_factory=list)
+    steps: list[NodeStep] = field(default_factory=list)
     reason: str = ""  # why the phase changed, for the run's condition history
     message: str = ""
     canary_done_at: float | None = None
 
-    def for_node(self, name: str) -> Step | None:
+    def for_node(self, name: str) -> NodeStep | None:
         return next((s for s in self.steps if s.node == name), None)
 
 
@@ -192,25 +194,25 @@ def returned_to_service(node: NodeView) -> NodeView:
     return replace(node, cordoned=False, driver_touched=False, returned=True)
 
 
-def _fail(node: NodeView, strategy: Strategy, reason: str, message: str) -> Step:
+def _fail(node: NodeView, strategy: Strategy, reason: str, message: str) -> NodeStep:
     """A failed node goes back into service at once (unless it was cordoned before the run), except
     one whose driver was touched, which stays cordoned under keep-cordoned."""
     if keeps_cordoned(strategy.failed_nodes, node.touched):
-        return Step(node.name, State.FAILED, Effect.NONE, reason, kept_message(message))
+        return NodeStep(node.name, State.FAILED, Effect.NONE, reason, kept_message(message))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
-    return Step(node.name, State.FAILED, effect, reason, message)
+    return NodeStep(node.name, State.FAILED, effect, reason, message)
 
 
-def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> Step | None:
+def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> NodeStep | None:
     """The one step an in-flight node takes now, or None while it waits."""
     waited = now - node.entered_at
     match node.state:
         case State.CORDON_REQUIRED:
-            return Step(node.name, State.WAIT_FOR_JOBS_REQUIRED, Effect.CORDON, "Cordoned")
+            return NodeStep(node.name, State.WAIT_FOR_JOBS_REQUIRED, Effect.CORDON, "Cordoned")
         case State.WAIT_FOR_JOBS_REQUIRED if not node.busy:
             if node.deferred_by:
                 if waited < run.deferral_deadline_s:
-                    return Step(
+                    return NodeStep(
                         node.name,
                         node.state,
                         reason="Deferred",
@@ -225,12 +227,12 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                         f"Still waiting for {node.deferred_by} after {run.deferral_deadline_s:g}s; "
                         "the pool's deferral policy stops the upgrade of this node.",
                     )
-            return Step(node.name, State.POD_DELETION_REQUIRED, reason="NoBlockingJobs")
+            return NodeStep(node.name, State.POD_DELETION_REQUIRED, reason="NoBlockingJobs")
         case State.POD_DELETION_REQUIRED if not node.busy:
-            return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
+            return NodeStep(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
         case State.DRAIN_REQUIRED if not node.busy:
             if node.claims == 0:
-                return Step(node.name, State.POD_RESTART_REQUIRED, reason="Drained")
+                return NodeStep(node.name, State.POD_RESTART_REQUIRED, reason="Drained")
             if waited >= strategy.drain_timeout_s:
                 return _fail(
                     node,
@@ -238,14 +240,14 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                     "DrainTimeout",
                     f"{node.claims} claims still on the node after {strategy.drain_timeout_s:g}s.",
                 )
-            return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
+            return NodeStep(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
         case State.POD_RESTART_REQUIRED if not node.busy:
             if node.claims:  # something landed since the drain: drain again, never install under it
-                return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsReturned")
+                return NodeStep(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsReturned")
             if node.retire:
                 removing = "Removing its machine."
-                return Step(node.name, State.VALIDATION_REQUIRED, Effect.INSTALL, "Removing", removing)
-            return Step(
+                return NodeStep(node.name, State.VALIDATION_REQUIRED, Effect.INSTALL, "Removing", removing)
+            return NodeStep(
                 node.name,
                 State.VALIDATION_REQUIRED,
                 Effect.INSTALL,
@@ -256,7 +258,9 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             )
         case State.VALIDATION_REQUIRED if node.retire:
             if node.gone:
-                return Step(node.name, State.DONE, reason="Removed", message="The surge node was removed.")
+                return NodeStep(
+                    node.name, State.DONE, reason="Removed", message="The surge node was removed."
+                )
             if waited >= strategy.validation_timeout_s:
                 return _fail(node, strategy, "NotRemoved", "The surge node's machine was not removed.")
         case State.VALIDATION_REQUIRED:
@@ -265,7 +269,7 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             if node.busy:
                 return None
             if node.driver_version == run.target_version and node.gpus_healthy and node.ready:
-                return Step(
+                return NodeStep(
                     node.name,
                     State.UNCORDON_REQUIRED,
                     reason="Validated",
@@ -279,11 +283,11 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             return None
         case State.UNCORDON_REQUIRED:
             effect = Effect.NONE if node.pre_cordoned else Effect.UNCORDON
-            return Step(node.name, State.DONE, effect, "Upgraded")
+            return NodeStep(node.name, State.DONE, effect, "Upgraded")
         case State.FAILED if (
             node.cordoned and not node.pre_cordoned and not node.returned and not _kept(node, strategy)
         ):  # a returned node was uncordoned by the person: a cordon since is someone else's
-            return Step(node.name, State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")
+            return NodeStep(node.name, State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")
     return None
 
 
@@ -407,20 +411,20 @@ def ended_message(reason: str, failed: int, total: int, kept: int, returned: int
     return head + kept_note + returned_note + "."
 
 
-def _abort(node: NodeView, strategy: Strategy) -> Step | None:
+def _abort(node: NodeView, strategy: Strategy) -> NodeStep | None:
     """An aborting run hands back the nodes not yet installing, except those whose driver an earlier
     attempt touched (a retry, or a node an earlier run kept cordoned): failed again, still cordoned."""
     if node.state not in BEFORE_INSTALL | {State.UPGRADE_REQUIRED}:
         return None
     if node.cordoned and keeps_cordoned(strategy.failed_nodes, node.touched):
-        return Step(node.name, State.FAILED, Effect.NONE, "Aborted", kept_message("The run was aborted"))
+        return NodeStep(node.name, State.FAILED, Effect.NONE, "Aborted", kept_message("The run was aborted"))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
     if node.state == State.UPGRADE_REQUIRED and effect == Effect.NONE:
         return None  # never started: nothing to hand back
-    return Step(node.name, State.UPGRADE_REQUIRED, effect, "Aborted")
+    return NodeStep(node.name, State.UPGRADE_REQUIRED, effect, "Aborted")
 
 
-def _after(node: NodeView, step: Step) -> NodeView:
+def _after(node: NodeView, step: NodeStep) -> NodeView:
     """The node once `step` is carried out."""
     cordoned = {Effect.CORDON: True, Effect.UNCORDON: False}.get(step.effect, node.cordoned)
     touched = (node.touched or step.effect == Effect.INSTALL) and step.to != State.UNCORDON_REQUIRED
@@ -447,4 +451,4 @@ def _start_nodes(result: Plan, settled: list[NodeView], budget: int, gate_open: 
             if unavailable >= budget:
                 break
             unavailable += 1
-        result.steps.append(Step(node.name, State.CORDON_REQUIRED, reason="Started"))
+        result.steps.append(NodeStep(node.name, State.CORDON_REQUIRED, reason="Started"))

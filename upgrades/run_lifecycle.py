@@ -41,7 +41,7 @@ TICK = "tick"  # a phase change the plan makes (controller.tick)
 
 
 @dataclass(frozen=True)
-class Move:
+class LifecycleMove:
     """One row of the lifecycle: `by` (a Control, or TICK) takes a run in any phase of `source` to `to`,
     recorded in its history with `reason` and `message`. The flags say what else the move does to the
     run; the shell (services.control, controller) carries them out."""
@@ -58,11 +58,11 @@ class Move:
 
 
 def _move(by: str, source: set[Phase], to: Phase | None, reason: str = "", message: str = "", **flags):
-    return Move(by, frozenset(source), to, reason, message, **flags)
+    return LifecycleMove(by, frozenset(source), to, reason, message, **flags)
 
 
 P = Phase
-LIFECYCLE: tuple[Move, ...] = (
+LIFECYCLE: tuple[LifecycleMove, ...] = (
     # an operator's controls
     _move(Control.START, {P.PENDING}, P.RUNNING, "Started", "The run started."),
     _move(
@@ -127,7 +127,7 @@ LIFECYCLE: tuple[Move, ...] = (
     _move(TICK, {P.ABORTING}, P.ABORTED, "Aborted"),
 )
 # A fleet rollout's own controls (rollouts.control_rollout); its waves move it on (rollouts.advance).
-ROLLOUT_LIFECYCLE: tuple[Move, ...] = (
+ROLLOUT_LIFECYCLE: tuple[LifecycleMove, ...] = (
     _move(Control.PAUSE, {P.RUNNING}, P.PAUSED),
     _move(Control.RESUME, {P.PAUSED}, P.RUNNING),
     _move(Control.ABORT, {P.RUNNING, P.PAUSED}, P.ABORTED),
@@ -156,7 +156,7 @@ class RunFacts:
 
 
 @dataclass(frozen=True)
-class Refusal:
+class ControlRefusal:
     """A control the run's state does not allow (a 409): `code`, `message`, and whether the answer
     names the run's status."""
 
@@ -173,14 +173,17 @@ _WRONG_PHASE = {
 }
 
 
-def _guard(control: str, run: RunFacts) -> Refusal | str | None:
-    """What, besides the phase, refuses `control` now: a Refusal, the why of a cannot_<control>, or None."""
+def _guard(control: str, run: RunFacts) -> ControlRefusal | str | None:
+    """What, besides the phase, refuses `control` now: a ControlRefusal, the why of a cannot_<control>,
+    or None."""
     match control:
         case Control.RETRY:
             if not run.failed:
                 return _WRONG_PHASE[Control.RETRY]
             if run.phase == Phase.FAILED and run.pool_busy:
-                return Refusal("upgrade_in_progress", "The pool has another upgrade in progress.", False)
+                return ControlRefusal(
+                    "upgrade_in_progress", "The pool has another upgrade in progress.", False
+                )
             if run.taken_over:  # and with them any cordon this run kept on them
                 return "a later run of the pool took its nodes over"
         case Control.APPROVE:
@@ -191,7 +194,7 @@ def _guard(control: str, run: RunFacts) -> Refusal | str | None:
     return None
 
 
-def _row(table: tuple[Move, ...], control: str, phase: Phase) -> Move | None:
+def _row(table: tuple[LifecycleMove, ...], control: str, phase: Phase) -> LifecycleMove | None:
     return next((m for m in table if m.by == control and phase in m.source), None)
 
 
@@ -201,7 +204,7 @@ def takes(control: str, phase: Phase) -> bool:
     return _row(LIFECYCLE, control, phase) is not None
 
 
-def control_move(control: str, run: RunFacts) -> Move | Refusal:
+def control_move(control: str, run: RunFacts) -> LifecycleMove | ControlRefusal:
     """The row of LIFECYCLE that `control` takes from the run's phase, its message filled in; or why the
     control is refused: `cannot_<control>`, or a guard's own code."""
     move = _row(LIFECYCLE, control, run.phase)
@@ -210,22 +213,24 @@ def control_move(control: str, run: RunFacts) -> Move | Refusal:
         why = "" if (control, run.phase) == (Control.RETRY, Phase.ABORTING) else _WRONG_PHASE.get(control, "")
     else:
         why = _guard(control, run)
-    if isinstance(why, Refusal):
+    if isinstance(why, ControlRefusal):
         return why
     if move is None or why is not None:
         message = f"Cannot {control} a run that is {run.phase}" + (f": {why}" if why else ".")
-        return Refusal(f"cannot_{control}", message)
+        return ControlRefusal(f"cannot_{control}", message)
     return replace(move, message=move.message.format(run=run))
 
 
-def rollout_move(control: str, phase: Phase) -> Move | Refusal:
+def rollout_move(control: str, phase: Phase) -> LifecycleMove | ControlRefusal:
     """The row of ROLLOUT_LIFECYCLE that `control` takes a rollout in `phase` along, or the refusal."""
     if move := _row(ROLLOUT_LIFECYCLE, control, phase):
         return move
-    return Refusal(f"cannot_{control}", f"Cannot {control} a rollout that is {phase}.", with_status=False)
+    return ControlRefusal(
+        f"cannot_{control}", f"Cannot {control} a rollout that is {phase}.", with_status=False
+    )
 
 
-def tick_move(phase: Phase, to: Phase, reason: str) -> Move:
+def tick_move(phase: Phase, to: Phase, reason: str) -> LifecycleMove:
     """The row of LIFECYCLE behind a phase change the plan made; a ValueError if there is none (the plan
     and the table disagree)."""
     for move in LIFECYCLE:

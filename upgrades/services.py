@@ -30,7 +30,7 @@ from .node_machine import (
     return_refusal,
     returned_to_service,
 )
-from .run_lifecycle import FINISHED, LIVE, Control, Phase, Refusal, RunFacts, control_move
+from .run_lifecycle import FINISHED, LIVE, Control, ControlRefusal, Phase, RunFacts, control_move
 from .strategy import STRATEGY_FIELDS, FailedNodes, strategy_error
 from .targets import DriverTarget, target_of
 
@@ -246,7 +246,7 @@ def control(run: UpgradeRun, action: str, *, context: TenantContext | None = Non
         )
         facts = _facts(run)
         move = control_move(action, facts)
-        if isinstance(move, Refusal):
+        if isinstance(move, ControlRefusal):
             raise _conflict(run, move)
         now = timezone.now()
         if move.accepts_failed:
@@ -295,7 +295,7 @@ def _facts(run: UpgradeRun) -> RunFacts:
     )
 
 
-def _conflict(run: UpgradeRun, refusal: Refusal) -> Conflict:
+def _conflict(run: UpgradeRun, refusal: ControlRefusal) -> Conflict:
     details = {"status": run.status} if refusal.with_status else {}
     return Conflict(refusal.message, code=refusal.code, **details)
 
@@ -304,7 +304,7 @@ def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> Up
     """A new run, same strategy, back to the release the pool ran before `run`."""
     run = UpgradeRun.objects.select_related("pool__driver_release", "previous_release").get(pk=run.pk)
     move = control_move(Control.ROLLBACK, RunFacts(Phase(run.status)))
-    if isinstance(move, Refusal):
+    if isinstance(move, ControlRefusal):
         raise _conflict(run, move)
     if run.kind == UpgradeRun.Kind.KUBERNETES:
         raise Conflict(

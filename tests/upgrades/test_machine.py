@@ -21,9 +21,9 @@ from upgrades.run_lifecycle import (
     LIFECYCLE,
     TICK,
     Control,
-    Move,
+    ControlRefusal,
+    LifecycleMove,
     Phase,
-    Refusal,
     RunFacts,
     control_move,
     rollout_move,
@@ -664,10 +664,10 @@ def test_each_control_and_phase_has_at_most_one_row():
 )
 def test_control_move_is_the_row_its_phase_allows_or_why_not(control, facts, expected):
     move = control_move(control, facts)
-    if isinstance(move, Refusal):
+    if isinstance(move, ControlRefusal):
         assert (move.code, move.message) == expected
     else:
-        assert isinstance(move, Move) and (move.to, move.reason, move.message) == expected
+        assert isinstance(move, LifecycleMove) and (move.to, move.reason, move.message) == expected
 
 
 def test_approving_a_paused_run_accepts_its_failures_and_leaves_its_message():
