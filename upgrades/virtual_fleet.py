@@ -43,7 +43,9 @@ class Durations:
 
 
 @dataclass
-class SimNode:
+class VirtualNode:
+    """A node of the virtual fleet: what the plan sees of it, when its operation ends, its faults."""
+
     view: NodeView
     busy_until: float = 0
     fails_install: bool = False
@@ -51,7 +53,9 @@ class SimNode:
 
 
 @dataclass
-class Outcome:
+class SimulationOutcome:
+    """What one simulated run came to: its timing, its end and the invariants it broke (if any)."""
+
     makespan: float
     ticks: int
     node_steps: int
@@ -79,7 +83,7 @@ def run_simulation(
     drain_failure_rate: float = 0.0,
     resume: bool = False,
     return_rate: float = 0.0,
-) -> Outcome:
+) -> SimulationOutcome:
     """Upgrade `nodes` nodes from 1.0 to 2.0 with a tick every `tick_s` virtual seconds. With `resume`,
     an operator resumes every pause at once (accepting the failures so far) instead of ending there.
     With `return_rate`, after each tick of a live run a person returns each node the run keeps cordoned
@@ -87,7 +91,7 @@ def run_simulation(
     rng = random.Random(seed)
     claims = claims or {}
     fleet = {
-        f"n{i:05d}": SimNode(
+        f"n{i:05d}": VirtualNode(
             NodeView(
                 name=f"n{i:05d}",
                 state=State.UPGRADE_REQUIRED,
@@ -182,7 +186,7 @@ def run_simulation(
         if run.phase == Phase.COMPLETED and view.driver_version != "2.0":
             violations.append(f"{view.name}: on {view.driver_version} after a completed run")
     failed = sum(n.view.state == State.FAILED for n in fleet.values())
-    return Outcome(
+    return SimulationOutcome(
         now,
         ticks,
         steps,
