@@ -2,9 +2,9 @@
 
 1. Makespan (virtual clock, no database): a 1,000-node pool, maxUnavailable 10%, fixed step durations
    (cordon 5 s, eviction 30 s, driver install 120 s), one tick a second, through the real state machine
-   (upgrades/machine.py) and the simulated fleet of upgrades/virtual_fleet.py. The critical-path lower bound
-   is ceil(nodes / maxUnavailable) waves of one node's operations back to back. Floor: makespan within
-   10% of it. Also the CPU time of the planner per node step.
+   (upgrades/node_machine.py) and the simulated fleet of upgrades/virtual_fleet.py. The critical-path
+   lower bound is ceil(nodes / maxUnavailable) waves of one node's operations back to back. Floor:
+   makespan within 10% of it. Also the CPU time of the planner per node step.
 
 2. The control plane's CPU per node step on the real path (--db-nodes N): the Celery tick function
    (upgrades/controller.py) run in this process against PostgreSQL and the simulator provider, steps taking
@@ -30,7 +30,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 
 
 def makespan(nodes: int, percent: int) -> dict:
-    from upgrades.machine import Strategy
+    from upgrades.strategy import Strategy
     from upgrades.virtual_fleet import Durations, run_simulation
 
     durations = Durations(cordon=5, evict=30, install=120)

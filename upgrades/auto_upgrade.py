@@ -16,8 +16,8 @@ from clusters.models import Cluster
 from nvke.errors import DomainError
 
 from . import control_plane, maintenance, services
-from .machine import LIVE
 from .models import UpgradeRun
+from .run_lifecycle import LIVE
 
 log = logging.getLogger(__name__)
 CONDITION = "AutoUpgrade"

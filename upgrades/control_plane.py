@@ -23,8 +23,8 @@ from nvke.providers.base import ProviderError
 
 from . import maintenance
 from .compatibility import image_options, kubernetes_options
-from .machine import LIVE
 from .models import UpgradeRun
+from .run_lifecycle import LIVE
 
 log = logging.getLogger(__name__)
 CONDITION = "ControlPlaneUpToDate"

@@ -14,13 +14,14 @@ One tick, in three parts:
 2. in one transaction holding the run's row lock: observe the rows, ask the pure machine for at most one
    step per node, carry the steps out in the control plane (cordon flags, the allocator's evictions) and
    record on each node's row what the provider must do (`cordon_wanted`, `drain_wanted`,
-   `driver_wanted`), with the node states and history;
+   `driver_wanted`), with the node states and history: the tick's TickWrites collects these and writes
+   them in a few statements at its end;
 3. after commit, `call_provider` makes the recorded calls; each call accepted clears its intent, a
    refused one is recorded on the row for the next tick (a refused cordon or install fails the node, a
    refused uncordon or drain is retried).
 
 Every phase change of a run, a tick's or an operator's control (services.control), is a row of
-machine.LIFECYCLE, recorded by `enter`.
+run_lifecycle.LIFECYCLE, recorded by `enter`.
 
 Crash safety: the transaction commits the decision and the intent together or not at all; a crash after
 the commit leaves the intent, and the next tick (the chain's or beat's resync) makes the call again. Calls
@@ -48,26 +49,20 @@ from nvke.celery import app as celery_app
 from nvke.providers.base import ClusterOperations, DrainStatus, DriverStatus, ProviderError
 
 from . import deferral, events, maintenance
-from .machine import (
+from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .node_machine import (
     ACTIVE,
-    FINISHED,
-    LIVE,
-    STRATEGY_FIELDS,
     Effect,
-    FailedNodes,
-    Move,
     NodeView,
-    Phase,
     RunView,
     State,
-    Strategy,
     keeps_cordoned,
     kept_message,
     nodes_text,
     plan,
-    tick_move,
 )
-from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .run_lifecycle import FINISHED, LIVE, LifecycleMove, Phase, tick_move
+from .strategy import STRATEGY_FIELDS, FailedNodes, Strategy
 from .targets import DriverTarget, target_of
 
 log = logging.getLogger(__name__)
@@ -126,14 +121,12 @@ def strategy_of(run: UpgradeRun, nodes: int) -> Strategy:
     return Strategy.of({spec.name: getattr(run, spec.name) for spec in STRATEGY_FIELDS}, nodes)
 
 
-class _Writes(threading.local):
-    """A tick's node-row updates and history rows, written in two statements instead of two per step.
-    Per thread: the embedded default ticks several runs on their own timer threads."""
+class TickWrites:
+    """One tick's node-row updates and history rows, written in two statements instead of two per step.
+    The tick's transaction (_decide) makes one and hands it to every function that records something;
+    nothing is shared between ticks, so runs ticking on their own timer threads cannot mix their writes."""
 
     def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
         self.rows: dict[int, UpgradeNode] = {}
         self.intents: dict[int, UpgradeNode] = {}  # rows whose provider intent changed (fewer: cheaper)
         self.conditions: list[UpgradeCondition] = []
@@ -148,11 +141,7 @@ class _Writes(threading.local):
             self.intents.values(), ["cordon_wanted", "drain_wanted", "driver_wanted", "call_error"]
         )
         UpgradeCondition.objects.bulk_create(self.conditions)
-        self.reset()
         return states
-
-
-_writes = _Writes()
 
 
 @dataclass(frozen=True)
@@ -187,6 +176,7 @@ def read_provider(ops: ClusterOperations, run: UpgradeRun) -> dict[str, Seen]:
 
 
 def _observe(
+    writes: TickWrites,
     row: UpgradeNode,
     node: Node | None,
     claims: int,
@@ -224,7 +214,7 @@ def _observe(
     if row.drain_wanted and drain is not None:
         if drain.done:
             row.drain_wanted = False
-            _writes.intents[row.pk] = row
+            writes.intents[row.pk] = row
         elif drain.blocked:  # pods a budget keeps there count as claims: the drain timeout applies
             claims += max(drain.pods_left, 1)
         else:
@@ -271,7 +261,7 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
         if run is None or run.tick_seq != seq or run.status not in LIVE:
             return False, None, {}  # another chain ticked it while the provider was read
         now = timezone.now()
-        _writes.reset()  # nothing left over from a tick that failed in this thread
+        writes = TickWrites()
         pool = run.pool
         rows = list(run.nodes.select_for_update().order_by("pk"))
         nodes = {n.name: n for n in Node.objects.filter(pool=pool)}
@@ -280,25 +270,34 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             Gpu.objects.filter(node__pool=pool, healthy=False).values_list("node__name", flat=True)
         )
         target = target_of(run)
-        _follow_replacements(run, rows, nodes, seen)
-        rows += _join_new_nodes(run, target, rows, nodes, now)
+        _follow_replacements(writes, run, rows, nodes, seen)
+        rows += _join_new_nodes(writes, run, target, rows, nodes, now)
         for row in (r for r in rows if r.name not in nodes):
             if _replacing(row, seen.get(row.name)) or (row.retire and row.state == State.VALIDATION_REQUIRED):
                 continue  # its machine is being replaced (or removed); a successor has not joined yet
             if row.state not in (State.DONE, State.FAILED):  # a node scaled away mid-run cannot finish
-                _record(run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now)
+                _record(
+                    writes, run, row, State.FAILED, "NodeGone", "The node left the pool during the run.", now
+                )
             if _outstanding(row) or row.call_error:  # nothing left to call on
                 row.cordon_wanted, row.drain_wanted, row.driver_wanted, row.call_error = None, False, "", {}
-                _writes.intents[row.pk] = row
-        refused = _take_refusals(run, rows, nodes, now)
+                writes.intents[row.pk] = row
+        refused = _take_refusals(writes, run, rows, nodes, now)
         strategy = strategy_of(run, sum(not r.retire for r in rows))
         window_open, window_message = maintenance.run_window(run)
-        surge, surge_ready = _surge(run, target, strategy, rows, nodes, window_open, now)
+        surge, surge_ready = _surge(writes, run, target, strategy, rows, nodes, window_open, now)
         policy = deferral.policy_of(pool.pk)
         deferred = deferral.holding(pool.pk, policy, now)
         views = [
             _observe(
-                row, nodes.get(row.name), claims[row.name], unhealthy, seen.get(row.name), deferred, target
+                writes,
+                row,
+                nodes.get(row.name),
+                claims[row.name],
+                unhealthy,
+                seen.get(row.name),
+                deferred,
+                target,
             )
             for row in rows
         ]
@@ -322,8 +321,8 @@ def _decide(run_id: int, seq: int, seen: dict[str, Seen]) -> tuple[bool, int | N
             now.timestamp(),
         )
         by_name = {row.name: row for row in rows}
-        _carry_out(run, target, result.steps, by_name, nodes, seen, now)
-        states = _writes.flush()
+        _carry_out(writes, run, target, result.steps, by_name, nodes, seen, now)
+        states = writes.flush()
 
         if result.canary_done_at is not None and run.canary_done_at is None:
             run.canary_done_at = datetime.datetime.fromtimestamp(result.canary_done_at, tz=datetime.UTC)
@@ -396,7 +395,9 @@ def call_provider(ops: ClusterOperations, run: UpgradeRun) -> None:
         rows.filter(pk__in=accepted["install"]).update(driver_wanted="")
 
 
-def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], now) -> bool:
+def _take_refusals(
+    writes: TickWrites, run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], now
+) -> bool:
     """Act on the calls the provider refused since the last tick: a refused cordon or install fails the
     node (as the GPU Operator fails it), a refused uncordon or drain is noted and called again. True
     when one was refused: the plan's view of the run's phase waits for the next tick."""
@@ -407,11 +408,11 @@ def _take_refusals(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, No
         error = ProviderError(row.call_error["reason"], row.call_error["message"])
         call = row.call_error["call"]
         row.call_error = {}
-        _writes.intents[row.pk] = row
+        writes.intents[row.pk] = row
         if call in RETRIED and error.reason not in HOPELESS:
-            _note(run, row, error.reason, error.message)
+            _note(writes, run, row, error.reason, error.message)
         else:
-            _fail_after_error(run, row, nodes.get(row.name), error, now)
+            _fail_after_error(writes, run, row, nodes.get(row.name), error, now)
         refused = True
     return refused
 
@@ -422,7 +423,9 @@ def _replacing(row: UpgradeNode, status: Seen | None) -> bool:
     return row.state == State.VALIDATION_REQUIRED and status is not None
 
 
-def _follow_replacements(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], seen) -> None:
+def _follow_replacements(
+    writes: TickWrites, run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[str, Node], seen
+) -> None:
     """A row whose node's new machine brought a node of another name (Cluster API's do) follows that
     node once the pool has it: the run validates and uncordons the successor, and the provider's answer
     read for the old name is the successor's."""
@@ -432,13 +435,13 @@ def _follow_replacements(run: UpgradeRun, rows: list[UpgradeNode], nodes: dict[s
         if not _replacing(row, status) or successor in ("", row.name) or successor not in nodes:
             continue
         message = f"Its machine was replaced: node {row.name} is now {successor}."
-        _writes.conditions.append(
+        writes.conditions.append(
             UpgradeCondition(run=run, node=successor, type="NodeState", reason="Replaced", message=message)
         )
         seen[successor] = seen.pop(row.name)
         row.name, row.node = successor, nodes[successor]
         row.reason, row.message = "Replaced", message
-        _writes.rows[row.pk] = row
+        writes.rows[row.pk] = row
         events.publish_node(run, row)
 
 
@@ -462,7 +465,12 @@ def _new_rows(run: UpgradeRun, target: DriverTarget, nodes: list[Node], now, **f
 
 
 def _join_new_nodes(
-    run: UpgradeRun, target: DriverTarget, rows: list[UpgradeNode], nodes: dict[str, Node], now
+    writes: TickWrites,
+    run: UpgradeRun,
+    target: DriverTarget,
+    rows: list[UpgradeNode],
+    nodes: dict[str, Node],
+    now,
 ) -> list[UpgradeNode]:
     """Nodes the pool gained since the run started (a scale-up) join it, unless they already run the
     target: they came up on the release (or version) the pool had then."""
@@ -474,7 +482,7 @@ def _join_new_nodes(
     ]
     joined = _new_rows(run, target, new, now, reason="JoinedPool")
     for row in joined:
-        _writes.conditions.append(
+        writes.conditions.append(
             UpgradeCondition(
                 run=run, node=row.name, type="NodeState", reason="JoinedPool", message="New node."
             )
@@ -482,7 +490,9 @@ def _join_new_nodes(
     return joined
 
 
-def _carry_out(run, target: DriverTarget, steps, rows, nodes, seen: dict[str, Seen], now) -> None:
+def _carry_out(
+    writes: TickWrites, run, target: DriverTarget, steps, rows, nodes, seen: dict[str, Seen], now
+) -> None:
     """Cordons and uncordons first, in one topology change (so evictions cannot land back on a cordoned
     node), then evictions and installs: in the control plane now, at the provider after commit
     (recorded on the rows)."""
@@ -491,16 +501,17 @@ def _carry_out(run, target: DriverTarget, steps, rows, nodes, seen: dict[str, Se
     for step in first:
         node = nodes[step.node]
         cordons[node.pk] = node.cordoned = step.effect == Effect.CORDON
-        _want_cordon(rows[step.node], node.cordoned)
+        _want_cordon(writes, rows[step.node], node.cordoned)
     node_rows.set_cordons(run.pool.cluster_id, cordons)
     for step in first + [s for s in steps if s not in first]:
         row, node = rows[step.node], nodes.get(step.node)
         message = step.message
         if step.effect == Effect.EVICT:
-            message = _evict(run, node, row)
+            message = _evict(writes, run, node, row)
             drain = seen[step.node].drain if step.node in seen else None
             if drain is not None and drain.blocked:  # waiting on a disruption budget: say so, retry
-                _note(run, row, drain.reason, drain.message or f"{drain.pods_left} pods wait to be evicted.")
+                waiting = drain.message or f"{drain.pods_left} pods wait to be evicted."
+                _note(writes, run, row, drain.reason, waiting)
                 continue
         elif step.effect == Effect.INSTALL and row.retire:
             row.driver_touched = True  # drained, its machine going: it takes no claim again
@@ -508,15 +519,24 @@ def _carry_out(run, target: DriverTarget, steps, rows, nodes, seen: dict[str, Se
         elif step.effect == Effect.INSTALL:
             row.driver_touched = True  # from now on: the old driver may be gone
             row.driver_wanted = target.version
-            _writes.intents[row.pk] = row
+            writes.intents[row.pk] = row
         if row.retire:
             pass  # a surge node's versions are not the run's to record
         elif step.to in (State.UNCORDON_REQUIRED, State.FAILED) and step.node in seen and node is not None:
             target.record(node, seen[step.node].driver)
-        _record(run, row, step.to, step.reason, message, now)
+        _record(writes, run, row, step.to, step.reason, message, now)
 
 
-def _surge(run, target: DriverTarget, strategy: Strategy, rows, nodes: dict[str, Node], window_open, now):
+def _surge(
+    writes: TickWrites,
+    run,
+    target: DriverTarget,
+    strategy: Strategy,
+    rows,
+    nodes: dict[str, Node],
+    window_open,
+    now,
+):
     """maxSurge, for runs that replace machines: the first tick that may start nodes gives the pool its
     extra nodes (NodePool.surge_nodes; the pool's reconcile adds them, on the target: new_machines), and
     once every node is upgraded the extra nodes the pool has left become rows to retire (drained, then
@@ -534,7 +554,7 @@ def _surge(run, target: DriverTarget, strategy: Strategy, rows, nodes: dict[str,
         pool.save(update_fields=["surge_nodes"])
         _reconcile_pool(pool)
         message = f"{nodes_text(strategy.max_surge)} added on {target.what} {target.version} for the upgrade."
-        _writes.conditions.append(UpgradeCondition(run=run, type="Run", reason="SurgeAdded", message=message))
+        writes.conditions.append(UpgradeCondition(run=run, type="Run", reason="SurgeAdded", message=message))
     known = {row.name for row in rows}
     extra = [node for name, node in sorted(nodes.items()) if name not in known]
     settled = all(row.state in (State.DONE, State.FAILED) for row in rows)
@@ -545,7 +565,7 @@ def _surge(run, target: DriverTarget, strategy: Strategy, rows, nodes: dict[str,
         retiring = _new_rows(run, target, going, now, retire=True, reason="Surge", message=message)
         rows += retiring
         message = f"Every node upgraded: draining away the {nodes_text(len(retiring))} of surge."
-        _writes.conditions.append(
+        writes.conditions.append(
             UpgradeCondition(run=run, type="Run", reason="SurgeRemoving", message=message)
         )
     ready = sum(node.status == Node.Status.READY and not node.cordoned for node in extra)
@@ -584,24 +604,24 @@ def release_pool(run: UpgradeRun) -> None:
     pool.save(update_fields=["new_machines", "surge_nodes", "surge_remove", "node_count", "max_nodes"])
 
 
-def _want_cordon(row: UpgradeNode, cordon: bool) -> None:
+def _want_cordon(writes: TickWrites, row: UpgradeNode, cordon: bool) -> None:
     """The provider follows the control plane's cordon after commit."""
     row.cordon_wanted = cordon
-    _writes.intents[row.pk] = row
+    writes.intents[row.pk] = row
 
 
-def _evict(run: UpgradeRun, node: Node, row: UpgradeNode) -> str:
+def _evict(writes: TickWrites, run: UpgradeRun, node: Node, row: UpgradeNode) -> str:
     """Ask for the node's drain (the eviction API on a real cluster, after commit), and let the
     allocator re-place its claims elsewhere or leave them pending with the reason."""
     row.drain_wanted = True
-    _writes.intents[row.pk] = row
+    writes.intents[row.pk] = row
     claims, placed = allocator.evict_node(run.pool.cluster_id, node.pk)
     if not claims:
         return "No claims on the node."
     return f"Evicted {claims} claims: {placed} placed elsewhere, {claims - placed} pending."
 
 
-def _fail_after_error(run, row, node, error: ProviderError, now) -> None:
+def _fail_after_error(writes: TickWrites, run, row, node, error: ProviderError, now) -> None:
     """A cordon or install the provider refused: the node fails, back in service unless its driver
     was touched (and the run keeps such nodes cordoned)."""
     if (
@@ -609,29 +629,29 @@ def _fail_after_error(run, row, node, error: ProviderError, now) -> None:
         and node.cordoned
         and keeps_cordoned(FailedNodes(run.failed_nodes), row.driver_touched)
     ):
-        _record(run, row, State.FAILED, error.reason, kept_message(error.message), now)
+        _record(writes, run, row, State.FAILED, error.reason, kept_message(error.message), now)
         return
     if node is not None and node.cordoned and not row.pre_cordoned:
         node.cordoned = False
         node_rows.set_cordons(run.pool.cluster_id, {node.pk: False})
-        _want_cordon(row, False)  # called until it works, after commit
-    _record(run, row, State.FAILED, error.reason, error.message, now)
+        _want_cordon(writes, row, False)  # called until it works, after commit
+    _record(writes, run, row, State.FAILED, error.reason, error.message, now)
 
 
-def _note(run: UpgradeRun, row: UpgradeNode, reason: str, message: str) -> None:
+def _note(writes: TickWrites, run: UpgradeRun, row: UpgradeNode, reason: str, message: str) -> None:
     row.reason, row.message = reason, message
-    _writes.rows[row.pk] = row
-    _writes.conditions.append(
+    writes.rows[row.pk] = row
+    writes.conditions.append(
         UpgradeCondition(run=run, node=row.name, type="NodeRetry", reason=reason, message=message)
     )
     events.publish_node(run, row)
 
 
-def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now) -> None:
+def _record(writes: TickWrites, run, row: UpgradeNode, state: State, reason: str, message: str, now) -> None:
     changed = row.state != state
     if changed:
         row.entered_at = now
-        _writes.conditions.append(
+        writes.conditions.append(
             UpgradeCondition(
                 run=run,
                 node=row.name,
@@ -648,14 +668,14 @@ def _record(run, row: UpgradeNode, state: State, reason: str, message: str, now)
     driver = row.driver_wanted if state == State.VALIDATION_REQUIRED else ""
     if (drain, driver) != (row.drain_wanted, row.driver_wanted):
         row.drain_wanted, row.driver_wanted = drain, driver
-        _writes.intents[row.pk] = row
-    _writes.rows[row.pk] = row
+        writes.intents[row.pk] = row
+    writes.rows[row.pk] = row
     if changed:
         events.publish_node(run, row)
 
 
 def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) -> None:
-    """The plan's phase change (a row of machine.LIFECYCLE); a completed run moves the pool's release,
+    """The plan's phase change (a row of run_lifecycle.LIFECYCLE); a completed run moves the pool's release,
     and a rollout hears of a run of its that ended or paused."""
     enter(run, tick_move(Phase(run.status), Phase(status), reason), now, message)
     if status == Phase.COMPLETED:
@@ -664,8 +684,8 @@ def _set_status(run: UpgradeRun, status: str, reason: str, message: str, now) ->
         jobs.enqueue("upgrades.tasks.advance_rollout", run.rollout_id)
 
 
-def enter(run: UpgradeRun, move: Move, now, message: str = "") -> None:
-    """Take the run along one row of machine.LIFECYCLE, a control's (services.control) or a tick's,
+def enter(run: UpgradeRun, move: LifecycleMove, now, message: str = "") -> None:
+    """Take the run along one row of run_lifecycle.LIFECYCLE, a control's (services.control) or a tick's,
     recorded in its history; the caller saves the run. `message`: a tick's, from its plan."""
     message = message or move.message
     if move.to is not None:

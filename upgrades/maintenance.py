@@ -47,7 +47,7 @@ def _windows(cluster, rows: list[MaintenanceWindow] | None = None) -> list[windo
 
 def decide(
     cluster, upgrade: windows.UpgradeKind = DRIVER, at: datetime.datetime | None = None
-) -> windows.Decision:
+) -> windows.WindowDecision:
     """May an upgrade of this kind start or go on at `at` (now) on this cluster."""
     rows = list(cluster.maintenance_windows.all())
     exclusions = [_exclusion_of(row) for row in cluster.maintenance_exclusions.all()]
@@ -70,7 +70,7 @@ def next_windows(cluster, count: int = NEXT_WINDOWS) -> list[tuple[datetime.date
     return windows.next_windows(_windows(cluster, rows), timezone.now(), count)
 
 
-def waiting_message(decision: windows.Decision, time_zone: str) -> str:
+def waiting_message(decision: windows.WindowDecision, time_zone: str) -> str:
     """What a run or a refused start waits for, with when it may go on."""
     when = (
         f" It may go on from {decision.next_start.astimezone(windows.zone(time_zone)):%Y-%m-%d %H:%M %Z}."

@@ -8,11 +8,13 @@ from django.db import models
 from nvke.models import TenantScopedQuerySet
 from nvke.node_counts import nodes_of
 
-from .machine import FINISHED, LIVE, STRATEGY, FailedNodes, Phase, State, keeps_cordoned
+from .node_machine import State, keeps_cordoned
+from .run_lifecycle import FINISHED, LIVE, Phase
+from .strategy import STRATEGY, FailedNodes
 
 
 def strategy_field(name: str) -> models.Field:
-    """The run's column of one field of machine.STRATEGY_FIELDS: its default, bounds, choices and help."""
+    """The run's column of one field of strategy.STRATEGY_FIELDS: its default, bounds, choices and help."""
     spec = STRATEGY[name]
     if spec.kind is bool:
         return models.BooleanField(default=spec.default, help_text=spec.help)
@@ -50,7 +52,7 @@ class FleetRollout(models.Model):
 
 
 class UpgradeRun(models.Model):
-    """One pool's rolling upgrade, a node at a time through upgrades.machine: of its driver (installed in
+    """One pool's rolling upgrade, a node at a time through upgrades.node_machine: of its driver (installed in
     place), of its Kubernetes version or of its node image (each node's machine replaced by one with the
     new kubelet or image)."""
 
@@ -87,7 +89,7 @@ class UpgradeRun(models.Model):
         FleetRollout, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
     wave = models.PositiveSmallIntegerField(default=0)
-    # strategy: machine.STRATEGY_FIELDS, stored as given (max_unavailable as written)
+    # strategy: strategy.STRATEGY_FIELDS, stored as given (max_unavailable as written)
     max_unavailable = strategy_field("max_unavailable")
     max_surge = strategy_field("max_surge")
     canary_nodes = strategy_field("canary_nodes")

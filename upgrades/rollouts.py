@@ -14,8 +14,8 @@ from nvke.errors import Conflict, DomainError
 
 from . import events
 from .compatibility import upgrade_refusals
-from .machine import FINISHED, LIVE, Phase, Refusal, rollout_move, takes
 from .models import FleetRollout, UpgradeRun
+from .run_lifecycle import FINISHED, LIVE, ControlRefusal, Phase, rollout_move, takes
 from .services import control, create_run, validate_strategy
 
 
@@ -171,7 +171,7 @@ def control_rollout(rollout: FleetRollout, action: str) -> FleetRollout:
     """pause / resume / abort a rollout: it stops or restarts its waves and passes the control on to its
     live runs."""
     move = rollout_move(action, Phase(rollout.status))
-    if isinstance(move, Refusal):
+    if isinstance(move, ControlRefusal):
         raise Conflict(move.message, code=move.code)
     with transaction.atomic():
         rollout = FleetRollout.objects.select_for_update().get(pk=rollout.pk)

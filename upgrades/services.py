@@ -1,6 +1,6 @@
 """Writes of rolling upgrades (a pool's driver, or its Kubernetes version): start a run (compatibility-
 or skew-checked), the controls an operator has over it
-(each a row of machine.LIFECYCLE, looked up by control_move), and returning a node the run keeps
+(each a row of run_lifecycle.LIFECYCLE, looked up by control_move), and returning a node the run keeps
 cordoned to service. Each runs in one transaction under the run's row lock; the next tick starts after
 commit."""
 
@@ -21,33 +21,25 @@ from nvke.tenancy.context import TenantContext
 from . import events, maintenance
 from .compatibility import image_options, kubernetes_refusal, upgrade_refusals
 from .controller import enter, schedule_tick, strategy_of
-from .machine import (
+from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .node_machine import (
     BEFORE_INSTALL,
     ENDED_REASONS,
-    FINISHED,
-    LIVE,
-    STRATEGY_FIELDS,
-    Control,
-    FailedNodes,
     NodeView,
-    Phase,
-    Refusal,
-    RunFacts,
     State,
-    control_move,
     ended_message,
     return_refusal,
     returned_to_service,
-    strategy_error,
 )
-from .models import UpgradeCondition, UpgradeNode, UpgradeRun
+from .run_lifecycle import FINISHED, LIVE, Control, ControlRefusal, Phase, RunFacts, control_move
+from .strategy import STRATEGY_FIELDS, FailedNodes, strategy_error
 from .targets import DriverTarget, target_of
 
 STRATEGY_NAMES = tuple(spec.name for spec in STRATEGY_FIELDS)
 
 
 def validate_strategy(strategy: dict, nodes: int) -> None:
-    """Refuse a bad strategy value naming its field (machine.strategy_error)."""
+    """Refuse a bad strategy value naming its field (strategy.strategy_error)."""
     if error := strategy_error(strategy, nodes):
         raise DomainError(error[1], field=error[0])
 
@@ -241,7 +233,7 @@ CONTROLS = tuple(Control)
 
 
 def control(run: UpgradeRun, action: str, *, context: TenantContext | None = None, user=None) -> UpgradeRun:
-    """Apply a control: the row of machine.LIFECYCLE it takes from the run's phase; 409 with a code when
+    """Apply a control: the row of run_lifecycle.LIFECYCLE it takes from the run's phase; 409 with a code when
     the run's state allows none."""
     if action not in CONTROLS:
         raise DomainError(f"Unknown control {action!r}; one of {', '.join(CONTROLS)}.", field="action")
@@ -255,7 +247,7 @@ def control(run: UpgradeRun, action: str, *, context: TenantContext | None = Non
         )
         facts = _facts(run)
         move = control_move(action, facts)
-        if isinstance(move, Refusal):
+        if isinstance(move, ControlRefusal):
             raise _conflict(run, move)
         now = timezone.now()
         if move.accepts_failed:
@@ -304,7 +296,7 @@ def _facts(run: UpgradeRun) -> RunFacts:
     )
 
 
-def _conflict(run: UpgradeRun, refusal: Refusal) -> Conflict:
+def _conflict(run: UpgradeRun, refusal: ControlRefusal) -> Conflict:
     details = {"status": run.status} if refusal.with_status else {}
     return Conflict(refusal.message, code=refusal.code, **details)
 
@@ -313,7 +305,7 @@ def rollback(run: UpgradeRun, *, context: TenantContext | None, user=None) -> Up
     """A new run, same strategy, back to the release the pool ran before `run`."""
     run = UpgradeRun.objects.select_related("pool__driver_release", "previous_release").get(pk=run.pk)
     move = control_move(Control.ROLLBACK, RunFacts(Phase(run.status)))
-    if isinstance(move, Refusal):
+    if isinstance(move, ControlRefusal):
         raise _conflict(run, move)
     if run.kind == UpgradeRun.Kind.KUBERNETES:
         raise Conflict(

@@ -1,7 +1,7 @@
 """What a run moves, a node at a time: the pool's driver (installed in place through the GPU Operator's
 path), its Kubernetes version or its node image (for both, each node's machine replaced by one with the
 new kubelet or image, the other kept). The controller asks the run's Target for every version, provider
-call and record; upgrades.machine sees only versions, compared as strings."""
+call and record; upgrades.node_machine sees only versions, compared as strings."""
 
 from clusters.skew import minor_of
 from nodepools import nodes as node_rows

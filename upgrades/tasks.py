@@ -10,8 +10,8 @@ from audit.context import acting_as
 from clusters.models import Cluster
 
 from . import auto_upgrade, control_plane, controller, rollouts
-from .machine import LIVE
 from .models import FleetRollout, UpgradeRun
+from .run_lifecycle import LIVE
 
 
 @shared_task(acks_late=True)

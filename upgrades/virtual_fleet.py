@@ -1,27 +1,25 @@
 """A virtual fleet for the pure state machine: fixed step durations, injectable failures, a virtual
-clock. The property tests and bench/upgrades.py drive `machine.plan` through it, tick by tick, and
+clock. The property tests and bench/upgrades.py drive `node_machine.plan` through it, tick by tick, and
 check the invariants after every tick."""
 
 import random
 import time
 from dataclasses import dataclass, field, replace
 
-from .machine import (
+from .node_machine import (
     ACTIVE,
-    LIVE,
     Effect,
     NodeView,
-    Phase,
     RunView,
     State,
-    Strategy,
     keeps_cordoned,
     plan,
     return_refusal,
     returned_to_service,
-    tick_move,
     unavailable_count,
 )
+from .run_lifecycle import LIVE, Phase, tick_move
+from .strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,9 @@ class Durations:
 
 
 @dataclass
-class SimNode:
+class VirtualNode:
+    """A node of the virtual fleet: what the plan sees of it, when its operation ends, its faults."""
+
     view: NodeView
     busy_until: float = 0
     fails_install: bool = False
@@ -53,7 +53,9 @@ class SimNode:
 
 
 @dataclass
-class Outcome:
+class SimulationOutcome:
+    """What one simulated run came to: its timing, its end and the invariants it broke (if any)."""
+
     makespan: float
     ticks: int
     node_steps: int
@@ -81,7 +83,7 @@ def run_simulation(
     drain_failure_rate: float = 0.0,
     resume: bool = False,
     return_rate: float = 0.0,
-) -> Outcome:
+) -> SimulationOutcome:
     """Upgrade `nodes` nodes from 1.0 to 2.0 with a tick every `tick_s` virtual seconds. With `resume`,
     an operator resumes every pause at once (accepting the failures so far) instead of ending there.
     With `return_rate`, after each tick of a live run a person returns each node the run keeps cordoned
@@ -89,7 +91,7 @@ def run_simulation(
     rng = random.Random(seed)
     claims = claims or {}
     fleet = {
-        f"n{i:05d}": SimNode(
+        f"n{i:05d}": VirtualNode(
             NodeView(
                 name=f"n{i:05d}",
                 state=State.UPGRADE_REQUIRED,
@@ -184,7 +186,7 @@ def run_simulation(
         if run.phase == Phase.COMPLETED and view.driver_version != "2.0":
             violations.append(f"{view.name}: on {view.driver_version} after a completed run")
     failed = sum(n.view.state == State.FAILED for n in fleet.values())
-    return Outcome(
+    return SimulationOutcome(
         now,
         ticks,
         steps,

@@ -56,7 +56,9 @@ class Exclusion:
 
 
 @dataclass(frozen=True)
-class Decision:
+class WindowDecision:
+    """Whether an upgrade may start (or go on) now under the cluster's windows and exclusions, and why."""
+
     allowed: bool
     reason: str  # InWindow, OutsideWindow, Excluded
     message: str
@@ -139,11 +141,11 @@ def decide(
     at: datetime.datetime,
     time_zone: str,
     horizon: datetime.timedelta = YEAR,
-) -> Decision:
+) -> WindowDecision:
     """May `upgrade` start (or go on) at `at`: inside a window and on a day no exclusion blocks."""
     tz = zone(time_zone)
     if exclusion := _excluded(exclusions, upgrade, at.astimezone(tz).date()):
-        blocked = Decision(
+        blocked = WindowDecision(
             False,
             "Excluded",
             f"Upgrades of this kind are excluded from {exclusion.first_day} to {exclusion.last_day} "
@@ -153,13 +155,13 @@ def decide(
     current = next_windows(windows, at, 1, horizon)
     if current and current[0][0] <= at:
         until = _exclusion_from(exclusions, upgrade, tz, at, current[0][1]) or current[0][1]
-        return Decision(
+        return WindowDecision(
             True,
             "InWindow",
             f"Inside the maintenance window until {until.astimezone(tz):%Y-%m-%d %H:%M %Z}.",
             until=until,
         )
-    outside = Decision(False, "OutsideWindow", "Outside every maintenance window.")
+    outside = WindowDecision(False, "OutsideWindow", "Outside every maintenance window.")
     return _with_next_start(outside, windows, exclusions, upgrade, at, tz, horizon)
 
 
@@ -187,14 +189,14 @@ def _exclusion_from(
 
 
 def _with_next_start(
-    decision: Decision,
+    decision: WindowDecision,
     windows: list[Window],
     exclusions: list[Exclusion],
     upgrade: UpgradeKind,
     at: datetime.datetime,
     tz: ZoneInfo,
     horizon: datetime.timedelta,
-) -> Decision:
+) -> WindowDecision:
     """The decision with the first moment, within the horizon, an upgrade of this kind may start."""
     for start, end in next_windows(windows, at, 400, horizon):
         moment = max(start, at)

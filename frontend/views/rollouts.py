@@ -21,8 +21,9 @@ from catalog.models import DriverRelease, GpuModel
 from nodepools.models import NodePool
 from nvke.errors import DomainError
 from upgrades import rollouts, services
-from upgrades.machine import Phase, Refusal, State, rollout_move
 from upgrades.models import FleetRollout, UpgradeRun
+from upgrades.node_machine import State
+from upgrades.run_lifecycle import ControlRefusal, Phase, rollout_move
 
 from ..forms import add_domain_error, driver_label
 from .shared import live
@@ -187,7 +188,7 @@ def run_actions(run: UpgradeRun, failed: int) -> list[str]:
 def _offered(rollout: FleetRollout, control: str) -> bool:
     """The buttons worth showing: what the rollout's lifecycle table allows from its phase;
     control_rollout still has the last word (409 when the state moved on)."""
-    return not isinstance(rollout_move(control, Phase(rollout.status)), Refusal)
+    return not isinstance(rollout_move(control, Phase(rollout.status)), ControlRefusal)
 
 
 @staff_view

@@ -19,8 +19,10 @@ from upgrades import maintenance, services
 from upgrades.api.serializers import UpgradeDeferralSerializer
 from upgrades.compatibility import driver_options
 from upgrades.controller import kick_if_stale
-from upgrades.machine import FINISHED, STRATEGY_FIELDS, Phase, State, StrategyField
 from upgrades.models import UpgradeDeferral, UpgradeRun
+from upgrades.node_machine import State
+from upgrades.run_lifecycle import FINISHED, Phase
+from upgrades.strategy import STRATEGY_FIELDS, StrategyField
 
 from ..forms import add_domain_error
 from .shared import live, require_change, tenant_view
@@ -29,7 +31,7 @@ CONFIRMED_CONTROLS = {"abort", "rollback"}  # these ask first
 
 
 def strategy_form_field(spec: StrategyField) -> forms.Field:
-    """The form field of one strategy field of upgrades.machine.STRATEGY_FIELDS."""
+    """The form field of one strategy field of upgrades.strategy.STRATEGY_FIELDS."""
     initial = spec.default if spec.suggested is None else spec.suggested
     common = {"label": spec.label or None, "help_text": spec.help, "initial": initial}
     if spec.kind is bool:
@@ -49,7 +51,7 @@ StrategyForm = type(
     {spec.name: strategy_form_field(spec) for spec in STRATEGY_FIELDS if spec.in_form}
     | {
         "__module__": __name__,
-        "__doc__": "How a run goes: the fields of upgrades.machine.STRATEGY_FIELDS that people set.",
+        "__doc__": "How a run goes: the fields of upgrades.strategy.STRATEGY_FIELDS that people set.",
     },
 )
 

@@ -14,7 +14,7 @@ from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
 from upgrades import control_plane, services
-from upgrades.machine import STRATEGY
+from upgrades.strategy import STRATEGY
 
 from ..forms import add_domain_error
 from .shared import require_change, tenant_view

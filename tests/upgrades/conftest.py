@@ -7,8 +7,8 @@ from nodepools.services import reconcile
 from nvke.providers.simulator.models import SimNode
 from nvke.tenancy.context import TenantContext
 from upgrades.controller import tick
-from upgrades.machine import ACTIVE
 from upgrades.models import UpgradeRun
+from upgrades.node_machine import ACTIVE
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,9 @@ from nodepools.models import NodePool
 from nvke.tenancy.context import TenantContext
 from upgrades import services
 from upgrades.controller import tick
-from upgrades.machine import Phase, State, Strategy, plan
+from upgrades.node_machine import State, plan
+from upgrades.run_lifecycle import Phase
+from upgrades.strategy import Strategy
 
 from .conftest import drive
 from .test_machine import RUN, node

@@ -7,29 +7,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvke.node_counts import nodes_of, parse_nodes
-from upgrades.machine import (
+from upgrades.node_machine import (
     KEPT_MESSAGE,
-    LIFECYCLE,
-    TICK,
-    Control,
     Effect,
-    FailedNodes,
-    Move,
     NodeView,
-    Phase,
-    Refusal,
-    RunFacts,
     RunView,
     State,
-    Strategy,
-    control_move,
     plan,
     return_refusal,
     returned_to_service,
+)
+from upgrades.run_lifecycle import (
+    LIFECYCLE,
+    TICK,
+    Control,
+    ControlRefusal,
+    LifecycleMove,
+    Phase,
+    RunFacts,
+    control_move,
     rollout_move,
-    strategy_error,
     tick_move,
 )
+from upgrades.strategy import FailedNodes, Strategy, strategy_error
 from upgrades.virtual_fleet import Durations, run_simulation
 
 RUN = RunView(phase=Phase.RUNNING, target_version="2.0")
@@ -664,10 +664,10 @@ def test_each_control_and_phase_has_at_most_one_row():
 )
 def test_control_move_is_the_row_its_phase_allows_or_why_not(control, facts, expected):
     move = control_move(control, facts)
-    if isinstance(move, Refusal):
+    if isinstance(move, ControlRefusal):
         assert (move.code, move.message) == expected
     else:
-        assert isinstance(move, Move) and (move.to, move.reason, move.message) == expected
+        assert isinstance(move, LifecycleMove) and (move.to, move.reason, move.message) == expected
 
 
 def test_approving_a_paused_run_accepts_its_failures_and_leaves_its_message():

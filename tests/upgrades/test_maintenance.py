@@ -12,8 +12,10 @@ from audit.models import AuditEntry
 from catalog.models import DriverRelease
 from upgrades import maintenance, services
 from upgrades.controller import tick
-from upgrades.machine import Phase, State, Strategy, plan
 from upgrades.models import MaintenanceWindow, UpgradeRun
+from upgrades.node_machine import State, plan
+from upgrades.run_lifecycle import Phase
+from upgrades.strategy import Strategy
 
 from .conftest import drive
 from .test_machine import RUN, node

@@ -1,4 +1,4 @@
-"""The upgrade strategy has one definition, machine.STRATEGY_FIELDS: the plan's Strategy, the run's
+"""The upgrade strategy has one definition, strategy.STRATEGY_FIELDS: the plan's Strategy, the run's
 columns, the API's fields and the forms' are made from it, and strategy_error checks every value."""
 
 from dataclasses import fields
@@ -7,8 +7,8 @@ import pytest
 
 from frontend.views.upgrades import StrategyForm
 from upgrades.api.serializers import UpgradeRunSerializer
-from upgrades.machine import STRATEGY_FIELDS, FailedNodes, Strategy, strategy_error
 from upgrades.models import UpgradeRun
+from upgrades.strategy import STRATEGY_FIELDS, FailedNodes, Strategy, strategy_error
 
 NAMES = [spec.name for spec in STRATEGY_FIELDS]
 

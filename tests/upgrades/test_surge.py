@@ -11,8 +11,8 @@ from nodepools.services import reconcile
 from nvke.errors import DomainError
 from upgrades import control_plane, services
 from upgrades.controller import tick
-from upgrades.machine import ACTIVE
 from upgrades.models import UpgradeRun
+from upgrades.node_machine import ACTIVE
 
 from .conftest import check_invariants
 

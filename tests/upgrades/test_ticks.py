@@ -10,8 +10,8 @@ from nvke.errors import Conflict
 from nvke.providers.simulator.models import SimFault, SimNode
 from upgrades import services
 from upgrades.controller import tick
-from upgrades.machine import KEPT_MESSAGE
 from upgrades.models import UpgradeRun
+from upgrades.node_machine import KEPT_MESSAGE
 
 from .conftest import drive
 

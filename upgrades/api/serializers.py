@@ -11,7 +11,6 @@ from nodepools.models import NodePool
 from nvke.tenancy.context import resolve_tenant
 
 from .. import maintenance, windows
-from ..machine import STRATEGY_FIELDS, StrategyField
 from ..models import (
     FleetRollout,
     MaintenanceWindow,
@@ -20,6 +19,7 @@ from ..models import (
     UpgradeNode,
     UpgradeRun,
 )
+from ..strategy import STRATEGY_FIELDS, StrategyField
 
 __all__ = ["DriverCompatibilitySerializer"]
 
@@ -31,7 +31,7 @@ MAX_DEFERRAL_S = 30 * 24 * 3600  # a node waits a month at most for the claims i
 
 def strategy_field(spec: StrategyField) -> serializers.Field:
     """The API's field of one strategy field: its type, default and help. The values themselves are
-    checked by the service (machine.strategy_error), as those of a rollout's JSON are."""
+    checked by the service (strategy.strategy_error), as those of a rollout's JSON are."""
     if spec.kind is bool:
         return serializers.BooleanField(default=spec.default, help_text=spec.help)
     if spec.kind is int:

@@ -1,10 +1,11 @@
-"""The per-node driver-upgrade state machine, pure: inputs are what the control plane observed, output
-is at most one step per node plus the run's next phase. No ORM, no clock, no provider: the Celery tick
-(upgrades/controller.py), the tests and the benchmark all drive this one function. Beside it, as pure:
-the run's lifecycle (LIFECYCLE: every phase change, an operator's control or the plan's, with the
-phases it starts from; control_move and tick_move look them up) and the upgrade strategy
-(STRATEGY_FIELDS: each field's name, default, bounds and help, from which the run's model, the API and
-the forms make their fields; strategy_error checks values, nvke.node_counts reads "N or N%").
+"""The per-node upgrade state machine and the tick's plan, pure: inputs are what the control plane
+observed, output is at most one step per node plus the run's next phase. No ORM, no clock, no provider:
+the Celery tick (upgrades/controller.py), the tests and the benchmark all drive this one function,
+`plan`. It holds each node's steps (_advance, _fail, _abort), the rules for the cordon a failed node
+keeps, returning such a node to service (return_refusal), and what the run as a whole decides each tick:
+the canary gate, the failure and unavailability budgets, and the phase it ends in. The phases
+themselves and their changes are the run's lifecycle (run_lifecycle); what the plan follows is the
+strategy (strategy).
 
 Node states are the NVIDIA GPU Operator's; each names what is required next:
 
@@ -26,11 +27,11 @@ Invariants the plan keeps (tests/upgrades check them at every tick):
 - a run never waits forever on its own failed nodes: when those kept cordoned hold the whole budget and
   nodes still wait, it ends failed and says so."""
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from nvke.node_counts import budget_error, nodes_of
+from .run_lifecycle import LIVE, Phase
+from .strategy import FailedNodes, Strategy
 
 
 class State(StrEnum):
@@ -51,13 +52,6 @@ ACTIVE = frozenset(ORDER[1:8])  # between leaving the queue and finishing: the n
 BEFORE_INSTALL = frozenset(ORDER[1:6])  # an abort can still hand these back untouched
 
 
-class FailedNodes(StrEnum):
-    """What happens to a node that fails after its driver was touched."""
-
-    KEEP_CORDONED = "keep-cordoned"  # out of service until a retry or rollback validates a driver
-    UNCORDON = "uncordon"  # back into service at once, whatever its driver
-
-
 class Effect(StrEnum):
     """What the shell must do to the node (through the provider) before recording the new state."""
 
@@ -66,359 +60,6 @@ class Effect(StrEnum):
     EVICT = "evict"  # evict the node's claims; the allocator re-places them elsewhere
     INSTALL = "install"  # start the new driver (the driver pod's restart)
     UNCORDON = "uncordon"
-
-
-class Phase(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    PAUSED = "paused"
-    ABORTING = "aborting"
-    COMPLETED = "completed"
-    FAILED = "failed"  # finished, some nodes visibly failed
-    ABORTED = "aborted"
-
-
-LIVE = frozenset({Phase.RUNNING, Phase.PAUSED, Phase.ABORTING})  # a tick has work to do
-FINISHED = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.ABORTED})
-
-
-# --- the run's lifecycle: every phase change, by a control or by a tick, is one row of LIFECYCLE -------
-
-
-class Control(StrEnum):
-    """What an operator can do to a run (services.control); a fleet rollout's own controls are
-    pause, resume and abort (ROLLOUT_LIFECYCLE)."""
-
-    START = "start"
-    PAUSE = "pause"
-    RESUME = "resume"
-    ABORT = "abort"
-    RETRY = "retry"
-    APPROVE = "approve"
-    ROLLBACK = "rollback"
-
-
-TICK = "tick"  # a phase change the plan makes (controller.tick)
-
-
-@dataclass(frozen=True)
-class Move:
-    """One row of the lifecycle: `by` (a Control, or TICK) takes a run in any phase of `source` to `to`,
-    recorded in its history with `reason` and `message`. The flags say what else the move does to the
-    run; the shell (services.control, controller) carries them out."""
-
-    by: str
-    source: frozenset[Phase]
-    to: Phase | None  # None: the run keeps its phase (a rollback makes a new run)
-    reason: str = ""
-    message: str = ""  # a control's, formatted with its RunFacts; a tick's plan writes its own
-    accepts_failed: bool = False  # the failed nodes so far no longer count against the failure budget
-    retries_failed: bool = False  # the failed nodes go back to the queue, the budget counts afresh
-    approves: bool = False  # the canary is approved: the rest of the pool may start
-    history_only: bool = False  # the run's reason and message stay (the next tick's progress replaces them)
-
-
-def _move(by: str, source: set[Phase], to: Phase | None, reason: str = "", message: str = "", **flags):
-    return Move(by, frozenset(source), to, reason, message, **flags)
-
-
-P = Phase
-LIFECYCLE: tuple[Move, ...] = (
-    # an operator's controls
-    _move(Control.START, {P.PENDING}, P.RUNNING, "Started", "The run started."),
-    _move(
-        Control.PAUSE,
-        {P.RUNNING},
-        P.PAUSED,
-        "Paused",
-        "Paused by an operator; nodes in flight finish their upgrade.",
-    ),
-    _move(
-        Control.RESUME,
-        {P.PAUSED},
-        P.RUNNING,
-        "Resumed",
-        "Resumed; {run.failed} failed nodes accepted.",
-        accepts_failed=True,
-    ),
-    _move(Control.ABORT, {P.PENDING}, P.ABORTED, "Aborted", "Aborted before it started."),
-    _move(
-        Control.ABORT,
-        {P.RUNNING, P.PAUSED},
-        P.ABORTING,
-        "Aborting",
-        "Aborting: {run.in_flight} nodes not yet on the new driver go back into service; installs under "
-        "way finish{run.kept_note}",
-    ),
-    _move(
-        Control.RETRY,
-        {P.RUNNING, P.PAUSED, P.FAILED},
-        P.RUNNING,
-        "Retry",
-        "Retrying {run.failed} failed nodes.",
-        retries_failed=True,
-    ),
-    _move(
-        Control.APPROVE,
-        {P.RUNNING},
-        P.RUNNING,
-        "CanaryApproved",
-        "Canary approved; the rest of the pool follows.",
-        approves=True,
-        history_only=True,
-    ),
-    _move(  # a canary failure paused it; approving goes on regardless
-        Control.APPROVE,
-        {P.PAUSED},
-        P.RUNNING,
-        "CanaryApproved",
-        "Canary approved; the rest of the pool follows.",
-        approves=True,
-        accepts_failed=True,
-        history_only=True,
-    ),
-    _move(Control.ROLLBACK, set(FINISHED), None),  # a new run back to the release before
-    _move(Control.ROLLBACK, {P.PENDING}, None),  # aborted first (Control.ABORT), then a new run
-    # the plan's phase changes, made by a tick
-    _move(TICK, {P.RUNNING}, P.PAUSED, "CanaryFailed"),
-    _move(TICK, {P.RUNNING}, P.PAUSED, "FailureBudgetExhausted"),
-    _move(TICK, {P.RUNNING}, P.FAILED, "FailedNodesHoldBudget"),
-    _move(TICK, {P.RUNNING, P.PAUSED}, P.FAILED, "NodesFailed"),  # paused: its last nodes finished
-    _move(TICK, {P.RUNNING, P.PAUSED}, P.COMPLETED, "AllNodesUpgraded"),
-    _move(TICK, {P.ABORTING}, P.ABORTED, "Aborted"),
-)
-# A fleet rollout's own controls (rollouts.control_rollout); its waves move it on (rollouts.advance).
-ROLLOUT_LIFECYCLE: tuple[Move, ...] = (
-    _move(Control.PAUSE, {P.RUNNING}, P.PAUSED),
-    _move(Control.RESUME, {P.PAUSED}, P.RUNNING),
-    _move(Control.ABORT, {P.RUNNING, P.PAUSED}, P.ABORTED),
-)
-del P
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What the controls look at besides the run's phase, counted by the shell (services.control)."""
-
-    phase: Phase
-    failed: int = 0  # nodes in upgrade-failed
-    failed_canary: bool = False  # one of them is a canary node
-    canaries_settled: bool = True  # every canary node upgraded or failed
-    canary_approval: bool = False  # the strategy waits for an approval after the canary
-    approved: bool = False
-    in_flight: int = 0  # an abort hands these back untouched ...
-    kept: int = 0  # ... and leaves these cordoned (their driver touched, under keep-cordoned)
-    pool_busy: bool = False  # another run of the pool is live
-    taken_over: bool = False  # a later run of the pool took this run's nodes over
-
-    @property
-    def kept_note(self) -> str:
-        return f"; failed nodes kept cordoned (driver not validated): {self.kept}." if self.kept else "."
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A control the run's state does not allow (a 409): `code`, `message`, and whether the answer
-    names the run's status."""
-
-    code: str
-    message: str
-    with_status: bool = True
-
-
-# Why a control is refused in a phase no row of LIFECYCLE starts from, where more than the phase is to say.
-_WRONG_PHASE = {
-    Control.RETRY: "it has no failed nodes to retry",
-    Control.APPROVE: "no canary is waiting for approval",
-    Control.ROLLBACK: "abort it first (installs under way finish), then roll back",
-}
-
-
-def _guard(control: str, run: RunFacts) -> Refusal | str | None:
-    """What, besides the phase, refuses `control` now: a Refusal, the why of a cannot_<control>, or None."""
-    match control:
-        case Control.RETRY:
-            if not run.failed:
-                return _WRONG_PHASE[Control.RETRY]
-            if run.phase == Phase.FAILED and run.pool_busy:
-                return Refusal("upgrade_in_progress", "The pool has another upgrade in progress.", False)
-            if run.taken_over:  # and with them any cordon this run kept on them
-                return "a later run of the pool took its nodes over"
-        case Control.APPROVE:
-            if not run.canary_approval or run.approved:
-                return _WRONG_PHASE[Control.APPROVE]
-            if not run.canaries_settled:
-                return "its canary nodes are still upgrading"
-    return None
-
-
-def _row(table: tuple[Move, ...], control: str, phase: Phase) -> Move | None:
-    return next((m for m in table if m.by == control and phase in m.source), None)
-
-
-def takes(control: str, phase: Phase) -> bool:
-    """Whether a row of LIFECYCLE takes `control` from `phase` (its guards aside): a rollout passes its
-    controls on only to the runs they apply to."""
-    return _row(LIFECYCLE, control, phase) is not None
-
-
-def control_move(control: str, run: RunFacts) -> Move | Refusal:
-    """The row of LIFECYCLE that `control` takes from the run's phase, its message filled in; or why the
-    control is refused: `cannot_<control>`, or a guard's own code."""
-    move = _row(LIFECYCLE, control, run.phase)
-    if move is None:
-        # An aborting run may well have failed nodes: retrying it is refused without a why.
-        why = "" if (control, run.phase) == (Control.RETRY, Phase.ABORTING) else _WRONG_PHASE.get(control, "")
-    else:
-        why = _guard(control, run)
-    if isinstance(why, Refusal):
-        return why
-    if move is None or why is not None:
-        message = f"Cannot {control} a run that is {run.phase}" + (f": {why}" if why else ".")
-        return Refusal(f"cannot_{control}", message)
-    return replace(move, message=move.message.format(run=run))
-
-
-def rollout_move(control: str, phase: Phase) -> Move | Refusal:
-    """The row of ROLLOUT_LIFECYCLE that `control` takes a rollout in `phase` along, or the refusal."""
-    if move := _row(ROLLOUT_LIFECYCLE, control, phase):
-        return move
-    return Refusal(f"cannot_{control}", f"Cannot {control} a rollout that is {phase}.", with_status=False)
-
-
-def tick_move(phase: Phase, to: Phase, reason: str) -> Move:
-    """The row of LIFECYCLE behind a phase change the plan made; a ValueError if there is none (the plan
-    and the table disagree)."""
-    for move in LIFECYCLE:
-        if move.by == TICK and phase in move.source and move.to == to and move.reason == reason:
-            return move
-    raise ValueError(f"no tick takes a {phase} run to {to} ({reason})")
-
-
-# --- the upgrade strategy: one list of its fields, from which the model, the API and the forms are made --
-
-
-@dataclass(frozen=True)
-class StrategyField:
-    """One field of the upgrade strategy as people set it (the run API, the start and rollout forms, a
-    rollout's JSON) and a run stores it. The run's model fields (models.strategy_field), the API
-    serializer's, the forms' (frontend/views/upgrades.py) and the validation (strategy_error) are made
-    from STRATEGY_FIELDS."""
-
-    name: str
-    default: bool | int | str  # its type is the field's: a flag, a whole number or a text
-    help: str
-    minimum: int = 0  # a whole number: the least value
-    max_length: int = 0  # a text: the longest
-    choices: tuple[tuple[str, str], ...] = ()  # a text: its values, with their labels in the forms
-    label: str = ""  # in the forms; empty: from the name
-    suggested: int | str | None = None  # what the forms start from, where it is not the default
-    form_minimum: int | None = None  # the forms' least value, where they ask for more than `minimum`
-    in_form: bool = True  # the forms offer it
-
-    @property
-    def kind(self) -> type:
-        """bool, int or str: what its default is."""
-        return bool if isinstance(self.default, bool) else int if isinstance(self.default, int) else str
-
-
-STRATEGY_FIELDS: tuple[StrategyField, ...] = (
-    StrategyField(
-        "max_unavailable",
-        "1",
-        'Nodes out of service at once: a count ("2") or a percent of the pool ("10%", rounded up); 0 only '
-        "with a max_surge.",
-        max_length=8,
-        suggested="10%",
-    ),
-    StrategyField(
-        "max_surge",
-        "0",
-        "Kubernetes and node image upgrades: extra nodes, on the new version, the pool gets while its "
-        'machines are replaced: a count ("1") or a percent of the pool ("10%", rounded up). Each lets one '
-        "more node be drained at once; the run drains them away again at its end.",
-        max_length=8,
-        in_form=False,  # a driver is installed in place: only the versions page's pool forms offer it
-    ),
-    StrategyField("canary_nodes", 0, "Upgrade this many nodes first."),
-    StrategyField(
-        "canary_bake_s", 0, "Wait this long after the canary nodes.", label="Canary bake (s)", suggested=300
-    ),
-    StrategyField("canary_approval", False, "Wait for an approval after the canary instead."),
-    StrategyField(
-        "drain_timeout_s",
-        600,
-        "A node whose claims are not evicted by then fails.",
-        label="Drain timeout (s)",
-        form_minimum=1,
-    ),
-    StrategyField(
-        "validation_timeout_s",
-        900,
-        "A node not reporting the target driver with every GPU healthy by then fails.",
-        label="Validation timeout (s)",
-        in_form=False,
-    ),
-    StrategyField("failure_budget", 1, "Pause after this many failed nodes.", minimum=1),
-    StrategyField(
-        "failed_nodes",
-        FailedNodes.KEEP_CORDONED,
-        "A node whose new driver fails to install or validate: keep it out of service until a retry or "
-        "rollback validates a driver, or put it back into service at once.",
-        max_length=16,
-        choices=((FailedNodes.KEEP_CORDONED, "Keep cordoned"), (FailedNodes.UNCORDON, "Uncordon at once")),
-    ),
-)
-STRATEGY = {spec.name: spec for spec in STRATEGY_FIELDS}
-
-
-def strategy_error(values: Mapping[str, object], nodes: int) -> tuple[str, str] | None:
-    """The first bad value of a strategy as given (a field left out takes its default), as (field,
-    message); None when all are good. Fleet rollouts pass their JSON as it came, so the types are
-    checked here too, not only by the run API's serializer. `nodes`: the pool's, for canary_nodes."""
-    given = {spec.name: values.get(spec.name, spec.default) for spec in STRATEGY_FIELDS}
-    for spec in STRATEGY_FIELDS:
-        value = given[spec.name]
-        if spec.kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            return spec.name, f"{spec.name} is a whole number of at least 0."
-    for spec in STRATEGY_FIELDS:
-        if spec.kind is bool and not isinstance(given[spec.name], bool):
-            return spec.name, f"{spec.name} is true or false."
-    if error := budget_error(given["max_unavailable"], given["max_surge"]):
-        return error
-    if given["canary_nodes"] > nodes:
-        return "canary_nodes", f"canary_nodes {given['canary_nodes']} is more than the pool's {nodes} nodes."
-    for spec in STRATEGY_FIELDS:
-        if spec.kind is int and given[spec.name] < spec.minimum:
-            return spec.name, f"{spec.name} is at least {spec.minimum}."
-        if spec.choices and given[spec.name] not in [value for value, _ in spec.choices]:
-            return spec.name, f"{spec.name} is one of {', '.join(value for value, _ in spec.choices)}."
-    return None
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """The strategy the plan follows: STRATEGY_FIELDS, max_unavailable resolved for the pool."""
-
-    max_unavailable: int  # already resolved from a count or a percent of the pool
-    max_surge: int = 0  # the same; a replacement run's extra nodes (the shell adds and removes them)
-    canary_nodes: int = STRATEGY["canary_nodes"].default  # the first N nodes go alone
-    canary_bake_s: float = STRATEGY["canary_bake_s"].default  # then wait this long ...
-    canary_approval: bool = STRATEGY["canary_approval"].default  # ... or for an operator's approval
-    drain_timeout_s: float = STRATEGY["drain_timeout_s"].default
-    validation_timeout_s: float = STRATEGY["validation_timeout_s"].default
-    failure_budget: int = STRATEGY["failure_budget"].default  # pause once this many nodes have failed
-    failed_nodes: FailedNodes = STRATEGY["failed_nodes"].default
-
-    @classmethod
-    def of(cls, values: Mapping[str, object], nodes: int) -> "Strategy":
-        """The strategy of a run as stored (each of STRATEGY_FIELDS; max_unavailable as written) for a
-        pool of `nodes`."""
-        given = {spec.name: values.get(spec.name, spec.default) for spec in STRATEGY_FIELDS}
-        for name in ("max_unavailable", "max_surge"):
-            given[name] = nodes_of(given[name], nodes)
-        given["failed_nodes"] = FailedNodes(given["failed_nodes"])
-        return cls(**given)
 
 
 @dataclass(frozen=True)
@@ -470,7 +111,9 @@ class RunView:
 
 
 @dataclass(frozen=True)
-class Step:
+class NodeStep:
+    """One node's move this tick: the state it goes to, and what the shell must do to it first."""
+
     node: str
     to: State
     effect: Effect = Effect.NONE
@@ -481,12 +124,12 @@ class Step:
 @dataclass
 class Plan:
     phase: Phase
-    steps: list[Step] = field(default_factory=list)
+    steps: list[NodeStep] = field(default_factory=list)
     reason: str = ""  # why the phase changed, for the run's condition history
     message: str = ""
     canary_done_at: float | None = None
 
-    def for_node(self, name: str) -> Step | None:
+    def for_node(self, name: str) -> NodeStep | None:
         return next((s for s in self.steps if s.node == name), None)
 
 
@@ -551,25 +194,25 @@ def returned_to_service(node: NodeView) -> NodeView:
     return replace(node, cordoned=False, driver_touched=False, returned=True)
 
 
-def _fail(node: NodeView, strategy: Strategy, reason: str, message: str) -> Step:
+def _fail(node: NodeView, strategy: Strategy, reason: str, message: str) -> NodeStep:
     """A failed node goes back into service at once (unless it was cordoned before the run), except
     one whose driver was touched, which stays cordoned under keep-cordoned."""
     if keeps_cordoned(strategy.failed_nodes, node.touched):
-        return Step(node.name, State.FAILED, Effect.NONE, reason, kept_message(message))
+        return NodeStep(node.name, State.FAILED, Effect.NONE, reason, kept_message(message))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
-    return Step(node.name, State.FAILED, effect, reason, message)
+    return NodeStep(node.name, State.FAILED, effect, reason, message)
 
 
-def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> Step | None:
+def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> NodeStep | None:
     """The one step an in-flight node takes now, or None while it waits."""
     waited = now - node.entered_at
     match node.state:
         case State.CORDON_REQUIRED:
-            return Step(node.name, State.WAIT_FOR_JOBS_REQUIRED, Effect.CORDON, "Cordoned")
+            return NodeStep(node.name, State.WAIT_FOR_JOBS_REQUIRED, Effect.CORDON, "Cordoned")
         case State.WAIT_FOR_JOBS_REQUIRED if not node.busy:
             if node.deferred_by:
                 if waited < run.deferral_deadline_s:
-                    return Step(
+                    return NodeStep(
                         node.name,
                         node.state,
                         reason="Deferred",
@@ -584,12 +227,12 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                         f"Still waiting for {node.deferred_by} after {run.deferral_deadline_s:g}s; "
                         "the pool's deferral policy stops the upgrade of this node.",
                     )
-            return Step(node.name, State.POD_DELETION_REQUIRED, reason="NoBlockingJobs")
+            return NodeStep(node.name, State.POD_DELETION_REQUIRED, reason="NoBlockingJobs")
         case State.POD_DELETION_REQUIRED if not node.busy:
-            return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
+            return NodeStep(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
         case State.DRAIN_REQUIRED if not node.busy:
             if node.claims == 0:
-                return Step(node.name, State.POD_RESTART_REQUIRED, reason="Drained")
+                return NodeStep(node.name, State.POD_RESTART_REQUIRED, reason="Drained")
             if waited >= strategy.drain_timeout_s:
                 return _fail(
                     node,
@@ -597,14 +240,14 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
                     "DrainTimeout",
                     f"{node.claims} claims still on the node after {strategy.drain_timeout_s:g}s.",
                 )
-            return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
+            return NodeStep(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsEvicted")
         case State.POD_RESTART_REQUIRED if not node.busy:
             if node.claims:  # something landed since the drain: drain again, never install under it
-                return Step(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsReturned")
+                return NodeStep(node.name, State.DRAIN_REQUIRED, Effect.EVICT, "ClaimsReturned")
             if node.retire:
                 removing = "Removing its machine."
-                return Step(node.name, State.VALIDATION_REQUIRED, Effect.INSTALL, "Removing", removing)
-            return Step(
+                return NodeStep(node.name, State.VALIDATION_REQUIRED, Effect.INSTALL, "Removing", removing)
+            return NodeStep(
                 node.name,
                 State.VALIDATION_REQUIRED,
                 Effect.INSTALL,
@@ -615,7 +258,9 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             )
         case State.VALIDATION_REQUIRED if node.retire:
             if node.gone:
-                return Step(node.name, State.DONE, reason="Removed", message="The surge node was removed.")
+                return NodeStep(
+                    node.name, State.DONE, reason="Removed", message="The surge node was removed."
+                )
             if waited >= strategy.validation_timeout_s:
                 return _fail(node, strategy, "NotRemoved", "The surge node's machine was not removed.")
         case State.VALIDATION_REQUIRED:
@@ -624,7 +269,7 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             if node.busy:
                 return None
             if node.driver_version == run.target_version and node.gpus_healthy and node.ready:
-                return Step(
+                return NodeStep(
                     node.name,
                     State.UNCORDON_REQUIRED,
                     reason="Validated",
@@ -638,11 +283,11 @@ def _advance(node: NodeView, run: RunView, strategy: Strategy, now: float) -> St
             return None
         case State.UNCORDON_REQUIRED:
             effect = Effect.NONE if node.pre_cordoned else Effect.UNCORDON
-            return Step(node.name, State.DONE, effect, "Upgraded")
+            return NodeStep(node.name, State.DONE, effect, "Upgraded")
         case State.FAILED if (
             node.cordoned and not node.pre_cordoned and not node.returned and not _kept(node, strategy)
         ):  # a returned node was uncordoned by the person: a cordon since is someone else's
-            return Step(node.name, State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")
+            return NodeStep(node.name, State.FAILED, Effect.UNCORDON, "UncordonedAfterFailure")
     return None
 
 
@@ -766,20 +411,20 @@ def ended_message(reason: str, failed: int, total: int, kept: int, returned: int
     return head + kept_note + returned_note + "."
 
 
-def _abort(node: NodeView, strategy: Strategy) -> Step | None:
+def _abort(node: NodeView, strategy: Strategy) -> NodeStep | None:
     """An aborting run hands back the nodes not yet installing, except those whose driver an earlier
     attempt touched (a retry, or a node an earlier run kept cordoned): failed again, still cordoned."""
     if node.state not in BEFORE_INSTALL | {State.UPGRADE_REQUIRED}:
         return None
     if node.cordoned and keeps_cordoned(strategy.failed_nodes, node.touched):
-        return Step(node.name, State.FAILED, Effect.NONE, "Aborted", kept_message("The run was aborted"))
+        return NodeStep(node.name, State.FAILED, Effect.NONE, "Aborted", kept_message("The run was aborted"))
     effect = Effect.UNCORDON if node.cordoned and not node.pre_cordoned else Effect.NONE
     if node.state == State.UPGRADE_REQUIRED and effect == Effect.NONE:
         return None  # never started: nothing to hand back
-    return Step(node.name, State.UPGRADE_REQUIRED, effect, "Aborted")
+    return NodeStep(node.name, State.UPGRADE_REQUIRED, effect, "Aborted")
 
 
-def _after(node: NodeView, step: Step) -> NodeView:
+def _after(node: NodeView, step: NodeStep) -> NodeView:
     """The node once `step` is carried out."""
     cordoned = {Effect.CORDON: True, Effect.UNCORDON: False}.get(step.effect, node.cordoned)
     touched = (node.touched or step.effect == Effect.INSTALL) and step.to != State.UNCORDON_REQUIRED
@@ -806,4 +451,4 @@ def _start_nodes(result: Plan, settled: list[NodeView], budget: int, gate_open: 
             if unavailable >= budget:
                 break
             unavailable += 1
-        result.steps.append(Step(node.name, State.CORDON_REQUIRED, reason="Started"))
+        result.steps.append(NodeStep(node.name, State.CORDON_REQUIRED, reason="Started"))
