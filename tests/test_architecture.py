@@ -1,9 +1,9 @@
 """The house as drawn: the import contracts of .importlinter hold (apps layered frontend → upgrades and
-telemetry → nodepools and claims → clusters → the providers → catalog → the platform; only the
-simulator imports its models; no cycles between the modules of any package; only the allocator takes
-its lock). import-linter builds the import graph with grimp, which sees function-level imports too, so
-a lazy import cannot slip past. It runs in a child process: in the test process zope.interface (loaded
-with daphne) gives classes an attribute import-linter trips on."""
+telemetry → nodepools and claims → clusters → the providers → tenancy and the API layer → the catalog →
+the platform's ground floor; only the simulator imports its models; no cycles between the modules of any
+package; only the allocator takes its lock). import-linter builds the import graph with grimp, which
+sees function-level imports too, so a lazy import cannot slip past. It runs in a child process: in the
+test process zope.interface (loaded with daphne) gives classes an attribute import-linter trips on."""
 
 import ast
 import configparser
@@ -40,17 +40,19 @@ def test_import_contract_is_kept(contract):
 COMPOSITION_ROOTS = {"nvke.urls", "nvke.routing", "nvke.asgi"}
 
 
-def test_every_module_of_nvke_has_a_layer_or_is_a_composition_root():
-    """The platform's layer names nvke's modules one by one (the providers sit above the catalog, the
-    rest below it): a new module of nvke must be placed, or no contract would see what it imports."""
+def test_every_module_of_nvke_and_the_catalog_has_a_layer_or_is_a_composition_root():
+    """The layers name nvke's and the catalog's modules one by one (the platform and the catalog each
+    span several layers): a new module must be placed, or no contract would see what it imports."""
     config = configparser.ConfigParser()
     config.read(ROOT / ".importlinter")
     layers = config["importlinter:contract:layers"]["layers"]
     named = {name.strip() for line in layers.splitlines() for name in line.replace("|", ":").split(":")}
     modules = {
-        f"nvke.{path.stem if path.suffix == '.py' else path.name}"
-        for path in (ROOT / "nvke").iterdir()
-        if path.name != "__init__.py" and (path.suffix == ".py" or (path / "__init__.py").exists())
+        f"{package}.{path.stem if path.suffix == '.py' else path.name}"
+        for package in ("nvke", "catalog")
+        for path in (ROOT / package).iterdir()
+        if path.name not in ("__init__.py", "migrations")
+        and (path.suffix == ".py" or (path / "__init__.py").exists())
     }
     assert modules - COMPOSITION_ROOTS == modules & named, sorted(modules - COMPOSITION_ROOTS - named)
 
