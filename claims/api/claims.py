@@ -122,7 +122,7 @@ class ClaimSerializer(serializers.ModelSerializer):
     def to_representation(self, claim: dict) -> dict:
         """The claim from a `selectors.claim_rows` row with its shares attached (`attach_claim_shares`),
         written out by hand in the fields' order: DRF's field-by-field walk over a page of claims, their
-        allocations and shares cost most of the request. tests/nodepools/test_claim_document.py holds
+        allocations and shares cost most of the request. tests/claims/test_claim_document.py holds
         it to what the fields (and before them, DRF's walk over the models) give."""
         return {
             "id": claim["id"],
