@@ -24,14 +24,14 @@ pytest_plugins = ["tests.kubeapi.fixtures"]  # kubeapi, kube_client: the fake Ku
 
 
 @pytest.fixture(autouse=True)
-def fresh_rescaling_policies():
-    """Ingestion caches each node's pool policy for a few seconds per process; ids recur between
-    tests (and runs), so every test starts with an empty cache."""
-    from telemetry import policy
+def fresh_caches():
+    """Every test starts and ends with the per-process caches empty (nvke.caches): they are keyed by
+    ids, and ids recur between tests (and runs), on SQLite even within a run."""
+    from nvke import caches
 
-    policy.forget()
+    caches.clear_all()
     yield
-    policy.forget()
+    caches.clear_all()
 
 
 @pytest.fixture

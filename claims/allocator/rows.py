@@ -6,7 +6,6 @@ lock is held while it runs and every round trip there is time no other worker ca
 embedded default, one process) takes the same rows through the ORM."""
 
 import datetime
-import functools
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -17,6 +16,7 @@ from claims import allocation as core
 from claims.allocator.inventory import Snapshot, placement_json
 from claims.allocator.metering import UsageRow, usage_row
 from claims.models import Allocation, AllocationEvent, Claim, GpuShare, UsageInterval
+from nvke.statements import compiled
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def claims_by_pk(pks: list[int]) -> dict[int, Claim]:
     return claims
 
 
-@functools.cache
+@compiled
 def _claims_select() -> tuple[str, list[str], list[tuple[int, object]]]:
     fields = Claim._meta.concrete_fields
     quote = connection.ops.quote_name
