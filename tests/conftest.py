@@ -23,6 +23,17 @@ from tests.integration.processes import (
 pytest_plugins = ["tests.kubeapi.fixtures"]  # kubeapi, kube_client: the fake Kubernetes API server
 
 
+def pytest_collection_modifyitems(config, items):
+    """On SQLite (the embedded default's twins of the write paths: scripts/dev test-sqlite), tests marked
+    `postgresql` are skipped with the marker's reason."""
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        return
+    for item in items:
+        if marker := item.get_closest_marker("postgresql"):
+            reason = marker.args[0] if marker.args else "needs PostgreSQL"
+            item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
+
+
 @pytest.fixture(autouse=True)
 def fresh_caches():
     """Every test starts and ends with the per-process caches empty (nvke.caches): they are keyed by
