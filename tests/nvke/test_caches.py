@@ -82,3 +82,27 @@ def test_in_process_rate_limit_counters_go_with_their_window_and_are_bounded(set
     for n in range(5):
         ratelimit.add_failure(f"address-{n}", 60)
     assert len(ratelimit.MEMORY.counts) == 3
+
+
+def test_docs_performance_names_every_registered_cache():
+    """docs/performance.md's table of per-process caches names each registry entry."""
+    import importlib
+    from pathlib import Path
+
+    for module in (  # the modules that register caches (the rest are imported by Django's start-up)
+        "audit.recorder",
+        "claims.allocator.rows",
+        "claims.allocator.service",
+        "nvke.lookups",
+        "nvke.providers.clusterapi.kubeconfig",
+        "nvke.providers.clusterapi.management",
+        "nvke.providers.kubernetes.operations",
+        "nvke.tenancy.authentication",
+        "telemetry.ingest",
+        "telemetry.policy",
+    ):
+        importlib.import_module(module)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "performance.md").read_text()
+    table = docs[docs.index("## Per-process caches") :]
+    missing = [entry.name for entry in caches.entries() if f"`{entry.name}`" not in table]
+    assert not missing, f"docs/performance.md's per-process caches do not name: {missing}"
