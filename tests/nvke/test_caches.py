@@ -106,3 +106,26 @@ def test_docs_performance_names_every_registered_cache():
     table = docs[docs.index("## Per-process caches") :]
     missing = [entry.name for entry in caches.entries() if f"`{entry.name}`" not in table]
     assert not missing, f"docs/performance.md's per-process caches do not name: {missing}"
+
+
+@pytest.mark.django_db
+def test_a_migration_empties_every_cache(registered):
+    """post_migrate (sent by migrate, and by a flush) clears the registry: what the caches hold was read
+    from rows and columns a migration may have changed."""
+    from django.apps import apps
+    from django.db.models.signals import post_migrate
+
+    registered.append("test.migrated")
+    cache = caches.emptied_when_full("test.migrated", 10)
+    cache.put("a", 1)
+    tenancy = apps.get_app_config("tenancy")
+    post_migrate.send(
+        sender=tenancy,
+        app_config=tenancy,
+        verbosity=0,
+        interactive=False,
+        using="default",
+        apps=apps,
+        plan=[],
+    )
+    assert not cache
