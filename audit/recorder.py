@@ -18,6 +18,7 @@ from django.db.models.signals import post_delete, post_save, pre_save
 from django.utils import timezone
 
 from nvke.encryption import EncryptedTextField
+from nvke.statements import compiled
 
 from .context import current_actor
 from .models import AuditEntry
@@ -172,26 +173,22 @@ def insert(instance: models.Model) -> None:
     instance._state.adding, instance._state.db = False, connection.alias
 
 
-_INSERTS: dict[type[models.Model], tuple[str, list[models.Field]]] = {}
-
-
+@compiled
 def _insert_statement(model: type[models.Model]) -> tuple[str, list[models.Field]]:
     """`insert`'s statement for the model and the row's fields in its order: written once per process
     (the ORM would compile the same INSERT for every row)."""
-    if model not in _INSERTS:
-        meta, quote = model._meta, connection.ops.quote_name
-        fields = [f for f in meta.local_concrete_fields if not f.primary_key]
-        pk = quote(meta.pk.column)
-        _INSERTS[model] = (
-            f"WITH new AS (INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {pk}) "
-            f"INSERT INTO {quote(AuditEntry._meta.db_table)} "
-            f"({', '.join(quote(f.column) for f in _ENTRY_FIELDS)}, object_id) "
-            f"VALUES ({', '.join(['%s'] * len(_ENTRY_FIELDS))}, (SELECT {pk}::text FROM new)) "
-            "RETURNING object_id",
-            fields,
-        )
-    return _INSERTS[model]
+    meta, quote = model._meta, connection.ops.quote_name
+    fields = [f for f in meta.local_concrete_fields if not f.primary_key]
+    pk = quote(meta.pk.column)
+    sql = (
+        f"WITH new AS (INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {pk}) "
+        f"INSERT INTO {quote(AuditEntry._meta.db_table)} "
+        f"({', '.join(quote(f.column) for f in _ENTRY_FIELDS)}, object_id) "
+        f"VALUES ({', '.join(['%s'] * len(_ENTRY_FIELDS))}, (SELECT {pk}::text FROM new)) "
+        "RETURNING object_id"
+    )
+    return sql, fields
 
 
 def _write(tenant_id: int | None, instance: models.Model, action: str, changes: dict) -> None:

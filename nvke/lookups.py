@@ -1,6 +1,5 @@
 """`column__among=ids`: rows whose column is one of a list of ids, the list passed as one parameter."""
 
-import functools
 import json
 from collections.abc import Callable, Iterable
 
@@ -8,6 +7,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 from django.db.models.sql.compiler import SQLCompiler
+
+from nvke.statements import compiled
 
 
 @models.ForeignKey.register_lookup
@@ -51,7 +52,7 @@ def rows_among(query: Callable[[list[int]], QuerySet], ids: list[int]) -> list[t
     return list(compiler.results_iter([rows]))  # the backend's converters, as values_list applies them
 
 
-@functools.cache
+@compiled
 def _compiled(query: Callable[[list[int]], QuerySet]) -> tuple[str, SQLCompiler]:
     """The SQL of `query`, whose one parameter is its ids (`__among`): building and compiling it took
     the ORM ~0.45 ms a page of nodes."""

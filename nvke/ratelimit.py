@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from functools import cache
 
 import redis
+from cachetools import TLRUCache
 from django.conf import settings
+
+from nvke import caches
 
 PREFIX = "nvke:rl:"
 
@@ -76,22 +79,30 @@ def _scripts() -> tuple:
     return client.register_script(_HIT), client.register_script(_FAIL)
 
 
-class _Memory:
-    """The same counters for one process (the embedded default), under one lock."""
+MEMORY_COUNTERS_KEPT = 100_000
 
-    def __init__(self) -> None:
+
+class _Memory:
+    """The same counters for one process (the embedded default), under one lock. A counter goes when its
+    window ends, and past MEMORY_COUNTERS_KEPT the least recently used (a new caller then starts at 0)."""
+
+    def __init__(self, maxsize: int = MEMORY_COUNTERS_KEPT) -> None:
         self.lock = threading.Lock()
-        self.counts: dict[str, tuple[int, float]] = {}  # key -> (count, expires at)
+        # key -> (count, expires at), on time.time() as Redis' expiry (read at each call: tests move it)
+        self.counts: TLRUCache = TLRUCache(
+            maxsize, ttu=lambda _key, value, _now: value[1], timer=lambda: time.time()
+        )
 
     def get(self, key: str, now: float) -> int:
         count, expires = self.counts.get(key, (0, 0.0))
         return count if expires > now else 0
 
     def incr(self, key: str, now: float, ttl_s: float) -> int:
-        count = self.get(key, now) + 1
-        expires = self.counts[key][1] if count > 1 else now + ttl_s
-        self.counts[key] = (count, expires)
-        return count
+        count, expires = self.counts.get(key, (0, 0.0))
+        if expires <= now:
+            count, expires = 0, now + ttl_s
+        self.counts[key] = (count + 1, expires)
+        return count + 1
 
     def clear(self) -> None:
         with self.lock:
@@ -99,6 +110,11 @@ class _Memory:
 
 
 MEMORY = _Memory()
+caches.register(
+    "nvke.ratelimit.memory",
+    f"each counter until its window ends; ≤ {MEMORY_COUNTERS_KEPT:,}, least recently used out (no Redis)",
+    MEMORY.clear,
+)
 
 
 def _retry_after(limit: int, current: int, previous: int, elapsed: float, window: float) -> float:

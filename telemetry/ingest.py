@@ -11,7 +11,7 @@ from django.conf import settings
 from claims.models import GpuShare
 from nodepools import nodes, preflight
 from nodepools.models import Gpu
-from nvke import jobs
+from nvke import caches, jobs
 from nvke.errors import DomainError
 
 from . import metrics, store
@@ -23,7 +23,13 @@ MAX_SKEW_S = 60  # clocks of nodes may run a little ahead
 IDENTITY_TTL_S = 10.0
 LATE_S = 10.0  # a sample older than this when it arrives missed the live views (counted as late)
 MAX_CACHED_IDENTITIES = 100_000
-_identities: dict[str, tuple["NodeIdentity", float]] = {}  # token hash → (identity, valid until)
+# Token hash → (identity, valid until). A plain dict, each entry with its own expiry: every batch looks
+# its node up, and the writer renews every entry at once (`refresh_identities`).
+_identities = caches.emptied_when_full(
+    "telemetry.ingest.identities",
+    MAX_CACHED_IDENTITIES,
+    f"each valid {IDENTITY_TTL_S:g} s, all renewed every {IDENTITY_TTL_S:g} s by the writer",
+)
 
 
 class TelemetryUnavailable(DomainError):
@@ -70,9 +76,7 @@ def authenticate(raw_token: str, fresh: bool = False) -> NodeIdentity:
     if identity is not None:
         return identity
     identity = _load_identity(raw_token)
-    if len(_identities) > MAX_CACHED_IDENTITIES:
-        _identities.clear()
-    _identities[hash_token(raw_token)] = (identity, time.monotonic() + IDENTITY_TTL_S)
+    _identities.put(hash_token(raw_token), (identity, time.monotonic() + IDENTITY_TTL_S))
     return identity
 
 

@@ -6,7 +6,6 @@ reporting node's pool through a per-process cache (`for_nodes`), so the per-seco
 database query per batch: one query per CACHE_TTL_S for the nodes a process hears from, and a change
 applies within that time. The rescaler (every 5 s) reads the policies of its claims' pools directly."""
 
-import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -14,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 
 from nodepools.models import Node, NodePool
+from nvke import caches
 from nvke.errors import Conflict, DomainError
 
 from .models import RESCALING_BOUNDS, PoolRescaling
@@ -118,26 +118,22 @@ def set_pool_policy(pool: NodePool, changes: dict, *, reset: bool = False) -> Po
 
 # --- the ingestion path's cache --------------------------------------------------------------------
 
-# (valid until, node id → its pool's own policy, None for the defaults). Replaced, never cleared in
-# place, so a thread holding the old dict reads a consistent one.
-_nodes: tuple[float, dict[int, Policy | None]] = (0.0, {})
+# Node id → its pool's own policy, None for the defaults. A plain dict replaced whole: a lookup per node
+# of every batch, at the price of a dict's.
+_nodes = caches.renewed_every(
+    "telemetry.policy.nodes", CACHE_TTL_S, MAX_CACHED_NODES, "emptied by `forget()` on a save in this process"
+)
 
 
 def forget() -> None:
-    global _nodes
-    _nodes = (0.0, {})
+    _nodes.clear()
 
 
 def for_nodes(node_ids: Iterable[int]) -> dict[int, Policy]:
     """The policy of each node's pool. Cached for CACHE_TTL_S: at most one query per call, and only
     for the nodes not seen since the cache was last renewed. Unknown nodes get the defaults."""
-    global _nodes
     node_ids = list(node_ids)
-    valid_until, cached = _nodes
-    now = time.monotonic()
-    if now >= valid_until or len(cached) > MAX_CACHED_NODES:
-        cached = {}
-        _nodes = (now + CACHE_TTL_S, cached)
+    cached = _nodes.current()
     missing = [node_id for node_id in node_ids if node_id not in cached]
     if missing:
         rows = Node.objects.filter(pk__in=missing).values_list(

@@ -23,15 +23,26 @@ from tests.integration.processes import (
 pytest_plugins = ["tests.kubeapi.fixtures"]  # kubeapi, kube_client: the fake Kubernetes API server
 
 
-@pytest.fixture(autouse=True)
-def fresh_rescaling_policies():
-    """Ingestion caches each node's pool policy for a few seconds per process; ids recur between
-    tests (and runs), so every test starts with an empty cache."""
-    from telemetry import policy
+def pytest_collection_modifyitems(config, items):
+    """On SQLite (the embedded default's twins of the write paths: scripts/dev test-sqlite), tests marked
+    `postgresql` are skipped with the marker's reason."""
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        return
+    for item in items:
+        if marker := item.get_closest_marker("postgresql"):
+            reason = marker.args[0] if marker.args else "needs PostgreSQL"
+            item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
 
-    policy.forget()
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    """Every test starts and ends with the per-process caches empty (nvke.caches): they are keyed by
+    ids, and ids recur between tests (and runs), on SQLite even within a run."""
+    from nvke import caches
+
+    caches.clear_all()
     yield
-    policy.forget()
+    caches.clear_all()
 
 
 @pytest.fixture

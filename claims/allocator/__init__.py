@@ -6,6 +6,8 @@ Around the pure placement core (`claims.allocation`):
 - `shapes`: claim validation, a claim's request, the empty nodes "can it ever fit?" is asked against;
 - `service`: create, release, place pending, evict (claims, or a node's), resize, topology changed;
 - `rows`: a placement pass written in one statement;
+- `sql`: the allocator's PostgreSQL text: the lock functions (migrations load them from here) and the
+  statements it runs by hand;
 - `defrag`: moves that free whole GPUs;
 - `preview`: where a node's claims would go if it were drained now (reads only);
 - `queue`: placement passes run by a worker.

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from django.db.models import Sum
 from django.utils import timezone
@@ -17,9 +18,11 @@ from claims.allocator.shapes import catalog_shapes, mig_profiles, request_of
 from claims.models import Allocation, AllocationEvent, Claim, GpuShare
 from nodepools import preflight, sharing
 from nodepools.models import Gpu, Node, NodePool
+from nvke import caches
 
 RECENT_SHAPES = 500  # claims that make up the workload FGD measures fragmentation against
 CATALOG_TTL_S = 60  # how long a "never fits the catalog" answer is reused
+CLUSTERS_KEPT = 64  # snapshots and workloads kept per process; past it the one loaded first goes
 
 
 @dataclass
@@ -247,7 +250,12 @@ class Snapshot:
 
 class Cache:
     """What this process remembers between placements, per cluster: its snapshot, the log entries
-    fetched with the lock, the recent mix of claim shapes; and "never fits the catalog" answers."""
+    fetched with the lock, the recent mix of claim shapes; and "never fits the catalog" answers.
+
+    Snapshots and workloads are kept for the CLUSTERS_KEPT clusters loaded last: plain dicts (request
+    threads place in different clusters at once, and a dict's get and set need no lock), the one loaded
+    first dropped when a new one comes in. A dropped cluster is loaded again when it is next placed in,
+    as after the 300 s a snapshot lives anyway."""
 
     def __init__(self) -> None:
         self.snapshots: dict[int, Snapshot] = {}
@@ -260,7 +268,7 @@ class Cache:
         """The cluster's current inventory; call with the allocation lock held."""
         snap = self.snapshots.get(cluster_id)
         if snap is None or not snap.catch_up():
-            snap = self.snapshots[cluster_id] = Snapshot(cluster_id)
+            snap = _newest(self.snapshots, cluster_id, Snapshot(cluster_id))
         return snap
 
     def workload(self, cluster_id: int) -> core.Workload:
@@ -268,8 +276,12 @@ class Cache:
         workload = self.workloads.get(cluster_id)
         if workload is None:
             recent = Claim.objects.filter(cluster_id=cluster_id).order_by("-created_at")[:RECENT_SHAPES]
-            workload = self.workloads[cluster_id] = core.Workload(
-                [request_of(c) for c in reversed(recent)], window=RECENT_SHAPES, refresh_every=50
+            workload = _newest(
+                self.workloads,
+                cluster_id,
+                core.Workload(
+                    [request_of(c) for c in reversed(recent)], window=RECENT_SHAPES, refresh_every=50
+                ),
             )
         return workload
 
@@ -287,8 +299,34 @@ class Cache:
         """The snapshot may hold changes a rolled-back transaction never made."""
         self.snapshots.pop(cluster_id, None)
 
+    def clear(self) -> None:
+        """Forget every cluster and the catalog's answers (`caches.clear_all`)."""
+        self.snapshots.clear()
+        self.log_tails.clear()
+        self.workloads.clear()
+        self._catalog, self._refusals = (-1, core.Fleet([])), {}
+
+
+V = TypeVar("V")
+
+
+def _newest(kept: dict[int, V], cluster_id: int, value: V) -> V:
+    """Keep `value` as the cluster's, the newest of `kept`; past CLUSTERS_KEPT the oldest go."""
+    kept.pop(cluster_id, None)  # a reload moves to the end: dicts keep the order keys came in
+    kept[cluster_id] = value
+    for oldest in list(kept)[: len(kept) - CLUSTERS_KEPT]:
+        kept.pop(oldest, None)
+    return value
+
 
 CACHE = Cache()
+caches.register(
+    "claims.allocator.inventory",
+    f"snapshots and workloads of the {CLUSTERS_KEPT} clusters loaded last (the first loaded out); a "
+    f"snapshot reloaded after {Snapshot.MAX_AGE_S} s or on a log reset, dropped on a rollback; catalog "
+    f"answers replaced every {CATALOG_TTL_S} s",
+    CACHE.clear,
+)
 LOG_RETENTION_S = 2 * Snapshot.MAX_AGE_S  # a snapshot reloads before the entries it needs are pruned
 
 

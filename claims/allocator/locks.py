@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from django.db import connection, transaction
 
+from claims.allocator import sql
 from claims.allocator.inventory import CACHE
 
 LOCK_NAMESPACE = 0x4E564B45  # "NVKE": advisory-lock key space of the allocator
@@ -27,7 +28,7 @@ _sqlite_lock = threading.RLock()
 def allocation_lock(cluster_id: int) -> Iterator[None]:
     """A transaction holding the cluster's allocation lock until it commits. If it rolls back, this
     process's in-memory inventory of the cluster may hold changes that never happened: drop it."""
-    with _locked(cluster_id, "SELECT * FROM nvke_allocation_lock(%s, %s, %s)", []):
+    with _locked(cluster_id, sql.LOCK, []):
         yield
 
 
@@ -40,8 +41,7 @@ def allocation_lock_if_free(cluster_id: int, claim_id: int, up_to: int) -> Itera
         with allocation_lock(cluster_id):
             yield [claim_id]
         return
-    sql = "SELECT * FROM nvke_allocation_try(%s, %s, %s, %s, %s)"
-    with _locked(cluster_id, sql, [claim_id, up_to]) as rows:
+    with _locked(cluster_id, sql.LOCK_IF_FREE, [claim_id, up_to]) as rows:
         if not rows:
             yield None
             return
@@ -54,13 +54,12 @@ def claim_after_holder(cluster_id: int, claim_id: int) -> tuple | None:
     """Wait for the allocation lock's holder to commit, holding nothing (`nvke_claim_after_holder`); then
     the claim's (status, pending reason, allocated at), None if it is gone."""
     with connection.cursor() as cursor:
-        sql = "SELECT * FROM nvke_claim_after_holder(%s, %s, %s)"
-        cursor.execute(sql, [LOCK_NAMESPACE, cluster_id, claim_id])
+        cursor.execute(sql.CLAIM_AFTER_HOLDER, [LOCK_NAMESPACE, cluster_id, claim_id])
         return cursor.fetchone()
 
 
 @contextmanager
-def _locked(cluster_id: int, sql: str, params: list) -> Iterator[list[tuple]]:
+def _locked(cluster_id: int, statement: str, params: list) -> Iterator[list[tuple]]:
     try:
         if connection.vendor == "postgresql":
             # Inside a caller's transaction, join it: no savepoint round trips while the lock is held.
@@ -70,7 +69,7 @@ def _locked(cluster_id: int, sql: str, params: list) -> Iterator[list[tuple]]:
                 snap = CACHE.snapshots.get(cluster_id)
                 after = snap.last_event if snap else None
                 with connection.cursor() as cursor:
-                    cursor.execute(sql, [LOCK_NAMESPACE, cluster_id, after, *params])
+                    cursor.execute(statement, [LOCK_NAMESPACE, cluster_id, after, *params])
                     rows = cursor.fetchall()
                 CACHE.log_tails[cluster_id] = (after, rows)
                 yield rows

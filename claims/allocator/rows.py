@@ -6,7 +6,6 @@ lock is held while it runs and every round trip there is time no other worker ca
 embedded default, one process) takes the same rows through the ORM."""
 
 import datetime
-import functools
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -14,9 +13,11 @@ from dataclasses import asdict, dataclass
 from django.db import connection
 
 from claims import allocation as core
+from claims.allocator import sql
 from claims.allocator.inventory import Snapshot, placement_json
 from claims.allocator.metering import UsageRow, usage_row
 from claims.models import Allocation, AllocationEvent, Claim, GpuShare, UsageInterval
+from nvke.statements import compiled
 
 
 @dataclass(frozen=True)
@@ -98,54 +99,6 @@ def write_pass(
         snap.last_event = last
 
 
-_ONE_STATEMENT = """
-WITH a_rows AS (
-    SELECT * FROM jsonb_to_recordset(%(allocations)s::jsonb) AS r(
-        claim_id bigint, node_id bigint, isolation text, cpu_milli integer, host_memory_mib integer)
-), a AS (
-    INSERT INTO nodepools_allocation (claim_id, node_id, isolation, cpu_milli, host_memory_mib, created_at)
-    SELECT claim_id, node_id, isolation, cpu_milli, host_memory_mib, %(now)s FROM a_rows
-    RETURNING id, claim_id
-), s AS (
-    INSERT INTO nodepools_gpushare
-        (allocation_id, gpu_id, memory_mib, compute_milli, guaranteed_milli, exclusive, mig_profile,
-         mig_start, mig_size)
-    SELECT a.id, r.gpu_id, r.memory_mib, r.compute_milli, r.guaranteed_milli, r.exclusive, r.mig_profile,
-        r.mig_start, r.mig_size
-    FROM jsonb_to_recordset(%(shares)s::jsonb) AS r(
-        claim_id bigint, gpu_id bigint, memory_mib integer, compute_milli integer, guaranteed_milli integer,
-        exclusive boolean, mig_profile text, mig_start integer, mig_size integer)
-    JOIN a ON a.claim_id = r.claim_id
-), m AS (
-    INSERT INTO nodepools_usageinterval
-        (tenant_id, allocation_id, claim_id, claim_name, namespace, kind, cluster_id, cluster_name, pool_id,
-         pool_name, gpu_model, gpus, memory_mib, guaranteed_milli, ceiling_milli, gpu_equivalent_milli,
-         started_at)
-    SELECT r.tenant_id, a.id, r.claim_id, r.claim_name, r.namespace, r.kind, r.cluster_id, r.cluster_name,
-        r.pool_id, r.pool_name, r.gpu_model, r.gpus, r.memory_mib, r.guaranteed_milli, r.ceiling_milli,
-        r.gpu_equivalent_milli, %(now)s
-    FROM jsonb_to_recordset(%(usage)s::jsonb) AS r(
-        claim_id bigint, tenant_id bigint, claim_name text, namespace text, kind text, cluster_id bigint,
-        cluster_name text, pool_id bigint, pool_name text, gpu_model text, gpus integer, memory_mib integer,
-        guaranteed_milli integer, ceiling_milli integer, gpu_equivalent_milli integer)
-    JOIN a ON a.claim_id = r.claim_id
-), u AS (
-    UPDATE nodepools_claim c
-    SET status = r.status, pending_reason = r.reason, allocated_at = r.allocated_at
-    FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS r(
-        claim_id bigint, status text, reason text, allocated_at timestamptz)
-    WHERE c.id = r.claim_id
-), e AS (
-    INSERT INTO nodepools_allocationevent (cluster_id, kind, claim_id, placement, created_at)
-    SELECT %(cluster)s, 'add', r.claim_id, r.placement, %(now)s
-    FROM jsonb_to_recordset(%(log)s::jsonb) AS r(n integer, claim_id bigint, placement jsonb)
-    ORDER BY n
-    RETURNING id
-)
-SELECT max(id) FROM e
-"""
-
-
 def _json(rows: list) -> str:
     return json.dumps([vars(row) for row in rows], default=str)
 
@@ -153,7 +106,7 @@ def _json(rows: list) -> str:
 def _write_one_statement(decided: Pass) -> int | None:
     with connection.cursor() as cursor:
         cursor.execute(
-            _ONE_STATEMENT,
+            sql.WRITE_PASS,
             {
                 "allocations": _json(decided.allocations),
                 "shares": _json(decided.shares),
@@ -201,9 +154,9 @@ def claims_by_pk(pks: list[int]) -> dict[int, Claim]:
     ORM's for every pass cost more than the read itself (1.25 against 0.2 ms of CPU for two claims)."""
     if connection.vendor != "postgresql":
         return Claim.objects.in_bulk(pks)
-    sql, names, converters = _claims_select()
+    select, names, converters = _claims_select()
     with connection.cursor() as cursor:
-        cursor.execute(sql, [pks])
+        cursor.execute(select, [pks])
         rows = cursor.fetchall()
     claims = {}
     for row in rows:
@@ -215,15 +168,15 @@ def claims_by_pk(pks: list[int]) -> dict[int, Claim]:
     return claims
 
 
-@functools.cache
+@compiled
 def _claims_select() -> tuple[str, list[str], list[tuple[int, object]]]:
     fields = Claim._meta.concrete_fields
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     table, pk = quote(Claim._meta.db_table), quote(Claim._meta.pk.column)
-    sql = f"SELECT {columns} FROM {table} WHERE {pk} = ANY(%s)"
+    select = f"SELECT {columns} FROM {table} WHERE {pk} = ANY(%s)"
     converters = [(i, f) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
-    return sql, [f.attname for f in fields], converters
+    return select, [f.attname for f in fields], converters
 
 
 def _without_claim(items: list[tuple[str, object]]) -> dict:

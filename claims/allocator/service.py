@@ -26,7 +26,7 @@ from claims.events import publish_claim
 from claims.models import Allocation, AllocationEvent, Claim, GpuShare
 from clusters.models import Cluster
 from nodepools.models import Node, NodePool
-from nvke import jobs
+from nvke import caches, jobs
 from nvke.errors import Conflict, DomainError
 from nvke.tenancy.context import TenantContext
 
@@ -344,8 +344,10 @@ def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None,
     return None, _with_numbers(unplaceable(counts, total), request, snap, tried)
 
 
-_SHORTFALLS: dict[tuple, str] = {}  # (request, pools and their fleets' versions) → the numbers
 SHORTFALLS_KEPT = 1000
+# (snapshot, request, pools and their fleets' versions) → the numbers. A plain dict: a pending pass asks
+# once per claim it cannot place.
+_SHORTFALLS = caches.emptied_when_full("claims.allocator.shortfalls", SHORTFALLS_KEPT)
 
 
 def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapshot, pools: list[int]) -> str:
@@ -356,11 +358,9 @@ def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapsho
     key = (id(snap), snap.loaded_at, request, tuple((pk, snap.fleets[pk].version) for pk in pools))
     numbers = _SHORTFALLS.get(key)
     if numbers is None:
-        if len(_SHORTFALLS) >= SHORTFALLS_KEPT:
-            _SHORTFALLS.clear()
         top = max(reason.counts, key=reason.counts.get)
         nodes = [node for pk in pools for node in snap.inventory.pool_nodes[pk]]
-        numbers = _SHORTFALLS[key] = shortfall(request, nodes, top)
+        numbers = _SHORTFALLS.put(key, shortfall(request, nodes, top))
     return f"{reason.reason}. It {numbers}" if numbers else reason.reason
 
 

@@ -104,8 +104,7 @@ def test_the_window_slides(settings, monkeypatch, redis):
     """The previous window's count weighs in by the share of it still inside the sliding window, so no
     burst of twice the limit fits across a boundary; the retry time is when the count falls back."""
     if not redis:
-        settings.REDIS_URL = ""
-        ratelimit.MEMORY.clear()
+        settings.REDIS_URL = ""  # the in-process counters, emptied before each test (tests/conftest.py)
     clock = [6000.0 + 50]  # 50 s into a minute window
     monkeypatch.setattr(ratelimit.time, "time", lambda: clock[0])
     assert [ratelimit.hit("slide", 3, 60).allowed for _ in range(4)] == [True, True, True, False]
@@ -123,8 +122,7 @@ def test_several_counters_in_one_call_count_each_within_its_own_limit(settings, 
     """A request's token and user counters go to Redis in one call: each counts the request when within
     its own limit, even when the other refuses, as two separate throttles did."""
     if not redis:
-        settings.REDIS_URL = ""
-        ratelimit.MEMORY.clear()
+        settings.REDIS_URL = ""  # the in-process counters, emptied before each test (tests/conftest.py)
     tight, loose = ("both-tight", 2, 60), ("both-loose", 5, 60)
     decisions = [[d.allowed for d in ratelimit.hit_all([tight, loose])] for _ in range(4)]
     assert decisions == [[True, True], [True, True], [False, True], [False, True]]

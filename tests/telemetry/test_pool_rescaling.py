@@ -137,7 +137,7 @@ def test_ingestion_reads_policies_from_a_cache_renewed_every_few_seconds(add_poo
     claim = claim_in("hot", 40, pool=pool)
     node_id, gpu_id = gpu_of(claim).node_id, gpu_of(claim).pk
     clock = [1000.0]
-    monkeypatch.setattr(policy.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])  # the cache's clock (nvke.caches)
     policy.forget()
 
     def write(usage: float, ts: float) -> int:

@@ -9,6 +9,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
+from nvke import caches
 from nvke.providers.base import ProviderError
 from nvke.providers.kubernetes.client import RETRIES
 
@@ -26,6 +27,9 @@ def api_client(kubeconfig: str) -> client.ApiClient:
     except (yaml.YAMLError, ConfigException, KeyError, TypeError) as error:
         raise ProviderError("InvalidKubeconfig", f"The kubeconfig cannot be used: {error}") from None
     return client.ApiClient(configuration)
+
+
+caches.register("nvke.providers.clusterapi.clients", "≤ 32, least recently used out", api_client.cache_clear)
 
 
 def ca_bundle(api: client.ApiClient) -> str:

@@ -2,13 +2,16 @@
 the file NVKE_CAPI_KUBECONFIG names), NVKE's namespace there, and typed reads and writes of its objects
 through the official client's CustomObjectsApi, errors mapped to ProviderErrors."""
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cachetools
 from django.conf import settings
 from kubernetes import client
 
+from nvke import caches
 from nvke.encryption import Undecryptable
 from nvke.providers.base import ProviderError
 from nvke.providers.kubernetes.client import call, read
@@ -168,19 +171,22 @@ class Management:
             raise
 
 
-_PLURALS: dict[tuple[str, str, str], str] = {}  # (management host, apiVersion, kind) -> resource name
+# (management host, apiVersion, kind) -> resource name: a few kinds per management cluster.
+_PLURALS = caches.bounded("nvke.providers.clusterapi.plurals", 256)
 
 
+@cachetools.cached(
+    _PLURALS,
+    key=lambda custom, api_version, kind: (custom.api_client.configuration.host, api_version, kind),
+    lock=threading.Lock(),  # cachetools' caches are not thread-safe; the watches run in threads
+)
 def _discovered_plural(custom: client.CustomObjectsApi, api_version: str, kind: str) -> str:
     """The resource name of an infrastructure kind, from the management cluster's discovery (once)."""
-    key = (custom.api_client.configuration.host, api_version, kind)
-    if key not in _PLURALS:
-        group, _, version = api_version.partition("/")
-        resources = read(custom.get_api_resources, group, version).get("resources") or []
-        names = [r["name"] for r in resources if r.get("kind") == kind and "/" not in r["name"]]
-        if not names:
-            raise ProviderError(
-                "NotFound", f"The management cluster serves no {kind} in {api_version}.", status=404
-            )
-        _PLURALS[key] = names[0]
-    return _PLURALS[key]
+    group, _, version = api_version.partition("/")
+    resources = read(custom.get_api_resources, group, version).get("resources") or []
+    names = [r["name"] for r in resources if r.get("kind") == kind and "/" not in r["name"]]
+    if not names:
+        raise ProviderError(
+            "NotFound", f"The management cluster serves no {kind} in {api_version}.", status=404
+        )
+    return names[0]

@@ -12,6 +12,7 @@ import re
 
 from kubernetes import client
 
+from nvke import caches
 from nvke.providers.base import (
     ClusterOperations,
     ClusterRef,
@@ -41,6 +42,11 @@ DRIVER_GROUP, DRIVER_VERSION, DRIVERS = "nvidia.com", "v1alpha1", "nvidiadrivers
 def _shared_client(endpoint: str, token: str, ca_bundle: str) -> client.ApiClient:
     """One client (and its connection pool) per cluster and process: ticks reuse TLS connections."""
     return api_client(ClusterRef(name="", endpoint=endpoint, token=token, ca_bundle=ca_bundle))
+
+
+caches.register(
+    "nvke.providers.kubernetes.clients", "≤ 128, least recently used out", _shared_client.cache_clear
+)
 
 
 def driver_object_name(pool: str, version: str) -> str:

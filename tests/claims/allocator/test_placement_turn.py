@@ -16,6 +16,11 @@ from nvke.tenancy.context import TenantContext
 
 from ...integration.processes import database_url_of_this_run
 
+pytestmark = pytest.mark.postgresql(
+    "the claims placed with a new one and the wait for the lock's holder are PostgreSQL functions; on "
+    "SQLite each claim is placed alone under a thread lock"
+)
+
 
 @pytest.fixture
 def cluster(owner, make_cluster, make_pool):
