@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from claims.models import Claim
 from nodepools.models import Gpu, Node, NodePool
+from nvke.api.documents import document_type, json_field
 from telemetry import policy
 from telemetry.models import RESCALING_BOUNDS, ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
 
@@ -38,20 +39,25 @@ class GpuTelemetrySerializer(serializers.ModelSerializer):
     def get_latest(self, gpu) -> dict | None:
         return self.context["latest"].get(gpu.pk)
 
-    def to_representation(self, gpu: Gpu) -> dict:
-        """Written out by hand in the fields' order: DRF built the fields and walked them for every
-        request. tests/nvke/api/test_read_documents.py holds it to DRF's walk."""
-        return {
-            "id": gpu.pk,
-            "uuid": str(gpu.uuid),
-            "node": gpu.node.name,
-            "pool": gpu.node.pool_id,
-            "cluster": gpu.node.pool.cluster_id,
-            "index": gpu.index,
-            "memory_mib": gpu.memory_mib,
-            "healthy": gpu.healthy,
-            "latest": self.get_latest(gpu),
-        }
+
+# A GPU's document: the fields GpuTelemetrySerializer declares, filled from the GPU (its node and pool
+# read with it) and encoded by msgspec. DRF built the fields and walked them for every request.
+GpuTelemetryDocument = document_type(GpuTelemetrySerializer)
+
+
+def gpu_document(gpu: Gpu, latest: dict[int, dict]) -> GpuTelemetryDocument:
+    """The GPU with its latest sample (`latest`: GPU id: sample, as views.dict_latest reads them)."""
+    return GpuTelemetryDocument(
+        id=gpu.pk,
+        uuid=gpu.uuid,  # msgspec writes a UUID hyphenated, as UUIDField does
+        node=gpu.node.name,
+        pool=gpu.node.pool_id,
+        cluster=gpu.node.pool.cluster_id,
+        index=gpu.index,
+        memory_mib=gpu.memory_mib,
+        healthy=gpu.healthy,
+        latest=json_field(latest.get(gpu.pk)),  # a sample's floats as DRF writes them
+    )
 
 
 class MetricPointSerializer(serializers.ModelSerializer):

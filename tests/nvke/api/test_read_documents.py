@@ -1,10 +1,10 @@
-"""Clusters, node pools and telemetry GPUs are written out by hand for speed (their serializers'
-`to_representation`), and nodes are encoded by msgspec from their declared fields
-(nodepools/api/documents.py): the list and the detail must be the document DRF's walk over the declared
-fields gave (for nodes: the models' values in the declared fields, rendered by DRF), byte for byte, for
-objects of every shape — an attached cluster without version or region and with
-what it observed, add-ons, pools of each sharing mode with a MIG layout and a node selector, nodes with
-labels and failed preflight checks, GPUs with shares and with a latest sample."""
+"""Clusters and node pools are written out by hand for speed (their serializers' `to_representation`),
+and nodes and telemetry GPUs are encoded by msgspec from their declared fields (nvke/api/documents.py):
+the list and the detail must be the document DRF's walk over the declared fields gave (for nodes: the
+models' values in the declared fields, rendered by DRF), byte for byte, for objects of every shape — an
+attached cluster without version or region and with what it observed, add-ons, pools of each sharing
+mode with a MIG layout and a node selector, nodes with labels and failed preflight checks, GPUs with
+shares and with a latest sample."""
 
 import json
 
@@ -215,7 +215,8 @@ def test_nodes_indented_or_browsed_are_the_same_documents(fleet, owner, client_f
 
 def test_telemetry_gpus_are_drfs_walk(fleet, owner, client_for, monkeypatch):
     sampled = Gpu.objects.filter(tenant=fleet).order_by("pk").first().pk
-    latest = {sampled: {"ts": 1764806400.5, "util": 41.0, "mem_mib": 2048, "temp_c": 51, "xid": None}}
+    # 1e-05: json.dumps' spelling (msgspec writes 1e-5), kept as DRF writes it.
+    latest = {sampled: {"ts": 1764806400.5, "util": 41.0, "mem_mib": 2048, "power_w": 1e-05, "xid": None}}
     monkeypatch.setattr(
         "telemetry.api.views.dict_latest", lambda gpus: {g.pk: latest[g.pk] for g in gpus if g.pk in latest}
     )
@@ -225,6 +226,12 @@ def test_telemetry_gpus_are_drfs_walk(fleet, owner, client_for, monkeypatch):
     for document in documents:
         reference = GpuTelemetrySerializer(context={"latest": latest})
         assert render(document) == walked(reference, gpus[document["id"]]), document["id"]
+    # The bodies themselves, as they are encoded (not parsed and rendered again).
+    api = client_for(owner, token=True)
+    for pk in (sampled, min(set(gpus) - {sampled})):
+        reference = GpuTelemetrySerializer(context={"latest": latest})
+        assert api.get(f"/api/v1/telemetry/gpus/{pk}/").content.decode() == walked(reference, gpus[pk])
+    assert b"1e-05" in api.get(f"/api/v1/telemetry/gpus/{sampled}/").content
 
 
 def test_a_pool_written_answers_drfs_walk_and_refuses_another_tenants_cluster(
