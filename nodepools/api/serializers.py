@@ -6,7 +6,7 @@ from clusters.models import Cluster
 from nodepools import preflight
 from nodepools.capacity import offers
 from nodepools.models import AutoscalerDecision, Node, NodePool, ScaleDown
-from nvke.api.fields import DATETIME
+from nvke.api.documents import document_type, plain
 from nvke.tenancy.context import resolve_tenant
 
 IMMUTABLE_POOL_FIELDS = ("cluster", "name", "gpu_model", "gpus_per_node")
@@ -95,37 +95,39 @@ class NodePoolSerializer(serializers.ModelSerializer):
         return fields
 
     def to_representation(self, pool: NodePool) -> dict:
-        """Written out by hand in the fields' order: a read then builds none of the fields (DRF built
-        them for every request, most of a cheap read's serializer time). The declared fields stay the
-        schema and the input; tests/nvke/api/test_read_documents.py holds the two equal."""
-        return {
-            "id": pool.pk,
-            "cluster": pool.cluster_id,
-            "name": pool.name,
-            "gpu_model": pool.gpu_model.name,
-            "gpus_per_node": pool.gpus_per_node,
-            "node_count": pool.node_count,
-            "min_nodes": pool.min_nodes,
-            "max_nodes": pool.max_nodes,
-            "driver_release": pool.driver_release.version,
-            "sharing_mode": pool.sharing_mode,
-            "mig_layout": _strings(pool.mig_layout),
-            "placement_policy": pool.placement_policy,
-            "compute_oversubscription_percent": pool.compute_oversubscription_percent,
-            "default_guaranteed_percent": pool.default_guaranteed_percent,
-            "node_selector": {str(key): _string(value) for key, value in pool.node_selector.items()},
-            "autoscaling": pool.autoscaling,
-            "scale_down_delay_s": pool.scale_down_delay_s,
-            "upgrade_max_unavailable": pool.upgrade_max_unavailable,
-            "upgrade_max_surge": pool.upgrade_max_surge,
-            "status": pool.status,
-            "status_reason": pool.status_reason,
-            "status_message": pool.status_message,
-            "conditions": pool.conditions,
-            "nodes_ready": self.get_nodes_ready(pool),
-            "created_at": DATETIME.to_representation(pool.created_at),
-            "updated_at": DATETIME.to_representation(pool.updated_at),
-        }
+        """The declared fields' Struct filled by hand: a read then builds none of the fields (DRF built
+        them for every request, most of a cheap read's serializer time). tests/nvke/api/
+        test_read_documents.py holds it to DRF's walk."""
+        return plain(
+            NodePoolDocument(
+                id=pool.pk,
+                cluster=pool.cluster_id,
+                name=pool.name,
+                gpu_model=pool.gpu_model.name,
+                gpus_per_node=pool.gpus_per_node,
+                node_count=pool.node_count,
+                min_nodes=pool.min_nodes,
+                max_nodes=pool.max_nodes,
+                driver_release=pool.driver_release.version,
+                sharing_mode=pool.sharing_mode,
+                mig_layout=_strings(pool.mig_layout),
+                placement_policy=pool.placement_policy,
+                compute_oversubscription_percent=pool.compute_oversubscription_percent,
+                default_guaranteed_percent=pool.default_guaranteed_percent,
+                node_selector={str(key): _string(value) for key, value in pool.node_selector.items()},
+                autoscaling=pool.autoscaling,
+                scale_down_delay_s=pool.scale_down_delay_s,
+                upgrade_max_unavailable=pool.upgrade_max_unavailable,
+                upgrade_max_surge=pool.upgrade_max_surge,
+                status=pool.status,
+                status_reason=pool.status_reason,
+                status_message=pool.status_message,
+                conditions=pool.conditions,
+                nodes_ready=self.get_nodes_ready(pool),
+                created_at=pool.created_at,
+                updated_at=pool.updated_at,
+            )
+        )
 
     def get_nodes_ready(self, pool: NodePool) -> int:
         counted = getattr(pool, "ready_node_count", None)  # annotated on reads, absent after a write
@@ -140,6 +142,10 @@ class NodePoolSerializer(serializers.ModelSerializer):
                     )
                 attrs.pop(field, None)
         return attrs
+
+
+# The document (nvke.api.documents): the declared fields as a Struct, answered through serializer.data.
+NodePoolDocument = document_type(NodePoolSerializer)
 
 
 def _string(value) -> str | None:

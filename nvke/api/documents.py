@@ -24,6 +24,12 @@ def document_type(serializer: type[serializers.Serializer]) -> type[msgspec.Stru
     return msgspec.defstruct(f"{name}Document", fields)
 
 
+def plain(document: msgspec.Struct) -> dict:
+    """The document as the dicts and lists DRF renders (a date-time as DateTimeField writes it, a UUID
+    hyphenated): for documents that answer writes too, through `serializer.data`."""
+    return msgspec.to_builtins(document)
+
+
 def json_field(value: Any) -> msgspec.Raw:
     """JSON kept as it came (a JSONField: labels, preflight facts) as DRF writes it: msgspec writes a
     float past 1e16 as 1e16 where `json.dumps` writes 1e+16."""
