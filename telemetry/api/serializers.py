@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from claims.models import Claim
 from nodepools.models import Gpu, Node, NodePool
-from nvke.api.documents import document_type, json_field
+from nvke.api.documents import document_type, json_field, plain
 from telemetry import policy
 from telemetry.models import RESCALING_BOUNDS, ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
 
@@ -129,15 +129,19 @@ class PoolRescalingSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
     def to_representation(self, pool: NodePool) -> dict:
+        """The declared fields' Struct (the policy's fields among them: a field the policy has and the
+        serializer does not declare is refused), handed to DRF as plain values: it answers writes too."""
         row = policy.row_of(pool)
-        return {
-            "pool": pool.pk,
-            "cluster": pool.cluster_id,
-            "pool_name": pool.name,
-            "custom": row is not None,
-            **asdict(policy.of_row(row)),
-            "updated_at": serializers.DateTimeField().to_representation(row.updated_at) if row else None,
-        }
+        return plain(
+            PoolRescalingDocument(
+                pool=pool.pk,
+                cluster=pool.cluster_id,
+                pool_name=pool.name,
+                custom=row is not None,
+                **asdict(policy.of_row(row)),
+                updated_at=row and row.updated_at,
+            )
+        )
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -146,3 +150,6 @@ class PoolRescalingSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({unknown[0]: "No such field of a rescaling policy."})
         return attrs
+
+
+PoolRescalingDocument = document_type(PoolRescalingSerializer)
