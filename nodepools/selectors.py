@@ -2,10 +2,10 @@
 
 from collections.abc import Iterable
 
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 
 from claims.models import Allocation, GpuShare
-from nodepools.models import Gpu, Node, NodePool
+from nodepools.models import Gpu, NodePool
 from nvke.lookups import rows_among
 
 DECISIONS_SHOWN = 20
@@ -29,38 +29,6 @@ def autoscaling(pool: NodePool) -> dict:
     }
 
 
-def attach_gpu_snapshots(nodes: list[Node]) -> None:
-    """Give each node `gpu_list`: its GPUs in index order as plain dicts, each with `shares` (who holds
-    what on it, its claim's namespace and name read with the share), in two queries however many nodes.
-    Plain rows, not model instances: a page of 50 nodes is 400 GPUs and thousands of shares, and
-    building and prefetching instances for them cost most of the request."""
-    by_node: dict[int, list[dict]] = {}
-    for node in nodes:
-        node.gpu_list = by_node.setdefault(node.pk, [])
-    by_gpu: dict[int, list[dict]] = {}
-    # Ordered by the columns themselves: the models' orderings name related models, which made
-    # PostgreSQL join and sort through node, pool and cluster.
-    gpus = Gpu.objects.filter(node_id__in=by_node).order_by("node_id", "index")
-    for gpu in gpus.values("id", "node_id", "index", "uuid", "memory_mib", "nvlink_domain", "healthy"):
-        gpu["shares"] = by_gpu[gpu["id"]] = []
-        by_node[gpu["node_id"]].append(gpu)
-    shares = GpuShare.objects.filter(gpu_id__in=by_gpu).order_by("gpu_id", "mig_start", "id")
-    for share in shares.values(
-        "gpu_id",
-        "memory_mib",
-        "compute_milli",
-        "guaranteed_milli",
-        "exclusive",
-        "mig_profile",
-        "mig_start",
-        "mig_size",
-        claim=F("allocation__claim_id"),
-        namespace=F("allocation__claim__namespace"),
-        name=F("allocation__claim__name"),
-    ):
-        by_gpu[share["gpu_id"]].append(share)
-
-
 # What a node's document shows of its GPUs and of their shares (`node_gpus`, `gpu_shares`).
 GPU_COLUMNS = ("node_id", "id", "index", "uuid", "memory_mib", "nvlink_domain", "healthy")
 SHARE_COLUMNS = (
@@ -75,9 +43,9 @@ def node_gpus(node_ids: list[int]) -> list[tuple]:
 
 
 def gpu_shares(gpu_ids: list[int]) -> list[tuple]:
-    """The GPUs' shares as tuples of SHARE_COLUMNS, each GPU's in `attach_gpu_snapshots`' order (MIG
-    start, nulls last, then id). Read by the GPUs' ids rather than joined to the nodes' GPUs: PostgreSQL
-    hashed every share of the fleet for that join (1.3 ms at 10,000 shares, against 0.5)."""
+    """The GPUs' shares as tuples of SHARE_COLUMNS, each GPU's by MIG start (nulls last), then id. Read
+    by the GPUs' ids rather than joined to the nodes' GPUs: PostgreSQL hashed every share of the fleet
+    for that join (1.3 ms at 10,000 shares, against 0.5)."""
     return rows_among(_gpu_shares, gpu_ids)
 
 

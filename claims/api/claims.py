@@ -4,6 +4,8 @@ clusters' routes."""
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
+from rest_framework.renderers import BrowsableAPIRenderer
+from rest_framework.response import Response
 
 from claims import allocator, selectors
 from claims.filtersets import ClaimFilter
@@ -12,7 +14,8 @@ from claims.sizing import fraction_hints
 from clusters.models import Cluster
 from nodepools.models import NodePool
 from nodepools.sharing import isolation_detail
-from nvke.api.fields import DATETIME
+from nvke.api.documents import document_type, encode
+from nvke.api.rendering import JSONRenderer, WrittenJSON
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.quantity import format_mib, human_mib, parse_mib
 from nvke.tenancy.context import resolve_tenant
@@ -111,48 +114,13 @@ class ClaimSerializer(serializers.ModelSerializer):
         validators = []  # uniqueness is the service's, answered with 409 naming the field
 
     def get_fields(self) -> dict:
-        fields = super().get_fields()  # for input and the schema: a read is written out by hand
+        fields = super().get_fields()  # input, the schema and the document's fields (ClaimDocument)
         request = self.context.get("request")
         if request is not None:
             context = resolve_tenant(request)
             fields["cluster"].queryset = Cluster.objects.restrict(context)
             fields["pool"].queryset = NodePool.objects.restrict(context)
         return fields
-
-    def to_representation(self, claim: dict) -> dict:
-        """The claim from a `selectors.claim_rows` row with its shares attached (`attach_claim_shares`),
-        written out by hand in the fields' order: DRF's field-by-field walk over a page of claims, their
-        allocations and shares cost most of the request. tests/claims/test_claim_document.py holds
-        it to what the fields (and before them, DRF's walk over the models) give."""
-        return {
-            "id": claim["id"],
-            "cluster": claim["cluster_id"],
-            "pool": claim["pool_id"],
-            "namespace": claim["namespace"],
-            "name": claim["name"],
-            "kind": claim["kind"],
-            "gpus": claim["gpus"],
-            "nvlink_required": claim["nvlink_required"],
-            "mig_profile": claim["mig_profile"],
-            "gpu_memory": None if claim["gpu_memory_mib"] is None else format_mib(claim["gpu_memory_mib"]),
-            "compute_percent": claim["compute_percent"],
-            "guaranteed_percent": claim["guaranteed_percent"],
-            "cpu_milli": claim["cpu_milli"],
-            "host_memory_mib": claim["host_memory_mib"],
-            "allowed_models": [str(model) for model in claim["allowed_models"]],
-            "priority": claim["priority"],
-            "training": claim["training"],
-            "status": claim["status"],
-            "pending_reason": claim["pending_reason"],
-            "allocation": self.get_allocation(claim),
-            "gpu_memory_display": self.get_gpu_memory_display(claim),
-            "gpu_util_display": self.get_gpu_util_display(claim),
-            "sizing": self.get_sizing(claim),
-            "source": claim["source"],
-            "workload": self.get_workload(claim),
-            "created_at": DATETIME.to_representation(claim["created_at"]),
-            "allocated_at": DATETIME.to_representation(claim["allocated_at"]),
-        }
 
     def get_allocation(self, claim: dict) -> dict | None:
         shares = _placed_shares(claim)
@@ -206,6 +174,56 @@ class ClaimSerializer(serializers.ModelSerializer):
         return gpu_util_display(shares)
 
 
+# A read's document: the fields ClaimSerializer declares, filled from a `selectors.claim_rows` row with
+# its shares attached (`attach_claim_shares`) and encoded by msgspec. DRF's field-by-field walk over a
+# page of claims, their allocations and shares cost most of the request.
+ClaimDocument = document_type(ClaimSerializer)
+_METHOD_FIELDS = ClaimSerializer()  # the values of the declared method fields
+
+
+def claim_document(claim: dict) -> ClaimDocument:
+    return ClaimDocument(
+        id=claim["id"],
+        cluster=claim["cluster_id"],
+        pool=claim["pool_id"],
+        namespace=claim["namespace"],
+        name=claim["name"],
+        kind=claim["kind"],
+        gpus=claim["gpus"],
+        nvlink_required=claim["nvlink_required"],
+        mig_profile=claim["mig_profile"],
+        gpu_memory=None if claim["gpu_memory_mib"] is None else format_mib(claim["gpu_memory_mib"]),
+        compute_percent=claim["compute_percent"],
+        guaranteed_percent=claim["guaranteed_percent"],
+        cpu_milli=claim["cpu_milli"],
+        host_memory_mib=claim["host_memory_mib"],
+        allowed_models=[str(model) for model in claim["allowed_models"]],
+        priority=claim["priority"],
+        training=claim["training"],
+        status=claim["status"],
+        pending_reason=claim["pending_reason"],
+        allocation=_METHOD_FIELDS.get_allocation(claim),
+        gpu_memory_display=_METHOD_FIELDS.get_gpu_memory_display(claim),
+        gpu_util_display=_METHOD_FIELDS.get_gpu_util_display(claim),
+        sizing=_METHOD_FIELDS.get_sizing(claim),
+        source=claim["source"],
+        workload=_METHOD_FIELDS.get_workload(claim),
+        created_at=claim["created_at"],  # UTC from the database: msgspec writes it as DateTimeField does
+        allocated_at=claim["allocated_at"],
+    )
+
+
+def encode_claims(rows: list[dict]) -> WrittenJSON:
+    """The claims' documents, their shares read in one query."""
+    selectors.attach_claim_shares(rows)
+    return WrittenJSON(encode([claim_document(row) for row in rows]))
+
+
+def encode_claim(row: dict) -> WrittenJSON:
+    selectors.attach_claim_shares([row])
+    return WrittenJSON(encode(claim_document(row)))
+
+
 def _placed_shares(claim: dict) -> list[dict] | None:
     """An allocated claim's GPU shares (None while it is not placed)."""
     placed = claim["status"] == Claim.Status.ALLOCATED and claim["allocation_id"] is not None
@@ -233,17 +251,20 @@ class ClaimViewSet(
     filterset_class = ClaimFilter
     ordering_fields = ["name", "created_at", "priority"]
 
+    # Its documents are encoded by msgspec (ClaimDocument), the renderer puts them in the body.
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
+
     def get_queryset(self):
         claims = super().get_queryset()
-        # Reads are plain rows, written out by hand (ClaimSerializer.to_representation); a release acts
-        # on the claim itself.
+        # Reads are plain rows (claim_document); a release acts on the claim itself.
         return claims if self.action == "destroy" else selectors.claim_rows(claims)
 
-    def get_serializer(self, *args, **kwargs):
-        # The page's (or the one claim's) GPU shares, as plain rows in one query.
-        if args:
-            selectors.attach_claim_shares(args[0] if kwargs.get("many") else [args[0]])
-        return super().get_serializer(*args, **kwargs)
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(encode_claims(page))
+
+    def retrieve(self, request, *args, **kwargs):
+        return Response(encode_claim(self.get_object()))
 
     @extend_schema(
         parameters=[
@@ -259,18 +280,19 @@ class ClaimViewSet(
         responses={201: ClaimSerializer, 202: ClaimSerializer},
     )
     def create(self, request, *args, **kwargs):
-        response = super().create(request, *args, **kwargs)
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        claim = allocator.create_claim(
+            context=self.tenant_context, place=not self._respond_async(), **serializer.validated_data
+        )
+        response = Response(
+            encode_claim(selectors.claim_rows(Claim.objects.filter(pk=claim.pk)).get()),
+            status=status.HTTP_201_CREATED,
+        )
         if self._respond_async():
             response.status_code = status.HTTP_202_ACCEPTED
             response["Preference-Applied"] = RESPOND_ASYNC
         return response
-
-    def perform_create(self, serializer):
-        claim = allocator.create_claim(
-            context=self.tenant_context, place=not self._respond_async(), **serializer.validated_data
-        )
-        serializer.instance = selectors.claim_rows(Claim.objects.filter(pk=claim.pk)).get()
-        selectors.attach_claim_shares([serializer.instance])
 
     def _respond_async(self) -> bool:
         """The client's `Prefer` header (RFC 7240) asks not to wait: placed in the allocator queue's

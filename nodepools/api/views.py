@@ -9,15 +9,16 @@ from rest_framework.response import Response
 from catalog.api.views import CatalogViewSet
 from catalog.models import Region
 from nodepools import selectors, services
+from nodepools.api.documents import node_documents
 from nodepools.api.serializers import (
     NodePoolSerializer,
     NodeSerializer,
     PoolAutoscalingSerializer,
     RegionSerializer,
-    write_nodes,
 )
 from nodepools.filtersets import NodeFilter, NodePoolFilter
 from nodepools.models import Node, NodePool
+from nvke.api.documents import encode
 from nvke.api.pagination import NodePagination
 from nvke.api.rendering import JSONRenderer, WrittenJSON
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
@@ -83,15 +84,15 @@ class NodeViewSet(ReadOnlyTenantViewSet):
     filterset_class = NodeFilter
     ordering_fields = ["name", "created_at"]
 
-    # Its documents are written as JSON text (serializers.write_nodes), the renderer puts them in the body.
+    # Its documents are encoded by msgspec (nodepools.api.documents), the renderer puts them in the body.
     renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
 
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        return self.get_paginated_response(WrittenJSON(f"[{','.join(write_nodes(page))}]"))
+        return self.get_paginated_response(WrittenJSON(encode(node_documents(page))))
 
     def retrieve(self, request, *args, **kwargs):
-        return Response(WrittenJSON(write_nodes([self.get_object()])[0]))
+        return Response(WrittenJSON(encode(node_documents([self.get_object()])[0])))
 
 
 class RegionViewSet(CatalogViewSet):

@@ -7,10 +7,6 @@ every serializer, when the apps are ready (nvke.tenancy's AppConfig)."""
 
 from rest_framework import fields
 
-# A date-time as every serializer's DateTimeField writes it (ISO 8601, UTC as Z), for documents written
-# by hand.
-DATETIME = fields.DateTimeField()
-
 _char = fields.CharField.to_internal_value
 _boolean = fields.BooleanField.to_internal_value
 

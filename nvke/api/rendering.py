@@ -1,9 +1,10 @@
-"""Documents written as JSON text by hand, for reads whose DRF walk and `json.dumps` cost most of the
-request (`nodes/`: a page of 20 nodes is 160 GPUs and ~900 shares). The view puts a `WrittenJSON` in the
-response's data (the whole document, or a page's `results`) and `JSONRenderer` puts its text in the body
-as it is. The text must be what DRF's JSONRenderer gives for the same value, byte for byte (compact,
-UTF-8 unescaped, U+2028/U+2029 escaped: tests/nvke/api/test_read_documents.py holds each such document to
-DRF's walk); anything else that reads the data (the browsable API, an indented rendering, tests reading
+"""Documents encoded before the renderer runs (`nvke.api.documents.encode`), for reads whose DRF walk and
+`json.dumps` cost most of the request (`nodes/`: a page of 20 nodes is 160 GPUs and ~900 shares;
+`claims/`). The view puts a `WrittenJSON` in the response's data (the whole document, or a page's
+`results`) and `JSONRenderer` puts its bytes in the body as they are. They are what DRF's JSONRenderer
+gives for the same value, byte for byte (compact, UTF-8 unescaped, U+2028/U+2029 escaped:
+tests/nvke/api/test_read_documents.py and tests/claims/test_claim_document.py hold the documents to
+that); anything else that reads the data (the browsable API, an indented rendering, tests reading
 `response.data`) gets the parsed value."""
 
 import json
@@ -12,18 +13,18 @@ from rest_framework import renderers
 
 
 class WrittenJSON:
-    """JSON text standing for its value: read like the value (parsed on first use), rendered as is."""
+    """Encoded JSON standing for its value: read like the value (parsed on first use), rendered as is."""
 
-    __slots__ = ("text", "_value")
+    __slots__ = ("body", "_value")
 
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, body: bytes):
+        self.body = body
         self._value = None
 
     @property
     def value(self):
         if self._value is None:
-            self._value = json.loads(self.text)
+            self._value = json.loads(self.body)
         return self._value
 
     def __getitem__(self, key):
@@ -56,12 +57,7 @@ class WrittenJSON:
         return self.value.values()
 
     def __repr__(self) -> str:
-        return f"WrittenJSON({self.text[:60]!r}...)"
-
-
-def escape_line_separators(text: str) -> str:
-    """What DRF's JSONRenderer does to `json.dumps`' output (U+2028 and U+2029 end lines in JavaScript)."""
-    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+        return f"WrittenJSON({self.body[:60]!r}...)"
 
 
 class JSONRenderer(renderers.JSONRenderer):
@@ -70,17 +66,13 @@ class JSONRenderer(renderers.JSONRenderer):
     value."""
 
     def render(self, data, accepted_media_type=None, renderer_context=None):
-        as_is = (  # the text is written compact, UTF-8 unescaped
+        as_is = (  # the body is encoded compact, UTF-8 unescaped
             self.compact
             and self.ensure_ascii is False
             and self.get_indent(accepted_media_type, renderer_context or {}) is None
         )
         if isinstance(data, WrittenJSON):
-            return (
-                data.text.encode()
-                if as_is
-                else super().render(data.value, accepted_media_type, renderer_context)
-            )
+            return data.body if as_is else super().render(data.value, accepted_media_type, renderer_context)
         if (
             isinstance(data, dict)
             and data
@@ -90,5 +82,5 @@ class JSONRenderer(renderers.JSONRenderer):
                 return super().render({**data, last: written.value}, accepted_media_type, renderer_context)
             head = super().render({**data, last: []}, accepted_media_type, renderer_context)
             assert head.endswith(b"[]}")
-            return head[:-3] + written.text.encode() + b"}"
+            return head[:-3] + written.body + b"}"
         return super().render(data, accepted_media_type, renderer_context)

@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from claims.models import Claim
 from nodepools.models import Gpu, Node, NodePool
+from nvke.api.documents import document_type, json_field, plain
 from telemetry import policy
 from telemetry.models import RESCALING_BOUNDS, ClaimScaling, MetricPoint, NodeToken, TelemetryEvent
 
@@ -38,20 +39,25 @@ class GpuTelemetrySerializer(serializers.ModelSerializer):
     def get_latest(self, gpu) -> dict | None:
         return self.context["latest"].get(gpu.pk)
 
-    def to_representation(self, gpu: Gpu) -> dict:
-        """Written out by hand in the fields' order: DRF built the fields and walked them for every
-        request. tests/nvke/api/test_read_documents.py holds it to DRF's walk."""
-        return {
-            "id": gpu.pk,
-            "uuid": str(gpu.uuid),
-            "node": gpu.node.name,
-            "pool": gpu.node.pool_id,
-            "cluster": gpu.node.pool.cluster_id,
-            "index": gpu.index,
-            "memory_mib": gpu.memory_mib,
-            "healthy": gpu.healthy,
-            "latest": self.get_latest(gpu),
-        }
+
+# A GPU's document: the fields GpuTelemetrySerializer declares, filled from the GPU (its node and pool
+# read with it) and encoded by msgspec. DRF built the fields and walked them for every request.
+GpuTelemetryDocument = document_type(GpuTelemetrySerializer)
+
+
+def gpu_document(gpu: Gpu, latest: dict[int, dict]) -> GpuTelemetryDocument:
+    """The GPU with its latest sample (`latest`: GPU id: sample, as views.dict_latest reads them)."""
+    return GpuTelemetryDocument(
+        id=gpu.pk,
+        uuid=gpu.uuid,  # msgspec writes a UUID hyphenated, as UUIDField does
+        node=gpu.node.name,
+        pool=gpu.node.pool_id,
+        cluster=gpu.node.pool.cluster_id,
+        index=gpu.index,
+        memory_mib=gpu.memory_mib,
+        healthy=gpu.healthy,
+        latest=json_field(latest.get(gpu.pk)),  # a sample's floats as DRF writes them
+    )
 
 
 class MetricPointSerializer(serializers.ModelSerializer):
@@ -123,15 +129,19 @@ class PoolRescalingSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
     def to_representation(self, pool: NodePool) -> dict:
+        """The declared fields' Struct (the policy's fields among them: a field the policy has and the
+        serializer does not declare is refused), handed to DRF as plain values: it answers writes too."""
         row = policy.row_of(pool)
-        return {
-            "pool": pool.pk,
-            "cluster": pool.cluster_id,
-            "pool_name": pool.name,
-            "custom": row is not None,
-            **asdict(policy.of_row(row)),
-            "updated_at": serializers.DateTimeField().to_representation(row.updated_at) if row else None,
-        }
+        return plain(
+            PoolRescalingDocument(
+                pool=pool.pk,
+                cluster=pool.cluster_id,
+                pool_name=pool.name,
+                custom=row is not None,
+                **asdict(policy.of_row(row)),
+                updated_at=row and row.updated_at,
+            )
+        )
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -140,3 +150,6 @@ class PoolRescalingSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({unknown[0]: "No such field of a rescaling policy."})
         return attrs
+
+
+PoolRescalingDocument = document_type(PoolRescalingSerializer)

@@ -8,11 +8,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters.models import Cluster
 from nodepools.models import Gpu, NodePool
+from nvke.api.documents import encode
+from nvke.api.rendering import JSONRenderer, WrittenJSON
 from nvke.api.viewsets import ReadOnlyTenantViewSet, TenantScopedViewSet
 from nvke.errors import DomainError
 from nvke.tenancy.roles import Action
@@ -27,6 +30,7 @@ from .serializers import (
     NodeTokenSerializer,
     PoolRescalingSerializer,
     TelemetryEventSerializer,
+    gpu_document,
 )
 
 
@@ -113,11 +117,17 @@ class GpuTelemetryViewSet(ReadOnlyTenantViewSet):
                 queryset = queryset.filter(**{field: value})
         return queryset
 
-    def get_serializer(self, *args, **kwargs):
-        instances = args[0] if args else []
-        gpus = [instances] if isinstance(instances, Gpu) else list(instances)
-        kwargs["context"] = {**self.get_serializer_context(), "latest": dict_latest(gpus)}
-        return super().get_serializer(*args, **kwargs)
+    # Its documents are encoded by msgspec (serializers.gpu_document), the renderer puts them in the body.
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        latest = dict_latest(page)
+        return self.get_paginated_response(WrittenJSON(encode([gpu_document(gpu, latest) for gpu in page])))
+
+    def retrieve(self, request, *args, **kwargs):
+        gpu = self.get_object()
+        return Response(WrittenJSON(encode(gpu_document(gpu, dict_latest([gpu])))))
 
     @extend_schema(
         parameters=[

@@ -1,6 +1,6 @@
-"""A claim is written out by hand from plain rows (claims/api/claims.py) for speed: the list, the detail
-and a create's answer must be the document DRF's walk over the models gave, key for key and value for
-value, for claims of every kind, placed or not."""
+"""A claim's document is filled from plain rows and encoded by msgspec (claims/api/claims.py,
+`claim_document`) for speed: the list, the detail and a create's answer must be the document DRF's walk
+over the models gave, byte for byte, for claims of every kind, placed or not."""
 
 import json
 
@@ -20,8 +20,8 @@ from nvke.tenancy.context import TenantContext
 pytestmark = pytest.mark.django_db
 
 
-# The reference: the serializers as they were before the claim was written out by hand, walked by DRF
-# field by field over the model instances.
+# The reference: the serializers as they were before the claim was encoded from plain rows, walked by
+# DRF field by field over the model instances.
 class GpuShareSerializer(serializers.Serializer):
     gpu_index = serializers.IntegerField(source="gpu.index")
     gpu_uuid = serializers.UUIDField(source="gpu.uuid")
@@ -159,6 +159,8 @@ def test_list_and_detail_are_drfs_walk_over_the_models(cluster, owner, client_fo
         assert document(data) == reference(claim), claim.name
         detail = json.loads(api.get(f"/api/v1/claims/{claim.pk}/").content)
         assert document(detail) == reference(claim), claim.name
+        # The body itself, as it is encoded (not parsed and rendered again).
+        assert api.get(f"/api/v1/claims/{claim.pk}/").content.decode() == reference(claim), claim.name
     kinds = {c["name"]: (c["kind"], c["allocation"] is not None, c["sizing"] is not None) for c in listed}
     assert kinds["whole"] == ("whole", True, False) and kinds["slice3"] == ("mig", False, False)
     assert kinds["mps"] == ("fraction", True, True) and kinds["wait"] == ("whole", False, False)
@@ -173,4 +175,4 @@ def test_a_created_claims_answer_is_drfs_walk_over_the_model(cluster, owner, cli
     ]:
         response = api.post("/api/v1/claims/", {"cluster": cluster.pk, "name": name, **fields}, format="json")
         assert response.status_code == 201, response.data
-        assert document(json.loads(response.content)) == reference(Claim.objects.get(name=name))
+        assert response.content.decode() == reference(Claim.objects.get(name=name))

@@ -98,6 +98,7 @@ def test_docs_performance_names_every_registered_cache():
         "nvke.providers.clusterapi.management",
         "nvke.providers.kubernetes.operations",
         "nvke.tenancy.authentication",
+        "nodepools.api.documents",
         "telemetry.ingest",
         "telemetry.policy",
     ):

@@ -7,6 +7,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
+from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
@@ -14,6 +15,7 @@ from nodepools.models import NodePool
 from nvke.errors import DomainError
 from nvke.tenancy.models import ApiToken
 from telemetry import policy, rescale, store
+from telemetry.api.serializers import PoolRescalingSerializer
 from telemetry.models import ClaimScaling, PoolRescaling, TelemetryEvent
 from telemetry.rescale import RescaleDecision
 
@@ -281,7 +283,10 @@ def test_the_list_shows_each_of_the_tenants_pools_with_defaults_where_it_has_no_
         "updated_at": None,
     }
     assert rows[other.pk]["custom"] is True and rows[other.pk]["pressure_percent"] == 70
-    assert rows[other.pk]["updated_at"] is not None
+    # The declared fields, in their order; the date-time as DateTimeField writes it.
+    assert list(rows[other.pk]) == list(PoolRescalingSerializer().fields)
+    updated_at = PoolRescaling.objects.get(pool=other).updated_at
+    assert rows[other.pk]["updated_at"] == serializers.DateTimeField().to_representation(updated_at)
 
 
 def test_put_sets_the_policy_patch_changes_fields_and_both_are_audited(api, owner, add_pool):

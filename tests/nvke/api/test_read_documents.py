@@ -1,8 +1,10 @@
-"""Clusters, node pools, nodes and telemetry GPUs are written out by hand for speed (their serializers'
-`to_representation`): the list and the detail must be the document DRF's walk over the declared fields
-gave, byte for byte, for objects of every shape — an attached cluster without version or region and with
-what it observed, add-ons, pools of each sharing mode with a MIG layout and a node selector, nodes with
-labels and failed preflight checks, GPUs with shares and with a latest sample."""
+"""Clusters and node pools are written out by hand for speed (their serializers' `to_representation`),
+and nodes and telemetry GPUs are encoded by msgspec from their declared fields (nvke/api/documents.py):
+the list and the detail must be the document DRF's walk over the declared fields gave (for nodes: the
+models' values in the declared fields, rendered by DRF), byte for byte, for objects of every shape — an
+attached cluster without version or region and with what it observed, add-ons, pools of each sharing
+mode with a MIG layout and a node selector, nodes with labels and failed preflight checks, GPUs with
+shares and with a latest sample."""
 
 import json
 
@@ -13,12 +15,12 @@ from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
 from claims.allocator import create_claim, release_claim
-from claims.models import Claim
+from claims.models import Claim, GpuShare
 from clusters.api.serializers import ClusterSerializer
 from clusters.api.views import ClusterViewSet
 from clusters.models import Cluster, ClusterAddon
-from nodepools import selectors
-from nodepools.api import serializers as node_serializers
+from nodepools import preflight
+from nodepools.api import documents as node_documents
 from nodepools.api.serializers import NodePoolSerializer, NodeSerializer
 from nodepools.api.views import NodePoolViewSet
 from nodepools.models import Gpu, Node, NodePool
@@ -82,7 +84,7 @@ def fleet(owner, make_cluster, make_pool):
     # What JSON escapes, and what DRF's renderer does besides (U+2028, U+2029): the nodes' documents are
     # written as JSON text by hand.
     Node.objects.filter(pk=Node.objects.filter(pool=pools[0]).order_by("pk").first().pk).update(
-        labels={'say "hi"\\': "tab\tnl\n\u2028\u2029 é ✓ \x01", "n": 1.5, "list": [None, True]}
+        labels={'say "hi"\\': "tab\tnl\n\u2028\u2029 é ✓ \x01", "n": 1.5, "e": 1e16, "list": [None, True]}
     )
     Node.objects.filter(pool=pools[1]).update(
         preflight={"mig_current": False, "mig_pending": True, "nvml_memory": False}
@@ -122,28 +124,83 @@ def test_node_pools_are_drfs_walk(fleet, owner, client_for):
         assert render(document) == walked(NodePoolSerializer(), pools[document["id"]]), document["name"]
 
 
-def test_nodes_are_drfs_walk(fleet, owner, client_for):
+def expected_node(node: Node) -> dict:
+    """A node's document from its model rows, in the fields NodeSerializer declares (the fields as the
+    reference for the order: tests/nodepools/test_node_snapshot.py checks the GPUs' and shares')."""
+    document = {
+        "id": node.pk,
+        "name": node.name,
+        "cluster": node.pool.cluster_id,
+        "pool": node.pool_id,
+        "status": node.status,
+        "cordoned": node.cordoned,
+        "driver_version": node.driver_version,
+        "cpu_millicores": node.cpu_millicores,
+        "memory_mib": node.memory_mib,
+        "labels": node.labels,
+        "preflight": node.preflight,
+        "preflight_failures": preflight.failures(node, node.pool),
+        "gpus": [expected_gpu(gpu) for gpu in node.gpus.order_by("index")],
+        "created_at": node.created_at.isoformat().replace("+00:00", "Z"),
+    }
+    assert list(document) == list(NodeSerializer().fields)
+    return document
+
+
+def expected_gpu(gpu: Gpu) -> dict:
+    shares = sorted(
+        GpuShare.objects.filter(gpu=gpu).select_related("allocation__claim"),
+        key=lambda s: (s.mig_start is None, s.mig_start or 0, s.pk),
+    )
+    return {
+        "index": gpu.index,
+        "uuid": str(gpu.uuid),
+        "memory_mib": gpu.memory_mib,
+        "nvlink_domain": gpu.nvlink_domain,
+        "healthy": gpu.healthy,
+        "memory_allocated_mib": sum(s.memory_mib for s in shares),
+        "compute_allocated_percent": sum(s.guaranteed_milli for s in shares) / 10,
+        "compute_ceilings_percent": sum(s.compute_milli for s in shares) / 10,
+        "shares": [
+            {
+                "claim": s.allocation.claim_id,
+                "namespace": s.allocation.claim.namespace,
+                "name": s.allocation.claim.name,
+                "memory_mib": s.memory_mib,
+                "compute_percent": s.compute_milli / 10,
+                "guaranteed_percent": s.guaranteed_milli / 10,
+                "exclusive": s.exclusive,
+                "mig_profile": s.mig_profile,
+                "mig_start": s.mig_start,
+                "mig_size": s.mig_size,
+            }
+            for s in shares
+        ],
+    }
+
+
+def test_nodes_are_the_models_rendered_by_drf(fleet, owner, client_for):
     documents = read(client_for(owner, token=True), "/api/v1/nodes/")
     nodes = {n.pk: n for n in Node.objects.select_related("pool").filter(tenant=fleet)}
-    selectors.attach_gpu_snapshots(list(nodes.values()))
     assert any(d["preflight_failures"] for d in documents) and any(d["labels"] for d in documents)
     assert any(share for d in documents for gpu in d["gpus"] for share in gpu["shares"])
     for document in documents:
-        assert render(document) == walked(NodeSerializer(), nodes[document["id"]]), document["name"]
-    # The bodies themselves, as they are written (not parsed and rendered again).
+        assert render(document) == render(expected_node(nodes[document["id"]])), document["name"]
+    # The bodies themselves, as they are encoded (not parsed and rendered again).
     api = client_for(owner, token=True)
     listed = api.get("/api/v1/nodes/", {"page_size": 500})
     ids = [document["id"] for document in json.loads(listed.content)["results"]]
-    page = [serializers.ModelSerializer.to_representation(NodeSerializer(), nodes[pk]) for pk in ids]
+    page = [expected_node(nodes[pk]) for pk in ids]
     assert listed.content.decode() == render(
         {"count": len(ids), "next": None, "previous": None, "results": page}
     )
+    assert "\\u2028" in listed.content.decode() and "\u2028" not in listed.content.decode()
     for pk, document in zip(ids, page, strict=True):
         assert api.get(f"/api/v1/nodes/{pk}/").content.decode() == render(document)
 
 
 def test_nodes_indented_or_browsed_are_the_same_documents(fleet, owner, client_for):
-    """The documents written as JSON text, asked for indented or in the browsable API: parsed and
+    """The documents encoded before rendering, asked for indented or in the browsable API: parsed and
     rendered by DRF, the same values."""
     api = client_for(owner, token=True)
     node = Node.objects.filter(tenant=fleet).order_by("pk").first()
@@ -158,7 +215,8 @@ def test_nodes_indented_or_browsed_are_the_same_documents(fleet, owner, client_f
 
 def test_telemetry_gpus_are_drfs_walk(fleet, owner, client_for, monkeypatch):
     sampled = Gpu.objects.filter(tenant=fleet).order_by("pk").first().pk
-    latest = {sampled: {"ts": 1764806400.5, "util": 41.0, "mem_mib": 2048, "temp_c": 51, "xid": None}}
+    # 1e-05: json.dumps' spelling (msgspec writes 1e-5), kept as DRF writes it.
+    latest = {sampled: {"ts": 1764806400.5, "util": 41.0, "mem_mib": 2048, "power_w": 1e-05, "xid": None}}
     monkeypatch.setattr(
         "telemetry.api.views.dict_latest", lambda gpus: {g.pk: latest[g.pk] for g in gpus if g.pk in latest}
     )
@@ -168,6 +226,12 @@ def test_telemetry_gpus_are_drfs_walk(fleet, owner, client_for, monkeypatch):
     for document in documents:
         reference = GpuTelemetrySerializer(context={"latest": latest})
         assert render(document) == walked(reference, gpus[document["id"]]), document["id"]
+    # The bodies themselves, as they are encoded (not parsed and rendered again).
+    api = client_for(owner, token=True)
+    for pk in (sampled, min(set(gpus) - {sampled})):
+        reference = GpuTelemetrySerializer(context={"latest": latest})
+        assert api.get(f"/api/v1/telemetry/gpus/{pk}/").content.decode() == walked(reference, gpus[pk])
+    assert b"1e-05" in api.get(f"/api/v1/telemetry/gpus/{sampled}/").content
 
 
 def test_a_pool_written_answers_drfs_walk_and_refuses_another_tenants_cluster(
@@ -189,11 +253,11 @@ def test_a_pool_written_answers_drfs_walk_and_refuses_another_tenants_cluster(
 
 
 def test_a_page_read_again_looks_up_only_the_claims_it_has_not_seen(fleet, owner, client_for):
-    """Each web process keeps what a share says of its claim (nodepools/api/serializers.py): a page
+    """Each web process keeps what a share says of its claim (nodepools/api/documents.py): a page
     read again costs one query less and is the same document; a claim placed since is looked up."""
     api = client_for(owner, token=True)
     api.get("/api/v1/clusters/")  # the token's use of the minute is recorded
-    node_serializers._claims_seen.clear()
+    node_documents._claims_seen.clear()
 
     def read_nodes() -> tuple[int, bytes]:
         with CaptureQueriesContext(connection) as captured:
@@ -212,6 +276,6 @@ def test_a_page_read_again_looks_up_only_the_claims_it_has_not_seen(fleet, owner
 def test_a_claim_released_before_its_share_is_written_is_left_out(fleet):
     claim = Claim.objects.get(name="w")
     allocation = claim.allocation.pk
-    node_serializers._claims_seen.clear()
+    node_documents._claims_seen.clear()
     release_claim(claim)
-    assert node_serializers._claims_of({allocation}) == {}
+    assert node_documents._claims_of({allocation}) == {}
