@@ -3,7 +3,8 @@ the document's one declaration: drf-spectacular reads them for the schema (and t
 input), and `document_type` turns the same fields, in their order, into a msgspec Struct that a read
 fills and `encode` writes. msgspec writes what DRF's JSONRenderer writes for the same values (compact,
 UTF-8 unescaped, a UTC date-time with Z, a UUID hyphenated), 3x faster than the JSON text written by
-hand before it and 5x faster than DRF's walk and `json.dumps` (docs/architecture.md, "API reads")."""
+hand before it and 5x faster than DRF's walk and `json.dumps` (docs/architecture.md, "Read documents,
+declared once")."""
 
 from typing import Any
 
