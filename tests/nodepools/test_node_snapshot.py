@@ -6,11 +6,11 @@ import json
 import pytest
 
 from claims.allocator import create_claim
-from claims.models import GpuShare
 from nodepools.api.serializers import GpuSerializer, GpuSnapshotShareSerializer
 from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
+from tests.nodepools.expected_documents import expected_gpu
 
 pytestmark = pytest.mark.django_db
 
@@ -45,37 +45,6 @@ def nodes(owner, make_cluster, make_pool):
             context=context, cluster=cluster, name=f"m{i}", kind="mig", mig_profile=profile, pool=mig
         )
     return list(Node.objects.order_by("pk"))
-
-
-def expected_gpu(gpu: Gpu) -> dict:
-    shares = sorted(
-        GpuShare.objects.filter(gpu=gpu), key=lambda s: (s.mig_start is None, s.mig_start or 0, s.pk)
-    )
-    return {
-        "index": gpu.index,
-        "uuid": str(gpu.uuid),
-        "memory_mib": gpu.memory_mib,
-        "nvlink_domain": gpu.nvlink_domain,
-        "healthy": gpu.healthy,
-        "memory_allocated_mib": sum(s.memory_mib for s in shares),
-        "compute_allocated_percent": sum(s.guaranteed_milli for s in shares) / 10,
-        "compute_ceilings_percent": sum(s.compute_milli for s in shares) / 10,
-        "shares": [
-            {
-                "claim": s.allocation.claim_id,
-                "namespace": s.allocation.claim.namespace,
-                "name": s.allocation.claim.name,
-                "memory_mib": s.memory_mib,
-                "compute_percent": s.compute_milli / 10,
-                "guaranteed_percent": s.guaranteed_milli / 10,
-                "exclusive": s.exclusive,
-                "mig_profile": s.mig_profile,
-                "mig_start": s.mig_start,
-                "mig_size": s.mig_size,
-            }
-            for s in shares
-        ],
-    }
 
 
 def test_gpus_and_shares_are_the_models_in_the_declared_fields(nodes, owner, client_for):

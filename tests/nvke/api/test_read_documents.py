@@ -15,7 +15,7 @@ from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
 from claims.allocator import create_claim, release_claim
-from claims.models import Claim, GpuShare
+from claims.models import Claim
 from clusters.api.serializers import ClusterSerializer
 from clusters.api.views import ClusterViewSet
 from clusters.models import Cluster, ClusterAddon
@@ -27,6 +27,7 @@ from nodepools.models import Gpu, Node, NodePool
 from nodepools.services import reconcile
 from nvke.tenancy.context import TenantContext
 from telemetry.api.serializers import GpuTelemetrySerializer
+from tests.nodepools.expected_documents import expected_gpu
 
 pytestmark = pytest.mark.django_db
 
@@ -145,38 +146,6 @@ def expected_node(node: Node) -> dict:
     }
     assert list(document) == list(NodeSerializer().fields)
     return document
-
-
-def expected_gpu(gpu: Gpu) -> dict:
-    shares = sorted(
-        GpuShare.objects.filter(gpu=gpu).select_related("allocation__claim"),
-        key=lambda s: (s.mig_start is None, s.mig_start or 0, s.pk),
-    )
-    return {
-        "index": gpu.index,
-        "uuid": str(gpu.uuid),
-        "memory_mib": gpu.memory_mib,
-        "nvlink_domain": gpu.nvlink_domain,
-        "healthy": gpu.healthy,
-        "memory_allocated_mib": sum(s.memory_mib for s in shares),
-        "compute_allocated_percent": sum(s.guaranteed_milli for s in shares) / 10,
-        "compute_ceilings_percent": sum(s.compute_milli for s in shares) / 10,
-        "shares": [
-            {
-                "claim": s.allocation.claim_id,
-                "namespace": s.allocation.claim.namespace,
-                "name": s.allocation.claim.name,
-                "memory_mib": s.memory_mib,
-                "compute_percent": s.compute_milli / 10,
-                "guaranteed_percent": s.guaranteed_milli / 10,
-                "exclusive": s.exclusive,
-                "mig_profile": s.mig_profile,
-                "mig_start": s.mig_start,
-                "mig_size": s.mig_size,
-            }
-            for s in shares
-        ],
-    }
 
 
 def test_nodes_are_the_models_rendered_by_drf(fleet, owner, client_for):
