@@ -12,7 +12,7 @@ from claims.allocator.service import evict_claims, resize_claim
 from claims.models import Claim
 from claims.workloads import sync_workloads
 from nodepools.models import Gpu
-from nodepools.nodes import fail_gpu
+from nodepools.nodes import fail_gpu, record_preflight
 from nvke.providers.kubernetes import dra, records, scheduler
 from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
@@ -224,7 +224,7 @@ def test_a_resized_claim_reaches_its_running_pod(server, cluster):
     assert resized == ["NVKE resized its GPU claim: 8Gi of GPU memory, compute 10% guaranteed up to 40%."]
 
 
-def test_mps_pods_carry_their_mps_limits_for_the_downward_api(server, cluster):
+def test_mps_pods_carry_their_mps_limits_and_the_isolation_their_node_enforces(server, cluster):
     attached = cluster("mps")
     server.create(gpu_pod("serve", "6Gi", 40))
 
@@ -233,7 +233,16 @@ def test_mps_pods_carry_their_mps_limits_for_the_downward_api(server, cluster):
     annotations = pod(server, "serve")["metadata"]["annotations"]
     assert annotations["nvke.io/env.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert annotations["nvke.io/env.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144M"
-    assert annotations[scheduler.ANNOTATIONS["isolation"]] == "memory-capped"
+    assert annotations[scheduler.ANNOTATIONS["isolation"]] == "none"  # no device plugin reported: none
+    node = Claim.objects.get(name="serve").allocation.node
+    record_preflight(node.pk, {"device_plugin": True})  # the plugin, but no MPS daemon said up yet
+    sync_workloads(attached.pk)
+    assert pod(server, "serve")["metadata"]["annotations"][scheduler.ANNOTATIONS["isolation"]] == "none"
+    record_preflight(node.pk, {"mps_daemon": True})
+    sync_workloads(attached.pk)
+    assert (
+        pod(server, "serve")["metadata"]["annotations"][scheduler.ANNOTATIONS["isolation"]] == "memory-capped"
+    )
 
 
 def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(server, cluster):
