@@ -8,8 +8,8 @@ the kubelet has not admitted yet (no container status) and that this plugin has 
 - several do, and each would get the very same answer (same GPU, limits and environment): they are
   interchangeable, so the oldest is recorded and nothing can be wrong;
 - several do with different answers: the plugin cannot tell them apart and refuses (Ambiguous) rather
-  than guess; NVKE's scheduler binds a pod to a node only while no pod with another answer waits for
-  the kubelet there, so this is not met in a cluster NVKE schedules.
+  than guess. NVKE's scheduler does not bind a pod while a pod it could not be told from (`ahead`)
+  waits for the kubelet on that node, so in a cluster NVKE schedules this is not met.
 Callers serialise resolve-and-record (one lock), so two concurrent Allocates never take the same pod."""
 
 from dataclasses import dataclass
@@ -123,3 +123,22 @@ def resolve(pods: list[dict], count: int, answered: set[str], pipe_directory) ->
         key=lambda pair: (pair[0]["metadata"].get("creationTimestamp") or "", pair[1].pod),
     )
     return oldest[1]
+
+
+def bound(pod: dict, node: str, held: dict[str, str]) -> dict:
+    """The pod as binding it to `node` with NVKE's annotations `held` leaves it."""
+    meta = {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}), **held}}
+    return {**pod, "metadata": meta, "spec": {**pod.get("spec", {}), "nodeName": node}}
+
+
+def ahead(pod: dict, node: str, held: dict[str, str], unadmitted: list[dict]) -> str:
+    """The first of `unadmitted` (pods the kubelet has not admitted) on `node` that an Allocate could not
+    tell from `pod` bound there with `held` (as many slots, another answer), or ""."""
+    if not slots_asked(pod):
+        return ""  # no slot asked: the device plugin never answers for it
+    wanted = grant(bound(pod, node, held), str).answer()
+    for other in unadmitted:
+        same_slots = slots_asked(other) == slots_asked(pod)
+        if other["spec"].get("nodeName") == node and same_slots and grant(other, str).answer() != wanted:
+            return f"{other['metadata']['namespace']}/{other['metadata']['name']}"
+    return ""

@@ -3,8 +3,9 @@
 api.proto (nvke/agent/kubelet/). What it does on Register, and on a restart, follows
 kubernetes/kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go (Register checks the version
 and dials `<dir>/<endpoint>`), .../plugin/v1beta1/client.go (GetDevicePluginOptions, then ListAndWatch
-in a stream) and pkg/kubelet/cm/devicemanager/manager.go (Start removes every file of the directory
-but its own socket, so a restarted kubelet leaves plugins to notice and register again)."""
+in a stream) and pkg/kubelet/cm/devicemanager/manager.go (Start's removeContents empties the directory
+but for the kubelet's checkpoint, so plugins notice their socket gone and register again; the same
+cleanup sits in plugin/v1beta1/server.go in later releases)."""
 
 import os
 import queue

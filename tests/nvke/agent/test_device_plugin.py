@@ -322,3 +322,24 @@ def test_the_annotations_read_are_the_ones_nvke_writes():
     assert (allocation.UUIDS, allocation.MEMORY, allocation.CEILING, allocation.ISOLATION) == tuple(
         scheduler.ANNOTATIONS[k] for k in ("uuids", "memory", "ceiling", "isolation")
     )
+
+
+def unbound(name: str, slots: int = 1) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "team", "uid": name},
+        "spec": {
+            "containers": [{"name": "main", "resources": {"limits": {allocation.RESOURCE: str(slots)}}}]
+        },
+    }
+
+
+def test_the_scheduler_holds_back_only_a_pod_the_plugin_could_not_tell_apart():
+    small, big = scheduler.annotations(placed("s", 2048, 20)), scheduler.annotations(placed("b", 8192, 70))
+    waiting = [allocation.bound(unbound("first"), NODE, small)]
+    assert allocation.ahead(unbound("same"), NODE, small, waiting) == ""  # interchangeable
+    assert allocation.ahead(unbound("other"), NODE, big, waiting) == "team/first"
+    assert allocation.ahead(unbound("two-slots", 2), NODE, big, waiting) == ""  # told apart by its slots
+    assert allocation.ahead(unbound("elsewhere"), "another-node", big, waiting) == ""
+    no_slot = unbound("no-slot")
+    no_slot["spec"]["containers"][0]["resources"] = {}
+    assert allocation.ahead(no_slot, NODE, big, waiting) == ""  # the plugin never answers for it

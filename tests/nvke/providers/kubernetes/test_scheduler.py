@@ -318,3 +318,28 @@ def test_a_claim_made_through_the_api_says_why_no_pod_can_use_it_without_dra(ser
 
     state = Claim.objects.get(name="api").workload
     assert state["state"] == "waiting" and "schedulerName: nvke" in state["message"]
+
+
+def test_pods_the_device_plugin_could_not_tell_apart_are_bound_one_at_a_time(server, cluster):
+    """The kubelet's Allocate names no pod (nvke/agent/allocation.py): two pods asking one
+    nvke.io/gpu-share slot each, with different limits, are not bound to one node before the kubelet
+    admitted the first; pods with the same answer would be."""
+    attached = cluster("mps")
+    for name, memory, percent in (("train", "8Gi", 70), ("serve", "2Gi", 20)):
+        slotted = gpu_pod(name, memory, percent)
+        slotted["spec"]["containers"][0]["resources"]["limits"]["nvke.io/gpu-share"] = "1"
+        server.create(slotted)
+
+    sync_workloads(attached.pk)
+
+    bound = [name for name in ("train", "serve") if pod(server, name)["spec"].get("nodeName")]
+    assert len(bound) == 1
+    (held,) = {"train", "serve"} - set(bound)
+    assert Claim.objects.get(name=held).workload == {
+        "state": "waiting",
+        "message": f"Waiting for the kubelet on a10-0 to admit ml/{bound[0]} first.",
+    }
+    assert pod(server, bound[0])["status"].get("containerStatuses")  # the stand-in's kubelet admitted it
+    sync_workloads(attached.pk)
+    assert pod(server, held)["spec"]["nodeName"] == "a10-0"
+    assert Claim.objects.get(name=held).workload["state"] == "allocated"
