@@ -67,3 +67,26 @@ def test_a_daemon_that_cannot_start_fails_the_mps_preflight_with_the_reason(supe
 def test_a_running_daemon_passes_the_mps_preflight(supervisor):
     facts = {**FIT, **NodeSide(None, supervisor, health=dict).step()}
     assert facts["mps_daemon"] is True and preflight.failures(facts, "mps") == []
+
+
+@pytest.mark.integration
+def test_the_agent_reports_its_daemons_state_with_its_preflight_facts(
+    asgi_server, node, supervisor, monkeypatch, clean_redis
+):
+    import argparse
+
+    from nvke.agent import main as agent
+    from nvke.agent.synthetic import SimulatedCollector
+    from telemetry.models import NodeToken
+
+    _, raw = NodeToken.issue(node)
+    args = argparse.Namespace(url=asgi_server.url, token=raw, once=True, interval=1.0)
+    collector = SimulatedCollector([f"GPU-{g.uuid}" for g in node.gpus.all()])
+    monkeypatch.setenv("MPS_STAND_IN_FAIL", "no CUDA-capable device is detected")
+    assert agent.run(collector, args, NodeSide(None, supervisor, health=dict)) == 0
+    node.refresh_from_db()
+    assert node.preflight["mps_daemon"] is False and node.preflight["driver_version"] == "580.105.08"
+    monkeypatch.delenv("MPS_STAND_IN_FAIL")
+    assert agent.run(collector, args, NodeSide(None, supervisor, health=dict)) == 0
+    node.refresh_from_db()
+    assert node.preflight["mps_daemon"] is True
