@@ -1,6 +1,6 @@
 """nvke-agent's device plugin on one node: how long the kubelet's Allocate takes, and how many pods a
 second go through NVKE's bind and the plugin's Allocate. The kubelet is tests/nvke/agent/fake_kubelet.py
-(gRPC over a unix socket, stubs from upstream's api.proto); the API server is the fake of tests/kubeapi
+(gRPC over a unix socket, stubs from NVKE's api.proto); the API server is the fake of tests/kubeapi
 (HTTPS on 127.0.0.1, the official client), which the plugin lists the node's pods from on every
 Allocate, as it does from a real API server.
 

@@ -26,12 +26,7 @@ if _version_not_supported:
 
 
 class RegistrationStub:
-    """Registration is the service advertised by the Kubelet
-    Only when Kubelet answers with a success code to a Register Request
-    may Device Plugins start their service
-    Registration may fail when device plugin version is not supported by
-    Kubelet or the registered resourceName is already taken by another
-    active device plugin. Device plugin is expected to terminate upon registration failure
+    """Served by the kubelet on /var/lib/kubelet/device-plugins/kubelet.sock: a plugin announces itself.
     """
 
     def __init__(self, channel):
@@ -48,12 +43,7 @@ class RegistrationStub:
 
 
 class RegistrationServicer:
-    """Registration is the service advertised by the Kubelet
-    Only when Kubelet answers with a success code to a Register Request
-    may Device Plugins start their service
-    Registration may fail when device plugin version is not supported by
-    Kubelet or the registered resourceName is already taken by another
-    active device plugin. Device plugin is expected to terminate upon registration failure
+    """Served by the kubelet on /var/lib/kubelet/device-plugins/kubelet.sock: a plugin announces itself.
     """
 
     def Register(self, request, context):
@@ -79,12 +69,7 @@ def add_RegistrationServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Registration:
-    """Registration is the service advertised by the Kubelet
-    Only when Kubelet answers with a success code to a Register Request
-    may Device Plugins start their service
-    Registration may fail when device plugin version is not supported by
-    Kubelet or the registered resourceName is already taken by another
-    active device plugin. Device plugin is expected to terminate upon registration failure
+    """Served by the kubelet on /var/lib/kubelet/device-plugins/kubelet.sock: a plugin announces itself.
     """
 
     @staticmethod
@@ -116,7 +101,7 @@ class Registration:
 
 
 class DevicePluginStub:
-    """DevicePlugin is the service advertised by Device Plugins
+    """Served by the plugin on its own socket; the kubelet calls it.
     """
 
     def __init__(self, channel):
@@ -153,51 +138,35 @@ class DevicePluginStub:
 
 
 class DevicePluginServicer:
-    """DevicePlugin is the service advertised by Device Plugins
+    """Served by the plugin on its own socket; the kubelet calls it.
     """
 
     def GetDevicePluginOptions(self, request, context):
-        """GetDevicePluginOptions returns options to be communicated with Device
-        Manager
-        """
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAndWatch(self, request, context):
-        """ListAndWatch returns a stream of List of Devices
-        Whenever a Device state change or a Device disappears, ListAndWatch
-        returns the new list
-        """
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetPreferredAllocation(self, request, context):
-        """GetPreferredAllocation returns a preferred set of devices to allocate
-        from a list of available ones. The resulting preferred allocation is not
-        guaranteed to be the allocation ultimately performed by the
-        devicemanager. It is only designed to help the devicemanager make a more
-        informed allocation decision when possible.
-        """
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Allocate(self, request, context):
-        """Allocate is called during container creation so that the Device
-        Plugin can run device specific operations and instruct Kubelet
-        of the steps to make the Device available in the container
-        """
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PreStartContainer(self, request, context):
-        """PreStartContainer is called, if indicated by Device Plugin during registration phase,
-        before each container start. Device plugin can run device specific operations
-        such as resetting the device before making devices available to the container
-        """
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -239,7 +208,7 @@ def add_DevicePluginServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DevicePlugin:
-    """DevicePlugin is the service advertised by Device Plugins
+    """Served by the plugin on its own socket; the kubelet calls it.
     """
 
     @staticmethod

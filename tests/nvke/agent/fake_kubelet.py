@@ -1,5 +1,5 @@
 """A kubelet's device manager, as far as a device plugin meets it: the Registration service on
-`<dir>/kubelet.sock` and a client of each registered plugin, over the stubs generated from upstream's
+`<dir>/kubelet.sock` and a client of each registered plugin, over the stubs generated from NVKE's
 api.proto (nvke/agent/kubelet/). What it does on Register, and on a restart, follows
 kubernetes/kubernetes pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go (Register checks the version
 and dials `<dir>/<endpoint>`), .../plugin/v1beta1/client.go (GetDevicePluginOptions, then ListAndWatch

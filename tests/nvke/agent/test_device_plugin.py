@@ -1,5 +1,5 @@
 """NVKE's device plugin against a fake kubelet speaking the device-plugin gRPC API over unix sockets
-(fake_kubelet.py, stubs generated from upstream's api.proto), with pods read through the official client
+(fake_kubelet.py, stubs generated from NVKE's api.proto), with pods read through the official client
 from the strict Kubernetes stand-in: registration, ListAndWatch and GPU health, Allocate for pods NVKE
 placed, concurrent Allocates on one node, and registering again when the kubelet restarts."""
 
