@@ -275,7 +275,6 @@ class ClusterAPI:
             "availableReplicas": replicas,
             "upToDateReplicas": replicas,
             "version": version,
-            "versions": [{"version": version, "replicas": replicas}],
             "conditions": [
                 self._condition(
                     control_plane,
@@ -287,6 +286,8 @@ class ClusterAPI:
             ],
             "observedGeneration": control_plane["metadata"]["generation"],
         }
+        if replicas:  # the versions its machines run (v1beta2 `status.versions[].replicas` minimum 1)
+            status["versions"] = [{"version": version, "replicas": replicas}]
         self._update_status(control_plane, status)
         secret_name = f"{cluster}-kubeconfig"
         if up and self.api.get("v1", "Secret", secret_name, self.namespace) is None:
