@@ -31,6 +31,7 @@ HELM_ADDON_PROVIDER = (
     "cluster-api-addon-provider-helm/addons.cluster.x-k8s.io_helmchartproxies.yaml",
     "cluster-api-addon-provider-helm/addons.cluster.x-k8s.io_helmreleaseproxies.yaml",
 )
+GPU_OPERATOR = ("gpu-operator/nvidia.com_clusterpolicies.yaml", "gpu-operator/nvidia.com_nvidiadrivers.yaml")
 GPU_OPERATOR_VALUES = "gpu-operator/chart-values.yaml"
 DRA_DRIVER_VALUES = "k8s-dra-driver-gpu/chart-values.yaml"
 

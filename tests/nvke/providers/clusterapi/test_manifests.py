@@ -6,9 +6,9 @@ import pytest
 
 from nvke.providers.base import PoolSpec
 from nvke.providers.clusterapi import manifests
-from nvke.providers.clusterapi.addons import CHARTS
+from nvke.providers.clusterapi.addons import CHART_OF, CHARTS
 from nvke.providers.clusterapi.management import TemplateRef
-from tests.kubeapi import capi
+from tests.kubeapi import capi, charts, crds
 from tests.kubeapi.server import FakeKubeApi
 
 from .conftest import NS
@@ -61,3 +61,22 @@ def test_every_object_of_a_cluster_and_a_pool_is_accepted(strict):
         strict.create(manifests.helm_chart_proxy("c1", NS, chart, "v25.3.0", cluster))
     assert deployment["spec"]["rollout"]["strategy"]["type"] == "OnDelete"
     assert check["spec"]["remediation"]["triggerIf"]["unhealthyLessThanOrEqualTo"] == "40%"
+
+
+@pytest.mark.parametrize("chart", CHARTS, ids=lambda chart: chart.name)
+def test_each_charts_values_are_keys_the_chart_has_and_render(chart):
+    crds.require()
+    assert charts.unknown_keys(chart.values, crds.load(charts.VALUES[chart.name])) == []
+    served = {"resource.k8s.io/v1", "resource.k8s.io/v1/DeviceClass"}  # Kubernetes 1.34+
+    assert charts.render_error(chart.name, chart.values, chart.namespace, served) == ""
+
+
+def test_the_dra_driver_serves_mps_and_time_slicing_pools():
+    """Failure 5 of issue 34, its values side: the kubelet plugin refuses a GpuConfig with MPS or
+    TimeSlicing unless these gates (NVIDIA/k8s-dra-driver-gpu pkg/featuregates) are on; the chart's
+    `featureGates` is a map of gate to bool, {} by default, rendered into FEATURE_GATES."""
+    crds.require()
+    driver = CHART_OF["nvidia-dra-driver-gpu"]
+    values = charts.coalesce(crds.load(crds.DRA_DRIVER_VALUES), driver.values)
+    assert values["featureGates"] == {"MPSSupport": True, "TimeSlicingSettings": True}
+    assert (values["resources"]["gpus"]["enabled"], values["gpuResourcesEnabledOverride"]) == (True, True)
