@@ -193,3 +193,22 @@ def test_each_charts_fail_conditions(chart, values, apis, failure):
     crds.require()
     error = charts.render_error(chart, values, "gpu", apis)
     assert (error.partition("): ")[2].startswith(failure) if failure else error == "") is True, error
+
+
+def test_a_map_list_refuses_a_repeated_key():
+    schema = {
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name", "value"],
+        "items": {"type": "object"},
+    }
+    args = [{"name": "max-pods", "value": "110"}, {"name": "max-pods", "value": "110"}]
+    assert crd_rules.causes(schema, args, path=["args"]) == [
+        ("args[1]", "FieldValueDuplicate", 'Duplicate value: {"name": "max-pods", "value": "110"}')
+    ]
+
+
+def test_a_rule_calling_a_function_celpy_lacks_is_refused_loudly():
+    schema = {"type": "string", "x-kubernetes-validations": [{"rule": "isQuantity(self)"}]}
+    with pytest.raises(crd_rules.UnsupportedRule, match="isQuantity"):
+        crd_rules.causes(schema, "1Gi")
