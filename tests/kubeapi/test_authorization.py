@@ -238,3 +238,32 @@ def test_from_1_36_an_allocation_needs_resourceclaims_binding():
         assert server.get("resource.k8s.io/v1", "ResourceClaim", "c")["status"]["allocation"]
         user = "system:serviceaccount:default:tester"
         assert (user, "resource.k8s.io", "resourceclaims/binding", "patch", True) in server.decisions
+
+
+def test_from_1_36_a_drivers_device_status_needs_resourceclaims_driver_by_name():
+    binding = {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/binding"], "verbs": ["patch"]}
+    devices = {"status": {"devices": [{"driver": "gpu.nvidia.com", "pool": "gpu-1", "device": "gpu-0"}]}}
+    with FakeKubeApi(version="1.36.0") as server:
+        allocate(server, [*CLAIM_RULES, binding])
+        with as_account(server, []) as api:  # the same account: grant() leaves its role as it is
+            dra = client.ResourceV1Api(api)
+            with pytest.raises(ApiException) as caught:
+                dra.patch_namespaced_resource_claim_status(
+                    "c", "default", devices, _content_type="application/merge-patch+json"
+                )
+            assert caught.value.status == 422
+            cause = json.loads(caught.value.body)["details"]["causes"][0]
+            assert cause["field"] == "status.devices"
+            assert "arbitrary-node:patch permission on resourceclaims/driver" in cause["message"]
+        driver = {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "verbs": ["arbitrary-node:patch"],
+            "resourceNames": ["gpu.nvidia.com"],
+        }
+        server.update({**server.get(accounts.RBAC, "ClusterRole", "tester"), "rules": [*CLAIM_RULES, driver]})
+        with as_account(server, []) as api:
+            client.ResourceV1Api(api).patch_namespaced_resource_claim_status(
+                "c", "default", devices, _content_type="application/merge-patch+json"
+            )
+        assert server.get("resource.k8s.io/v1", "ResourceClaim", "c")["status"]["devices"]
