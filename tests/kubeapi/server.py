@@ -15,7 +15,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import authorization, resources, subresources
@@ -450,6 +450,9 @@ class FakeKubeApi:
     write exactly as API requests do: resourceVersions, watch events, validation and the simulated components.
     """
 
+    # `decisions` of every server of this process, for a run that records what a whole suite was allowed
+    every_decision: ClassVar[set[tuple[str, str, str, str, bool]]] = set()
+
     def __init__(self, version: str = "1.34.2", token: str = "test-token") -> None:
         self.version = version.lstrip("v")
         self.token = token
@@ -520,9 +523,9 @@ class FakeKubeApi:
         """403 unless RBAC allows it; every decision on a service account's resource request is recorded."""
         allowed, _ = self.authorizer.decide(user, attributes)
         if not user.privileged and attributes.resource_request:
-            self.decisions.add(
-                (user.name, attributes.group, attributes.combined_resource, attributes.verb, allowed)
-            )
+            decision = (user.name, attributes.group, attributes.combined_resource, attributes.verb, allowed)
+            self.decisions.add(decision)
+            FakeKubeApi.every_decision.add(decision)
         if not allowed:
             raise authorization.forbidden(user, attributes)
 

@@ -22,12 +22,14 @@ class Rule:
     needs_dra: bool = False  # checked only where the cluster serves resource.k8s.io/v1
 
 
+# Least privilege both ways: every verb here is one NVKE uses, and NVKE uses no other
+# (tests/nvke/providers/kubernetes/test_least_privilege.py runs its scenarios as this account to check).
 RULES: tuple[Rule, ...] = (
     Rule("", "nodes", ("get", "list", "watch", "patch"), "read GPU nodes; label, taint and cordon them"),
     Rule(
         "",
         "pods",
-        ("get", "list", "watch", "patch"),
+        ("list", "watch", "patch"),
         "find the pods a drain evicts and the driver pods; lift NVKE's scheduling gate",
     ),
     Rule("", "pods/eviction", ("create",), "drain nodes through the Eviction API"),
@@ -35,19 +37,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "namespaces",
-        ("get", "list", "watch", "create", "patch"),
+        ("list", "watch", "create", "patch"),
         "find (and follow) the namespaces NVKE manages and mark them its tenant's; make a claim's",
     ),
     Rule("", "events", ("create",), "record what NVKE did on the objects it touched"),
-    Rule("policy", "poddisruptionbudgets", ("get", "list"), "say which budget holds a drain back"),
-    Rule("nvidia.com", "clusterpolicies", ("get", "list"), "find the GPU Operator's configuration"),
+    Rule("policy", "poddisruptionbudgets", ("list",), "say which budget holds a drain back"),
+    Rule("nvidia.com", "clusterpolicies", ("list",), "find the GPU Operator's configuration"),
     Rule(
         "nvidia.com",
         "nvidiadrivers",
-        ("get", "list", "watch", "create", "patch"),
+        ("get", "list", "watch", "create"),
         "upgrade drivers through the GPU Operator",
     ),
-    Rule("resource.k8s.io", "resourceslices", ("get", "list", "watch"), "read GPUs from DRA", True),
+    Rule("resource.k8s.io", "resourceslices", ("list", "watch"), "read GPUs from DRA", True),
     Rule(
         "resource.k8s.io",
         "resourceclaims",
@@ -69,7 +71,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         records.GROUP,
         records.PLURAL,
-        ("get", "list", "create", "patch", "delete"),
+        ("list", "create", "patch", "delete"),
         "publish what each claim holds (kubectl get gpuallocations)",
     ),
 )

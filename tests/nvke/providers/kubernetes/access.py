@@ -20,7 +20,7 @@ def nvke_token(server, manifest: str | None = None) -> str:
 
 def ungranted(requests: list[tuple]) -> set[tuple[str, str, str]]:
     """The (group, resource, verb) of the fake API server's `requests` that NVKE's access manifest does
-    not grant: on a real cluster each would be a 403 (the fake does not check RBAC)."""
+    not grant: each would be a 403, on a real cluster as on the fake (tests/kubeapi/authorization.py)."""
     granted = {(rule.group, rule.resource, verb) for rule in rbac.RULES for verb in rule.verbs}
     verbs = {"GET": "get", "POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
     asked = set()

@@ -5,6 +5,9 @@ NVKE's."""
 import pytest
 
 from claims.workloads import sync_workloads
+from nodepools import kube_sync
+from tests.kubeapi import objects
+from tests.kubeapi.fixtures import wait_until
 from tests.kubeapi.server import FakeKubeApi
 
 from .test_workloads import a10_cluster, fraction, gated_pod, resource_claim
@@ -38,3 +41,30 @@ def test_nvke_allocates_a_claim_as_its_service_account(kubeapi, attach, sharing_
     assert resource_claim(kubeapi, "train")["status"]["allocation"]["devices"]["results"]
     assert refused(kubeapi) == set()
     assert {user for user, *_ in kubeapi.decisions} == {NVKE}
+
+
+def used(server: FakeKubeApi) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for user, group, resource, verb, allowed in server.decisions if allowed}
+
+
+WATCHED = {
+    ("", "nodes", "watch"),
+    ("", "pods", "watch"),
+    ("", "namespaces", "watch"),
+    ("nvidia.com", "nvidiadrivers", "watch"),
+    ("resource.k8s.io", "resourceslices", "watch"),
+    ("resource.k8s.io", "resourceclaims", "watch"),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_kube_sync_lists_and_watches_as_nvkes_service_account(kubeapi, attach):
+    objects.gpu_operator(kubeapi)
+    kubeapi.create(objects.gpu_node("gpu-a"))
+    cluster = attach(kubeapi)
+    sync = kube_sync.ClusterSync(cluster, debounce_s=0.05, watch_timeout_s=2).start()
+    try:
+        wait_until(lambda: WATCHED <= used(kubeapi), timeout=15)
+    finally:
+        sync.close(timeout=10)
+    assert refused(kubeapi) == set()
