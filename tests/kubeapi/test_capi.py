@@ -3,6 +3,7 @@ write, and the simulated controllers provision control planes, machines and node
 collect what a deleted cluster owned."""
 
 import base64
+import json
 import re
 
 import kubernetes
@@ -262,7 +263,12 @@ def test_the_token_controller_issues_a_token_the_server_accepts(kubeapi, kube_cl
     token = base64.b64decode(data["token"]).decode()
     assert base64.b64decode(data["ca.crt"]).decode() == kubeapi.ca_bundle
     with kubernetes.client.ApiClient(client_configuration(kubeapi, token=token)) as api:
-        assert kubernetes.client.CoreV1Api(api).list_namespace().items
+        # accepted: it may read /version (system:discovery); RBAC names it in a 403 on what it may not do
+        assert kubernetes.client.VersionApi(api).get_code().major == "1"
+        with pytest.raises(ApiException) as forbidden:
+            kubernetes.client.CoreV1Api(api).list_namespace()
+        assert forbidden.value.status == 403
+        assert 'User "system:serviceaccount:kube-system:nvke"' in json.loads(forbidden.value.body)["message"]
     with kubernetes.client.ApiClient(client_configuration(kubeapi, token="guessed")) as api:  # nor a guess
         with pytest.raises(ApiException) as refused:
             kubernetes.client.CoreV1Api(api).list_namespace()
