@@ -304,10 +304,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Two `scope` fields with their own choices: API tokens' and maintenance exclusions'.
+    # Two `scope` fields with their own choices: API tokens' and maintenance exclusions'; claims' `kind`
+    # (a claim's and a claim group's template) beside other `kind` fields.
     "ENUM_NAME_OVERRIDES": {
         "ScopeEnum": "nvke.tenancy.models.ApiToken.Scope",
         "MaintenanceScopeEnum": "upgrades.windows.SCOPES",
+        "ClaimKindEnum": "claims.models.Claim.Kind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
