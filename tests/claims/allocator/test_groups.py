@@ -187,3 +187,13 @@ def test_defragmentation_never_moves_a_member_alone(api, cluster, make_pool):
     assert data["claims"][0]["node"] != big["allocation"]["node_name"]  # spread: defrag has work
     moves, freed = plan_defrag(cluster.pk, 10)
     assert [m.claim for m in moves] == [big["id"]] and freed == 1  # the smaller member stays put
+
+
+def test_members_past_the_minimum_are_placed_as_room_frees(api, cluster, pool):
+    big = claim(api, cluster, "big", kind="whole", gpus=8).data
+    data = group(api, cluster, "elastic", 4, min_members=2).data
+    assert data["placed"] == 3
+    assert api.delete(f"/api/v1/claims/{big['id']}/").status_code == 204
+    place_pending(cluster.pk)
+    after = api.get(f"/api/v1/claim-groups/{data['id']}/").data
+    assert (after["status"], after["placed"], after["pending_reason"]) == ("placed", 4, "")
