@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from claims.models import Allocation, AllocationEvent, Claim, GpuShare, UsageInterval
+from claims.models import Allocation, AllocationEvent, Claim, ClaimGroup, GpuShare, UsageInterval
 from nvke.readonly_admin import ReadOnlyAdmin
 
 
@@ -38,6 +38,27 @@ class ClaimAdmin(admin.ModelAdmin):
     search_fields = ["name", "namespace", "cluster__name", "tenant__name"]
     readonly_fields = ["status", "pending_reason", "created_at", "allocated_at"]
     list_select_related = ["cluster", "tenant"]
+
+
+class MemberInline(admin.TabularInline):
+    model = Claim
+    fields = ["name", "kind", "gpus", "status", "pending_reason", "allocated_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(ClaimGroup)
+class ClaimGroupAdmin(ReadOnlyAdmin):
+    """Claim groups (gangs), with their members' states; created and released through the API, which
+    places and frees them as a unit."""
+
+    list_display = ["__str__", "cluster", "tenant", "members", "min_members", "priority", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["name", "namespace", "cluster__name", "tenant__name"]
+    list_select_related = ["cluster", "tenant"]
+    inlines = [MemberInline]
 
 
 @admin.register(Allocation)

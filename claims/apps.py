@@ -7,6 +7,7 @@ class ClaimsConfig(AppConfig):
 
     def ready(self) -> None:
         from audit.recorder import register
-        from claims.models import Claim
+        from claims.models import Claim, ClaimGroup
 
         register(Claim, ignore=("status", "pending_reason", "allocated_at"))
+        register(ClaimGroup)

@@ -9,6 +9,35 @@ from nodepools.models import Gpu, Node, NodePool
 from nvke.models import TenantScopedQuerySet, dns_label
 
 
+class ClaimGroup(models.Model):
+    """A gang: `members` identical claims placed all or nothing, at least `min_members` of them at once,
+    packed onto as few nodes / NVLink domains / racks / zones as they fit (claims.allocation.gangs).
+    Its state is its members': placed when at least `min_members` of them are allocated."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="claim_groups")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="claim_groups")
+    namespace = models.CharField(max_length=63, validators=[dns_label], default="default")
+    name = models.CharField(max_length=63, validators=[dns_label])
+    members = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(256)])
+    min_members = models.PositiveSmallIntegerField(validators=[MinValueValidator(1), MaxValueValidator(256)])
+    priority = models.SmallIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="uniq_claim_group_name"),
+            models.CheckConstraint(
+                condition=models.Q(min_members__lte=models.F("members")), name="group_min_within_members"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 class Claim(models.Model):
     """A request for GPU capacity in a cluster, in the spirit of a Kubernetes DRA ResourceClaim:
     whole GPUs, one MIG slice, or a fraction of one GPU (memory and/or compute share)."""
@@ -80,6 +109,14 @@ class Claim(models.Model):
         default=dict,
         blank=True,
         help_text="Where the cluster's workload stands (claims.workloads): state and message",
+    )
+    group = models.ForeignKey(
+        ClaimGroup,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="claims",
+        help_text="The gang it is a member of: placed, moved and released with it",
     )
 
     objects = TenantScopedQuerySet.as_manager()

@@ -304,10 +304,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Two `scope` fields with their own choices: API tokens' and maintenance exclusions'.
+    # Two `scope` fields with their own choices: API tokens' and maintenance exclusions'; claims' `kind`
+    # (a claim's and a claim group's template) beside other `kind` fields.
     "ENUM_NAME_OVERRIDES": {
         "ScopeEnum": "nvke.tenancy.models.ApiToken.Scope",
         "MaintenanceScopeEnum": "upgrades.windows.SCOPES",
+        "ClaimKindEnum": "claims.models.Claim.Kind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -346,6 +348,8 @@ NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_AD
 NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
 # Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days.
 NVKE_INVITATION_TTL_DAYS = int(os.environ.get("NVKE_INVITATION_TTL_DAYS", "7"))
+# The node label naming a node's rack: claim groups (gangs) keep their members in one rack when they fit.
+NVKE_RACK_LABEL = os.environ.get("NVKE_RACK_LABEL", "topology.kubernetes.io/rack")
 # Default quotas (claims/quotas.py): GPUs of each model a tenant's pools may reach when neither the
 # tenant nor the platform (a GPU quota row without a tenant, in the admin) has a limit for that model;
 # empty: unlimited. And the most nodes one pool may ask for, whatever the quotas (a 400 beyond it).

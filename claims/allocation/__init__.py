@@ -1,6 +1,7 @@
 """NVKE's GPU-sharing allocator: pure placement core (no Django). See fleet.place()."""
 
 from catalog.mig import Profile, place_layout
+from claims.allocation import gangs
 from claims.allocation.defrag import ClaimMove, plan_defrag
 from claims.allocation.fgd import Distribution, Workload
 from claims.allocation.fleet import POLICIES, Fleet, PlacementCache, empty_fleet, fits_ever, place
@@ -33,6 +34,7 @@ __all__ = [
     "apply",
     "empty_fleet",
     "fits_ever",
+    "gangs",
     "invariant_violations",
     "place",
     "place_layout",

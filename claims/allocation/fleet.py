@@ -356,6 +356,11 @@ class Fleet:
     def node(self, node_id: Hashable) -> NodeState:
         return self.nodes[self._position[node_id]]
 
+    def state_of(self, node_id: Hashable) -> int:
+        """The node's interned state: nodes in one state take the same claims (gang placement counts
+        what fits once per state)."""
+        return self._state[self._position[node_id]][0].id
+
     def place(
         self, request: Request, policy: str = FGD, workload: fgd.Workload | None = None
     ) -> Placement | Unplaceable:

@@ -5,6 +5,8 @@ Around the pure placement core (`claims.allocation`):
 - `inventory`: a cluster's schedulable state, and the one per-process cache of it (`CACHE`);
 - `shapes`: claim validation, a claim's request, the empty nodes "can it ever fit?" is asked against;
 - `service`: create, release, place pending, evict (claims, or a node's), resize, topology changed;
+- `placing`: where one claim fits, else why it waits; whether it could ever fit;
+- `groups`: claim groups (gangs), created, placed and released as a unit;
 - `rows`: a placement pass written in one statement;
 - `sql`: the allocator's PostgreSQL text: the lock functions (migrations load them from here) and the
   statements it runs by hand;
@@ -16,7 +18,8 @@ Node and GPU rows are `nodepools.nodes`'s, which tells the allocator when they c
 package itself takes the lock or touches its inventory and rows (the `allocator-internals` contract)."""
 
 from claims.allocator.defrag import PlannedMove, apply_defrag, plan_defrag
-from claims.allocator.inventory import prune_log
+from claims.allocator.groups import create_group, release_group
+from claims.allocator.inventory import prune_log, topology_of
 from claims.allocator.preview import drain_preview
 from claims.allocator.queue import pass_started, request_placement
 from claims.allocator.service import (
@@ -37,6 +40,7 @@ __all__ = [
     "Resized",
     "apply_defrag",
     "create_claim",
+    "create_group",
     "drain_preview",
     "evict_claims",
     "evict_node",
@@ -47,8 +51,10 @@ __all__ = [
     "pool_shape",
     "prune_log",
     "release_claim",
+    "release_group",
     "request_of",
     "request_placement",
     "resize_claim",
     "topology_changed",
+    "topology_of",
 ]

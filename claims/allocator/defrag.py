@@ -36,10 +36,20 @@ def _planned(moves: list[core.ClaimMove]) -> list[PlannedMove]:
     ]
 
 
+def _movable(cluster_id: int, placements: dict[int, core.Placement]) -> dict[int, core.Placement]:
+    """Placements defragmentation may move: not a claim group's members, which move only as a unit."""
+    members = set(
+        Claim.objects.filter(cluster_id=cluster_id, group__isnull=False).values_list("pk", flat=True)
+    )
+    return {pk: p for pk, p in placements.items() if pk not in members}
+
+
 def plan_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], int]:
     """Moves that free whole GPUs, and how many GPUs they free. Changes nothing."""
     inventory = load_inventory(cluster_id, placements=True)
-    moves = core.plan_defrag(list(inventory.nodes.values()), inventory.placements, max_moves)
+    moves = core.plan_defrag(
+        list(inventory.nodes.values()), _movable(cluster_id, inventory.placements), max_moves
+    )
     before = inventory.idle_gpus()
     for move in moves:
         core.release(move.source, inventory.nodes)
@@ -52,7 +62,8 @@ def apply_defrag(cluster_id: int, max_moves: int) -> tuple[list[PlannedMove], in
     with allocation_lock(cluster_id):
         snap = CACHE.snapshot(cluster_id)
         idle_before = snap.inventory.idle_gpus()
-        moves = core.plan_defrag(list(snap.inventory.nodes.values()), snap.inventory.placements, max_moves)
+        movable = _movable(cluster_id, snap.inventory.placements)
+        moves = core.plan_defrag(list(snap.inventory.nodes.values()), movable, max_moves)
         claims = Claim.objects.in_bulk([m.claim_id for m in moves])
         before = moved.nodes_of(list(claims))
         for move in moves:

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from django.conf import settings
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -34,6 +35,8 @@ class Inventory:
     pool_nodes: dict[int, list[core.NodeState]] = field(default_factory=dict)  # by NodePool pk
     gpu_pk: dict[tuple[int, int], int] = field(default_factory=dict)  # (node pk, index) -> Gpu pk
     placements: dict[int, core.Placement] = field(default_factory=dict)  # by Claim pk
+    # Node pk -> its NVLink domain, rack and zone as its labels name them (claim groups pack into them).
+    topology: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def idle_gpus(self) -> int:
         return sum(gpu.idle() for node in self.nodes.values() for gpu in node.gpus)
@@ -54,8 +57,16 @@ def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
     by_pool = {pool.pk: pool for pool in pools}
     profiles = {pool.pk: mig_profiles(pool) for pool in pools if pool.sharing_mode == SharingMode.MIG}
     node_rows = Node.objects.filter(pool__in=pools).order_by("name")
-    for pk, pool_id, status, cordoned, cpu, memory, driver, facts in node_rows.values_list(
-        "pk", "pool_id", "status", "cordoned", "cpu_millicores", "memory_mib", "driver_version", "preflight"
+    for pk, pool_id, status, cordoned, cpu, memory, driver, facts, labels in node_rows.values_list(
+        "pk",
+        "pool_id",
+        "status",
+        "cordoned",
+        "cpu_millicores",
+        "memory_mib",
+        "driver_version",
+        "preflight",
+        "labels",
     ):
         pool = by_pool[pool_id]
         unfit = preflight.failures(Node(driver_version=driver, preflight=facts), pool)
@@ -72,6 +83,8 @@ def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
             **sharing.node_policy(pool),
         )
         inventory.nodes[pk] = state
+        if found := topology_of(labels):
+            inventory.topology[pk] = found
         inventory.pool_nodes[pool_id].append(state)
     gpus: dict[int, core.GpuState] = {}
     node_of: dict[int, core.NodeState] = {}
@@ -110,6 +123,22 @@ def load_inventory(cluster_id: int, *, placements: bool = False) -> Inventory:
     if placements:
         inventory.placements = _placements(pools)
     return inventory
+
+
+# The labels naming a node's topology domains: GFD's NVLink clique (multi-node NVLink systems such as
+# GB200 NVL72), Kubernetes' well-known zone label, and a rack label the operator names (NVKE_RACK_LABEL).
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def topology_of(labels: dict) -> dict[str, str]:
+    """A node's domains by level (claims.allocation.gangs), from its labels; levels it lacks are absent."""
+    names = {
+        core.gangs.NVLINK: labels.get(CLIQUE_LABEL),
+        core.gangs.RACK: labels.get(settings.NVKE_RACK_LABEL),
+        core.gangs.ZONE: labels.get(ZONE_LABEL),
+    }
+    return {level: str(name) for level, name in names.items() if name}
 
 
 def _placements(pools: list[NodePool]) -> dict[int, core.Placement]:

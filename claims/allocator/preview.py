@@ -1,13 +1,15 @@
 """What draining nodes would do to their claims, before anyone drains them: for each node in turn, where
-each of its claims would be placed if that node left service now, or why it would wait. Reads only: it
+each of its claims would be placed if that node left service now, or why it would wait (a claim group's
+member: where its group would go, or that the drain takes the group below its minimum). Reads only: it
 works on a copy of the cluster's inventory and writes nothing (the driver-upgrade form shows it)."""
 
 import copy
 from dataclasses import dataclass
 
-from claims.allocator.inventory import CACHE
+from claims.allocator.groups import place_group
+from claims.allocator.inventory import CACHE, Snapshot
 from claims.allocator.locks import allocation_lock
-from claims.allocator.service import find_placement
+from claims.allocator.placing import find_placement
 from claims.models import Claim
 from nodepools.models import Node
 
@@ -26,7 +28,7 @@ def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[DrainO
         snap = copy.deepcopy(CACHE.snapshot(cluster_id))  # the copy is ours to change
     claims = (
         Claim.objects.filter(allocation__node_id__in=node_ids, status=Claim.Status.ALLOCATED)
-        .select_related("pool", "allocation")
+        .select_related("pool", "allocation", "group")
         .order_by("-priority", "created_at")
     )
     names = dict(Node.objects.filter(pool__cluster_id=cluster_id).values_list("pk", "name"))
@@ -43,6 +45,9 @@ def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[DrainO
             fleet.release(placement)
         moved = []
         for claim in on_node:
+            if claim.group_id is not None:
+                result[node_id].append(_group_outcome(claim, snap, names))
+                continue
             placement, reason = find_placement(claim, snap)
             if placement is None:
                 result[node_id].append(DrainOutcome(claim, "", reason))
@@ -59,3 +64,27 @@ def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[DrainO
         node.schedulable = True
         fleet.refresh(node_id)
     return result
+
+
+def _group_outcome(claim: Claim, snap: Snapshot, names: dict[int, str]) -> DrainOutcome:
+    """A group member moves with its whole group (`evict_claims`): where it would go when the group is
+    placed again as a unit, or the group's reason when the drain would take it below its minimum. The
+    copy is left as it was."""
+    members = list(
+        Claim.objects.filter(group_id=claim.group_id, status=Claim.Status.ALLOCATED).select_related("pool")
+    )
+    elsewhere = {
+        m.pk: snap.inventory.placements.pop(m.pk) for m in members if m.pk in snap.inventory.placements
+    }
+    for placement in elsewhere.values():
+        snap.fleet_of[placement.node_id].release(placement)
+    placed = dict((c.pk, p) for c, p in place_group(claim.group, members, snap))
+    outcome = next(m for m in members if m.pk == claim.pk)
+    for claim_id, placement in placed.items():
+        snap.inventory.placements.pop(claim_id)
+        snap.fleet_of[placement.node_id].release(placement)
+    for claim_id, placement in elsewhere.items():
+        snap.apply(claim_id, placement)
+    if claim.pk in placed:
+        return DrainOutcome(claim, names.get(placed[claim.pk].node_id, ""), "")
+    return DrainOutcome(claim, "", outcome.pending_reason)

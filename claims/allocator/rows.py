@@ -1,5 +1,5 @@
-"""Writing a placement pass: allocations, GPU shares, allocation-log entries and each claim's new status;
-and reading the claims a pass places.
+"""Writing a placement pass: allocations, GPU shares, allocation-log entries and each claim's new status
+(told to its watchers); and reading the claims a pass places.
 
 On PostgreSQL it all goes in one statement (data-modifying CTEs fed by JSON), because the allocation
 lock is held while it runs and every round trip there is time no other worker can place. SQLite (the
@@ -16,6 +16,7 @@ from claims import allocation as core
 from claims.allocator import sql
 from claims.allocator.inventory import Snapshot, placement_json
 from claims.allocator.metering import UsageRow, usage_row
+from claims.events import publish_claim
 from claims.models import Allocation, AllocationEvent, Claim, GpuShare, UsageInterval
 from nvke.statements import compiled
 
@@ -181,3 +182,11 @@ def _claims_select() -> tuple[str, list[str], list[tuple[int, object]]]:
 
 def _without_claim(items: list[tuple[str, object]]) -> dict:
     return {k: v for k, v in items if k != "claim_id"}
+
+
+def write_outcomes(claims: list[Claim], placed: list[tuple[Claim, core.Placement]], snap: Snapshot) -> None:
+    """Write the placements (applied to the snapshot already) and every claim's status, and tell each
+    claim's watchers (after commit)."""
+    write_pass(snap, placed, [ClaimOutcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
+    for claim in claims:
+        publish_claim(claim, pool=snap.pool_holding(claim.pk) or claim.pool_id)

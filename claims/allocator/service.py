@@ -3,30 +3,30 @@ topology changed. The only writer of claims' status, allocations, GPU shares and
 every change runs under the cluster's allocation lock (see `locks`) and reads the inventory inside it."""
 
 import copy
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from audit import recorder as audit
 from claims import allocation as core
 from claims import quotas
-from claims.allocation.state import fraction_fits, unplaceable
+from claims.allocation.state import fraction_fits
 from claims.allocator import metering, moves
-from claims.allocator.inventory import CACHE, Inventory, Snapshot, placement_json
+from claims.allocator.groups import place_group
+from claims.allocator.inventory import CACHE, Snapshot, placement_json
 from claims.allocator.locks import allocation_lock, allocation_lock_if_free, claim_after_holder
+from claims.allocator.placing import find_placement, refusal_if_never_fits
 from claims.allocator.queue import request_placement
-from claims.allocator.rows import ClaimOutcome, claims_by_pk, write_pass
-from claims.allocator.shapes import field_at_fault, pool_shape, request_of, validate_claim
-from claims.allocator.shortfall import shortfall
+from claims.allocator.rows import claims_by_pk, write_outcomes, write_pass
+from claims.allocator.shapes import field_at_fault, request_of, validate_claim
 from claims.events import publish_claim
 from claims.models import Allocation, AllocationEvent, Claim, GpuShare
 from clusters.models import Cluster
 from nodepools.models import Node, NodePool
-from nvke import caches, jobs
+from nvke import jobs
 from nvke.errors import Conflict, DomainError
 from nvke.tenancy.context import TenantContext
 
@@ -148,14 +148,6 @@ def _place_if_free(claim: Claim) -> Claim | None:
 PLACE_AT_ONCE = 64
 
 
-def refusal_if_never_fits(claim: Claim) -> str | None:
-    """Why the claim can never fit: not even an empty node of its pool, or, when it names none, of any
-    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400)."""
-    if claim.pool_id:
-        return core.fits_ever(request_of(claim), [pool_shape(claim.pool)])
-    return CACHE.catalog_refusal(request_of(claim))
-
-
 def release_claim(claim: Claim) -> None:
     """Free the claim's capacity at once; pending claims of the cluster get another try."""
     with allocation_lock(claim.cluster_id):
@@ -172,7 +164,7 @@ def place_pending(cluster_id: int) -> int:
     with allocation_lock(cluster_id):
         pending = list(
             Claim.objects.filter(cluster_id=cluster_id, status=Claim.Status.PENDING)
-            .select_related("pool")
+            .select_related("pool", "group")
             .order_by("-priority", "created_at")
         )
         if not pending:
@@ -182,13 +174,16 @@ def place_pending(cluster_id: int) -> int:
 
 def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
     """Take allocated claims off their GPUs (a drain, a failed GPU) and place them again at once where
-    they fit; the rest wait pending with the reason. The node or GPU they leave must be unschedulable
+    they fit; the rest wait pending with the reason. A group member moves with its whole group, which
+    is placed again as a unit or waits holding nothing. The node or GPU they leave must be unschedulable
     already (`nodepools.nodes` sees to it), or they land back on it. Returns how many were placed again."""
     with allocation_lock(cluster_id):
         snap = CACHE.snapshot(cluster_id)
+        in_groups = Claim.objects.filter(pk__in=claim_ids, group__isnull=False).values("group_id")
         claims = list(
-            Claim.objects.filter(cluster_id=cluster_id, pk__in=claim_ids, status=Claim.Status.ALLOCATED)
-            .select_related("pool")
+            Claim.objects.filter(cluster_id=cluster_id, status=Claim.Status.ALLOCATED)
+            .filter(Q(pk__in=claim_ids) | Q(group_id__in=in_groups))
+            .select_related("pool", "group")
             .order_by("-priority", "created_at")
         )
         before = moves.nodes_of([claim.pk for claim in claims])
@@ -313,63 +308,20 @@ def nodes_removed(nodes: QuerySet[Node]) -> None:
     )
 
 
-# --- placing -----------------------------------------------------------------------------------------
-
-
-def _candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
-    pools = [p for p in inventory.pools if not claim.pool_id or p.pk == claim.pool_id]
-    # Whole GPUs go to exclusive pools first; sharing pools give them only idle GPUs.
-    return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
-
-
-def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None, str]:
-    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits."""
-    request = request_of(claim)
-    workload = CACHE.workload(claim.cluster_id)
-    counts: Counter[str] = Counter()
-    total = 0
-    tried = []
-    for pool in _candidate_pools(claim, snap.inventory):
-        nodes = snap.inventory.pool_nodes[pool.pk]
-        total += len(nodes)
-        if not nodes:
-            continue
-        result = snap.fleets[pool.pk].place(request, pool.placement_policy, workload)
-        if result:
-            return result, ""
-        counts.update(result.counts)
-        tried.append(pool.pk)
-    if total == 0:
-        return None, "No ready GPU nodes in the cluster" + (" pool." if claim.pool_id else ".")
-    return None, _with_numbers(unplaceable(counts, total), request, snap, tried)
-
-
-SHORTFALLS_KEPT = 1000
-# (snapshot, request, pools and their fleets' versions) → the numbers. A plain dict: a pending pass asks
-# once per claim it cannot place.
-_SHORTFALLS = caches.emptied_when_full("claims.allocator.shortfalls", SHORTFALLS_KEPT)
-
-
-def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapshot, pools: list[int]) -> str:
-    """The reason, then what the claim needs against the best on offer for its most frequent part. A
-    claim shape is answered once per state of the fleets (a pending pass holds many claims alike)."""
-    # A reloaded snapshot starts its fleets' versions again (its load time tells it from the last one),
-    # and so does a copy (drain_preview's): the object tells it from the original.
-    key = (id(snap), snap.loaded_at, request, tuple((pk, snap.fleets[pk].version) for pk in pools))
-    numbers = _SHORTFALLS.get(key)
-    if numbers is None:
-        top = max(reason.counts, key=reason.counts.get)
-        nodes = [node for pk in pools for node in snap.inventory.pool_nodes[pk]]
-        numbers = _SHORTFALLS.put(key, shortfall(request, nodes, top))
-    return f"{reason.reason}. It {numbers}" if numbers else reason.reason
-
-
 def _place_all(claims: list[Claim], snap: Snapshot) -> int:
     """Place what fits, in order (each placement counts for the next), record why the rest wait, and
-    write it all in a handful of statements. Returns how many were placed."""
+    write it all in a handful of statements. A group's members are placed together, as a unit, where
+    the first of them comes. Returns how many were placed."""
     placed = []
     now = timezone.now()
+    groups_seen = set()
     for claim in claims:
+        if claim.group_id is not None:
+            if claim.group_id not in groups_seen:
+                groups_seen.add(claim.group_id)
+                members = [c for c in claims if c.group_id == claim.group_id]
+                placed += place_group(claim.group, members, snap)
+            continue
         placement, reason = find_placement(claim, snap)
         if placement is not None:
             snap.apply(claim.pk, placement)
@@ -377,7 +329,5 @@ def _place_all(claims: list[Claim], snap: Snapshot) -> int:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
         else:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
-    write_pass(snap, placed, [ClaimOutcome(c.pk, c.status, c.pending_reason, c.allocated_at) for c in claims])
-    for claim in claims:
-        publish_claim(claim, pool=snap.pool_holding(claim.pk) or claim.pool_id)
+    write_outcomes(claims, placed, snap)
     return len(placed)

@@ -17,6 +17,7 @@ from nodepools.sharing import isolation_detail
 from nvke.api.documents import document_type, encode
 from nvke.api.rendering import JSONRenderer, WrittenJSON
 from nvke.api.viewsets import TenantScopedViewSet
+from nvke.errors import Conflict
 from nvke.quantity import format_mib, human_mib, parse_mib
 from nvke.tenancy.context import resolve_tenant
 
@@ -301,4 +302,10 @@ class ClaimViewSet(
         return any(p.split(";")[0].split("=")[0].strip().lower() == RESPOND_ASYNC for p in preferences)
 
     def perform_destroy(self, instance):
+        if instance.group_id is not None:  # a gang is released as a unit
+            group = instance.group
+            raise Conflict(
+                f"Claim {instance} is a member of group {group}; delete the group (claim-groups/{group.pk}/)",
+                field="group",
+            )
         allocator.release_claim(instance)

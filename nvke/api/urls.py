@@ -10,6 +10,7 @@ from catalog.api.views import (
 )
 from claims.api.claims import ClaimViewSet
 from claims.api.defrag import ClusterDefragViewSet
+from claims.api.groups import ClaimGroupViewSet
 from claims.api.quota import quota
 from claims.api.usage import usage_export, usage_report
 from clusters.api.views import ClusterViewSet
@@ -57,6 +58,7 @@ router.register("kubernetes-versions", KubernetesVersionViewSet)
 router.register("node-images", NodeImageViewSet)
 router.register("regions", RegionViewSet)
 router.register("claims", ClaimViewSet)
+router.register("claim-groups", ClaimGroupViewSet)
 router.register("tokens", ApiTokenViewSet)
 router.register("telemetry/node-tokens", NodeTokenViewSet)
 router.register("telemetry/gpus", GpuTelemetryViewSet, basename="telemetry-gpu")

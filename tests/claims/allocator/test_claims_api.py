@@ -5,7 +5,14 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from claims.allocator import create_claim, evict_claims, place_pending, prune_log, service, topology_changed
+from claims.allocator import (
+    create_claim,
+    evict_claims,
+    place_pending,
+    prune_log,
+    rows,
+    topology_changed,
+)
 from claims.allocator.inventory import CACHE, LOG_RETENTION_S, Snapshot
 from claims.allocator.locks import allocation_lock
 from claims.models import AllocationEvent, Claim, GpuShare
@@ -326,7 +333,7 @@ def test_a_rolled_back_placement_leaves_no_phantom_in_memory(api, cluster, pools
     def fail(*args, **kwargs):
         raise RuntimeError("broadcast failed")
 
-    monkeypatch.setattr(service, "publish_claim", fail)
+    monkeypatch.setattr(rows, "publish_claim", fail)  # the pass's last step, after its rows
     with pytest.raises(RuntimeError):
         claim(api, cluster, "doomed", kind="whole", gpus=8, pool=pools["whole"].pk)
     monkeypatch.undo()

@@ -1,0 +1,70 @@
+"""Where one claim fits: the first of its candidate pools that has room, by that pool's placement policy,
+else why it waits (with the numbers); and whether it could ever fit at all. Reads the snapshot only;
+callers apply and write what it finds."""
+
+from collections import Counter
+
+from claims import allocation as core
+from claims.allocation.state import unplaceable
+from claims.allocator.inventory import CACHE, Inventory, Snapshot
+from claims.allocator.shapes import pool_shape, request_of
+from claims.allocator.shortfall import shortfall
+from claims.models import Claim
+from nodepools.models import NodePool
+from nvke import caches
+
+
+def refusal_if_never_fits(claim: Claim) -> str | None:
+    """Why the claim can never fit: not even an empty node of its pool, or, when it names none, of any
+    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400)."""
+    if claim.pool_id:
+        return core.fits_ever(request_of(claim), [pool_shape(claim.pool)])
+    return CACHE.catalog_refusal(request_of(claim))
+
+
+def candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
+    pools = [p for p in inventory.pools if not claim.pool_id or p.pk == claim.pool_id]
+    # Whole GPUs go to exclusive pools first; sharing pools give them only idle GPUs.
+    return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
+
+
+def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None, str]:
+    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits."""
+    request = request_of(claim)
+    workload = CACHE.workload(claim.cluster_id)
+    counts: Counter[str] = Counter()
+    total = 0
+    tried = []
+    for pool in candidate_pools(claim, snap.inventory):
+        nodes = snap.inventory.pool_nodes[pool.pk]
+        total += len(nodes)
+        if not nodes:
+            continue
+        result = snap.fleets[pool.pk].place(request, pool.placement_policy, workload)
+        if result:
+            return result, ""
+        counts.update(result.counts)
+        tried.append(pool.pk)
+    if total == 0:
+        return None, "No ready GPU nodes in the cluster" + (" pool." if claim.pool_id else ".")
+    return None, _with_numbers(unplaceable(counts, total), request, snap, tried)
+
+
+SHORTFALLS_KEPT = 1000
+# (snapshot, request, pools and their fleets' versions) → the numbers. A plain dict: a pending pass asks
+# once per claim it cannot place.
+_SHORTFALLS = caches.emptied_when_full("claims.allocator.shortfalls", SHORTFALLS_KEPT)
+
+
+def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapshot, pools: list[int]) -> str:
+    """The reason, then what the claim needs against the best on offer for its most frequent part. A
+    claim shape is answered once per state of the fleets (a pending pass holds many claims alike)."""
+    # A reloaded snapshot starts its fleets' versions again (its load time tells it from the last one),
+    # and so does a copy (drain_preview's): the object tells it from the original.
+    key = (id(snap), snap.loaded_at, request, tuple((pk, snap.fleets[pk].version) for pk in pools))
+    numbers = _SHORTFALLS.get(key)
+    if numbers is None:
+        top = max(reason.counts, key=reason.counts.get)
+        nodes = [node for pk in pools for node in snap.inventory.pool_nodes[pk]]
+        numbers = _SHORTFALLS.put(key, shortfall(request, nodes, top))
+    return f"{reason.reason}. It {numbers}" if numbers else reason.reason
