@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import resources, subresources
+from . import admission, resources, subresources
 from .actors import Actors
 from .errors import ApiError, bad_request, conflict
 from .objects import namespace
@@ -170,6 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if not (api.authenticates(self.headers.get("Authorization") or "") or self._admin_certificate()):
                 raise ApiError(401, "Unauthorized")
+            admission.serve_as(api.username(self.headers.get("Authorization") or ""))
             fault = api.faults.take(self.command, path, ("fail", "drop"))
             if fault and fault.action == "drop":
                 self.close_connection = True
@@ -488,6 +489,20 @@ class FakeKubeApi:
         """The server's own token, or one its token controller issued to a service account."""
         scheme, _, token = authorization.partition(" ")
         return scheme == "Bearer" and (token == self.token or token in self.store.tokens)
+
+    def username(self, authorization: str) -> str:
+        """Who a request is from: a service account's token names it (its token Secret says which), the
+        server's own token and the admin certificate are the cluster's admin."""
+        token = authorization.partition(" ")[2]
+        if token in self.store.tokens:
+            for secret in self.list(
+                "v1", "Secret", field_selector="type=kubernetes.io/service-account-token"
+            ):
+                if base64.b64decode((secret.get("data") or {}).get("token", "")).decode() == token:
+                    meta = secret["metadata"]
+                    account = meta["annotations"]["kubernetes.io/service-account.name"]
+                    return f"system:serviceaccount:{meta['namespace']}:{account}"
+        return "kubernetes-admin"
 
     @property
     def port(self) -> int:
