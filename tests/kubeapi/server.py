@@ -434,6 +434,7 @@ class FakeKubeApi:
     def __init__(self, version: str = "1.34.2", token: str = "test-token") -> None:
         self.version = version.lstrip("v")
         self.token = token
+        self.token_user = "kubernetes-admin"  # who the server's own token authenticates
         self.store = Store(Registry(int(self.version.split(".")[1])))
         self.actors = Actors(self.store)
         self.store.on_write = self.actors.reconcile
@@ -492,7 +493,7 @@ class FakeKubeApi:
 
     def username(self, authorization: str) -> str:
         """Who a request is from: a service account's token names it (its token Secret says which), the
-        server's own token and the admin certificate are the cluster's admin."""
+        server's own token is `token_user`, the admin certificate the cluster's admin."""
         token = authorization.partition(" ")[2]
         if token in self.store.tokens:
             for secret in self.list(
@@ -502,7 +503,7 @@ class FakeKubeApi:
                     meta = secret["metadata"]
                     account = meta["annotations"]["kubernetes.io/service-account.name"]
                     return f"system:serviceaccount:{meta['namespace']}:{account}"
-        return "kubernetes-admin"
+        return self.token_user if token == self.token else "kubernetes-admin"
 
     @property
     def port(self) -> int:

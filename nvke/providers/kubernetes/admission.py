@@ -19,7 +19,12 @@ whose claims are NVIDIA's (workloads.py). Pure data: attach compares what it fin
 import hashlib
 import json
 
+from kubernetes import client
+
+from nvke.providers.base import ProviderError
+
 from . import dra, gpus, rbac
+from .client import read
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 MUTATING_VERSION = (1, 36)  # MutatingAdmissionPolicy v1 served and on by default from here
@@ -195,3 +200,36 @@ def stale(found: dict[str, dict | None], minor: tuple[int, int]) -> list[str]:
         or (have["metadata"].get("annotations") or {}).get(DIGEST)
         != wanted["metadata"]["annotations"][DIGEST]
     ]
+
+
+def read_policies(api: client.ApiClient, minor: tuple[int, int]) -> dict[str, dict | None]:
+    """NVKE's policy objects as the cluster holds them, by kind (None where absent). ProviderError when
+    the cluster will not say."""
+    registration = client.AdmissionregistrationV1Api(api)
+    readers = {
+        "ValidatingAdmissionPolicy": registration.list_validating_admission_policy,
+        "ValidatingAdmissionPolicyBinding": registration.list_validating_admission_policy_binding,
+        "MutatingAdmissionPolicy": registration.list_mutating_admission_policy,
+        "MutatingAdmissionPolicyBinding": registration.list_mutating_admission_policy_binding,
+    }
+    found = {}
+    for wanted in objects(minor):
+        items = read(readers[wanted["kind"]], field_selector=f"metadata.name={NAME}")["items"]
+        found[wanted["kind"]] = items[0] if items else None
+    return found
+
+
+def check(api: client.ApiClient, minor: tuple[int, int]) -> list[tuple[str, str, str]]:
+    """Attach's check that NVKE's policies are on the cluster as NVKE would write them, as (check,
+    reason, message) triples naming what to apply."""
+    try:
+        kinds = stale(read_policies(api, minor), minor)
+    except ProviderError as error:
+        return [("admission", error.reason, error.message)]
+    if not kinds:
+        return []
+    message = (
+        f"NVKE's admission policies are missing or out of date ({', '.join(kinds)}): without them a GPU pod "
+        "can start before NVKE places it. Apply NVKE's manifest (GET /api/v1/clusters/rbac-manifest/)."
+    )
+    return [("admission", "AdmissionPoliciesMissing", message)]
