@@ -207,15 +207,19 @@ def read_policies(api: client.ApiClient, minor: tuple[int, int]) -> dict[str, di
     the cluster will not say."""
     registration = client.AdmissionregistrationV1Api(api)
     readers = {
-        "ValidatingAdmissionPolicy": registration.list_validating_admission_policy,
-        "ValidatingAdmissionPolicyBinding": registration.list_validating_admission_policy_binding,
-        "MutatingAdmissionPolicy": registration.list_mutating_admission_policy,
-        "MutatingAdmissionPolicyBinding": registration.list_mutating_admission_policy_binding,
+        "ValidatingAdmissionPolicy": registration.read_validating_admission_policy,
+        "ValidatingAdmissionPolicyBinding": registration.read_validating_admission_policy_binding,
+        "MutatingAdmissionPolicy": registration.read_mutating_admission_policy,
+        "MutatingAdmissionPolicyBinding": registration.read_mutating_admission_policy_binding,
     }
-    found = {}
+    found: dict[str, dict | None] = {}
     for wanted in objects(minor):
-        items = read(readers[wanted["kind"]], field_selector=f"metadata.name={NAME}")["items"]
-        found[wanted["kind"]] = items[0] if items else None
+        try:
+            found[wanted["kind"]] = read(readers[wanted["kind"]], NAME)
+        except ProviderError as error:
+            if error.status != 404:
+                raise
+            found[wanted["kind"]] = None
     return found
 
 

@@ -55,6 +55,30 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("resource.k8s.io", "resourceclaims/status", ("patch",), "write NVKE's allocations", True),
     Rule(
+        "resource.k8s.io",
+        "deviceclasses",
+        ("list",),
+        "check NVIDIA's DRA driver made its DeviceClasses (attach)",
+        True,
+    ),
+    Rule(
+        "apps", "daemonsets", ("list",), "read the DRA driver's kubelet plugin feature gates (attach)", True
+    ),
+    *(
+        Rule(
+            "admissionregistration.k8s.io",
+            resource,
+            ("get",),
+            "check NVKE's admission policies are applied and current (attach)",
+        )
+        for resource in (
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        )
+    ),
+    Rule(
         records.GROUP,
         records.PLURAL,
         ("get", "list", "create", "patch", "delete"),
