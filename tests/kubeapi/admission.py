@@ -147,7 +147,7 @@ class Admission:
         self.store = store
 
     def _policies(self, kind: str) -> list[tuple[dict, dict]]:
-        """(policy, binding) pairs of that kind, in binding name order as upstream sorts them."""
+        """(policy, binding) pairs of that kind, in binding name order (a fixed order for reinvocation)."""
         registry = self.store.registry
         policy_rt = registry.by_kind(f"{GROUP}/v1", kind)
         binding_rt = registry.by_kind(f"{GROUP}/v1", f"{kind}Binding")

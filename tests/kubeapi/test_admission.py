@@ -232,3 +232,96 @@ def test_message_expression_and_reason_shape_the_denial(kubeapi):
     unlabelled = pod("bad")
     unlabelled["metadata"].pop("labels")
     core.create_namespaced_pod("default", unlabelled)  # matchConditions false: the policy does not apply
+
+
+def rule(operations=("CREATE",)) -> dict:
+    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations), "resources": ["pods"]}
+
+
+def mutating_policy(name: str, expression: str, **spec) -> list[dict]:
+    group = "admissionregistration.k8s.io/v1"
+    return [
+        {
+            "apiVersion": group,
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "matchConstraints": {"resourceRules": [rule()]},
+                "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}],
+                **spec,
+            },
+        },
+        {
+            "apiVersion": group,
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name},
+        },
+    ]
+
+
+@pytest.fixture
+def cluster_1_36():
+    with FakeKubeApi(version="1.36.0") as server:
+        server.api_client = kubernetes.client.ApiClient(client_configuration(server))
+        server.core = kubernetes.client.CoreV1Api(server.api_client)
+        yield server
+        server.api_client.close()
+
+
+def test_an_if_needed_policy_runs_again_after_a_later_one_changed_the_object(cluster_1_36):
+    labels = 'has(object.metadata.labels) && "claimed" in object.metadata.labels'
+    label_if_claims = (
+        f"has(object.spec.resourceClaims) && !({labels}) ? "
+        '[JSONPatch{op: "add", path: "/metadata/labels", value: {"claimed": "yes"}}] : []'
+    )
+    add_claims = (
+        'has(object.spec.resourceClaims) ? [] : [JSONPatch{op: "add", path: "/spec/resourceClaims", '
+        'value: [Object.spec.resourceClaims{name: "gpu", resourceClaimName: "shared"}]}]'
+    )
+    apply(cluster_1_36, mutating_policy("a-label", label_if_claims, reinvocationPolicy="IfNeeded"))
+    apply(cluster_1_36, mutating_policy("b-claims", add_claims))
+    body = pod("train")
+    body["metadata"].pop("labels")
+    made = created(cluster_1_36, body)
+    assert made["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "shared"}]
+    assert made["metadata"]["labels"] == {"claimed": "yes"}, "a-label ran again once b-claims added claims"
+    never = mutating_policy(
+        "c-never", label_if_claims.replace("claimed", "again"), reinvocationPolicy="Never"
+    )
+    never[0]["metadata"]["name"] = never[1]["metadata"]["name"] = never[1]["spec"]["policyName"] = "0-never"
+    apply(cluster_1_36, never)
+    body = pod("other")
+    body["metadata"].pop("labels")
+    made = created(cluster_1_36, body)
+    assert "again" not in made["metadata"]["labels"], "a Never policy is not reinvoked"
+
+
+@pytest.mark.parametrize(("failure_policy", "admitted"), [("Fail", False), ("Ignore", True)])
+def test_an_expression_that_errs_follows_the_failure_policy(kubeapi, failure_policy, admitted):
+    policy = admission.validating()[0]
+    policy["metadata"]["name"] = "errs"
+    policy["spec"] = {
+        "failurePolicy": failure_policy,
+        "matchConstraints": {"resourceRules": [rule()]},
+        "validations": [{"expression": "object.spec.nodeName == 'x'"}],  # absent field: no such key
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "errs"},
+        "spec": {"policyName": "errs", "validationActions": ["Deny"]},
+    }
+    kubeapi.api_client = kubernetes.client.ApiClient(client_configuration(kubeapi))
+    apply(kubeapi, [policy, binding])
+    core = kubernetes.client.CoreV1Api(kubeapi.api_client)
+    if admitted:
+        core.create_namespaced_pod("default", pod("p"))
+    else:
+        with pytest.raises(ApiException) as raised:
+            core.create_namespaced_pod("default", pod("p"))
+        assert (
+            "expression 'object.spec.nodeName == 'x'' resulted in error"
+            in json.loads(raised.value.body)["message"]
+        )
+    assert (kubeapi.get("v1", "Pod", "p") is not None) is admitted
