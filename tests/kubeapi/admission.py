@@ -77,9 +77,9 @@ def _json_patch(fields: Any) -> celtypes.MapType:
     return celtypes.MapType(fields or {})
 
 
-def _compile(expression: str, field: str, kind: str, name: str):
+def _compile(expression: str, field: str, kind: str, name: str) -> None:
     try:
-        return _environment.program(_environment.compile(expression))
+        _program(expression)
     except celpy.CELParseError as error:
         cause = (
             field,
@@ -318,7 +318,7 @@ _programs: dict[str, Any] = {}
 
 
 def _program(expression: str):
-    """A compiled expression, kept (policies are checked when stored, so this compiles)."""
+    """A compiled expression, kept: every write evaluates the stored policies' expressions again."""
     if expression not in _programs:
         _programs[expression] = _environment.program(_environment.compile(expression))
     return _programs[expression]
