@@ -1,5 +1,6 @@
-"""The fake's Cluster API: the v1beta2 CRDs validate what clients write, and the simulated controllers
-provision control planes, machines and nodes, report status, and collect what a deleted cluster owned."""
+"""The fake's Cluster API, at Kubernetes 1.34 and 1.36: the upstream v1beta2 CRDs validate what clients
+write, and the simulated controllers provision control planes, machines and nodes, report status, and
+collect what a deleted cluster owned."""
 
 import base64
 import re
@@ -17,6 +18,13 @@ from .server import FakeKubeApi
 NS = "nvke"
 
 
+@pytest.fixture(params=["1.34.2", "1.36.0"])
+def kubeapi(request):
+    """The management cluster's API server, at each Kubernetes minor the scenarios run at."""
+    with FakeKubeApi(version=request.param) as server:
+        yield server
+
+
 @pytest.fixture
 def management(kubeapi):
     capi.install(kubeapi, NS)
@@ -24,8 +32,8 @@ def management(kubeapi):
 
 
 @pytest.fixture
-def workload():
-    with FakeKubeApi(token="workload-admin") as server:
+def workload(kubeapi):
+    with FakeKubeApi(version=kubeapi.version, token="workload-admin") as server:
         yield server
 
 
