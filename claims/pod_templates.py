@@ -1,12 +1,13 @@
 """How a workload uses a claim, as a pod to copy. Where the cluster serves DRA (and on a simulated
 cluster, whose attached twin would), the pod references the claim's ResourceClaim and waits on NVKE's
 scheduling gate; without DRA a pod cannot use a claim made elsewhere: it asks for the same with
-`schedulerName: nvke` and becomes its own claim."""
+`schedulerName: nvke` and becomes its own claim. Either way it tolerates NVKE's pool taint, as NVKE's
+admission policies require in a managed namespace."""
 
 import yaml
 
 from claims.models import Claim
-from nvke.providers.kubernetes import dra, scheduler
+from nvke.providers.kubernetes import admission, dra, scheduler
 from nvke.quantity import format_mib
 
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
@@ -28,6 +29,7 @@ def pod_template(claim: Claim) -> str:
     else:
         spec["schedulerName"] = scheduler.SCHEDULER
         container["resources"] = {"limits": limits(claim)}
+    spec["tolerations"] = [admission.TOLERATION]  # NVKE's pool taint; its admission asks for it
     spec["containers"] = [container]
     pod = {
         "apiVersion": "v1",

@@ -20,6 +20,7 @@ from nvke.errors import Conflict, DomainError, Incompatible
 from nvke.models import check_dns_label
 from nvke.node_counts import budget_error
 from nvke.providers.base import PoolSpec, ProviderError
+from nvke.providers.kubernetes import dra_driver
 from nvke.tenancy.context import TenantContext
 
 # Kubernetes label syntax: an optional DNS-subdomain prefix and a name of up to 63 characters.
@@ -84,6 +85,8 @@ def validate_pool(pool: NodePool) -> None:
         )
     if refusal := sharing_refusal(model, pool.sharing_mode):
         raise Incompatible(refusal.message, field="sharing_mode", code=refusal.rule)
+    if pool.cluster.attached and (why := dra_driver.pool_refusal(pool.cluster.observed, pool.sharing_mode)):
+        raise Incompatible(why, field="sharing_mode", code="dra_driver_feature_gate")
     if pool.node_selector and not pool.cluster.attached:
         raise DomainError(
             "node_selector applies only to an attached cluster's pools: NVKE makes the nodes of the others.",

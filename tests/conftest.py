@@ -231,15 +231,29 @@ def asgi_server(serve_asgi):
 
 @pytest.fixture
 def gpu_cluster(kubeapi):
-    """The fake API server as a GPU cluster: the GPU Operator (NVIDIADriver mode) and three H100 nodes."""
+    """The fake API server as a GPU cluster: the GPU Operator (NVIDIADriver mode), NVKE's admission
+    policies and three H100 nodes."""
     from tests.kubeapi import objects
 
     objects.gpu_operator(kubeapi)
+    install_nvke_policies(kubeapi)
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         kubeapi.create(objects.gpu_node(name, count=8))
     kubeapi.settle()
     kubeapi.clear_requests()
     return kubeapi
+
+
+def install_nvke_policies(server) -> None:
+    """What NVKE's manifest applies besides RBAC: its admission policies, those the server's minor
+    serves; the server's token then stands for NVKE's service account, whose token the admin gives."""
+    from nvke.providers.kubernetes import admission
+
+    server.token_user = admission.SERVICE_ACCOUNT
+    for document in admission.objects():
+        served = server.store.registry.by_kind(document["apiVersion"], document["kind"])
+        if served and not server.get(document["apiVersion"], document["kind"], document["metadata"]["name"]):
+            server.create(document)
 
 
 @pytest.fixture
@@ -252,6 +266,7 @@ def attach(owner, catalog):
     membership = owner.memberships.get()
 
     def run(server, name: str = "onprem") -> Cluster:
+        install_nvke_policies(server)
         return attach_cluster(
             context=TenantContext(membership.tenant, membership.role),
             name=name,

@@ -47,3 +47,28 @@ def test_without_dra_the_pod_asks_nvkes_scheduler_for_the_same(cluster, fields, 
     validate_builtin(pod, 33)
     assert pod["spec"]["schedulerName"] == "nvke"
     assert pod["spec"]["containers"][0]["resources"] == {"limits": limits}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"kind": "whole", "gpus": 2}, {"kind": "fraction", "gpu_memory_mib": 8192, "compute_percent": 70}],
+)
+def test_the_template_passes_nvkes_admission_where_nothing_mutates_it(cluster, fields):
+    """On 1.34 NVKE's ValidatingAdmissionPolicy alone guards managed namespaces: a template that lacked
+    the gate, the pool taint's toleration or the scheduler would be refused as the user applies it."""
+    import kubernetes
+
+    from tests.conftest import install_nvke_policies
+    from tests.kubeapi.fixtures import client_configuration
+    from tests.kubeapi.objects import namespace
+    from tests.kubeapi.server import FakeKubeApi
+
+    pod = yaml.safe_load(pod_template(claim_on(cluster, **fields)))
+    with FakeKubeApi(version="1.34.2") as server:
+        install_nvke_policies(server)
+        server.create(namespace("ml", {"nvke.io/managed": "true"}))
+        with kubernetes.client.ApiClient(client_configuration(server)) as api:
+            kubernetes.client.CoreV1Api(api).create_namespaced_pod("ml", pod)
+        assert server.get("v1", "Pod", "train-worker", "ml")["spec"]["tolerations"] == [
+            {"key": "nvke.io/pool", "operator": "Exists", "effect": "NoSchedule"}
+        ]

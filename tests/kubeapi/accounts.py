@@ -13,8 +13,12 @@ RBAC = "rbac.authorization.k8s.io/v1"
 
 
 def apply(server: FakeKubeApi, document: dict[str, Any]) -> None:
-    """Create each object of a document (a v1 List or one object); what already exists is left as it is."""
+    """Create each object of a document (a v1 List or one object); what already exists is left as it is.
+    Kinds the server does not serve are skipped, as `kubectl apply` reports them ("no matches for kind")
+    and applies the rest."""
     for obj in document["items"] if document.get("kind") == "List" else [document]:
+        if server.store.registry.by_kind(obj["apiVersion"], obj["kind"]) is None:
+            continue
         try:
             server.create(obj)
         except ApiError as error:

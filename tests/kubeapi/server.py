@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import authorization, resources, subresources
+from . import admission, authorization, resources, subresources
 from .actors import Actors
 from .errors import ApiError, bad_request, conflict
 from .objects import namespace
@@ -172,6 +172,8 @@ class _Handler(BaseHTTPRequestHandler):
             user = api.user(self.headers.get("Authorization") or "", self._admin_certificate())
             if user is None:
                 raise ApiError(401, "Unauthorized")
+            # request.userInfo for admission policies; `token_user` lets the server's own token stand for one
+            admission.serve_as(api.token_user if user is authorization.ADMIN else user.name)
             fault = api.faults.take(self.command, path, ("fail", "drop"))
             if fault and fault.action == "drop":
                 self.close_connection = True
@@ -456,6 +458,7 @@ class FakeKubeApi:
     def __init__(self, version: str = "1.34.2", token: str = "test-token") -> None:
         self.version = version.lstrip("v")
         self.token = token
+        self.token_user = "kubernetes-admin"  # who the server's own token authenticates
         self.store = Store(Registry(int(self.version.split(".")[1])))
         self.actors = Actors(self.store)
         self.store.on_write = self.actors.reconcile

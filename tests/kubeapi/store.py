@@ -20,8 +20,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import admission, selectors, validation
 from . import patch as patches
-from . import selectors, validation
 from .errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
 from .resources import Registry, ResourceType
 
@@ -71,6 +71,7 @@ class Store:
         self._reacting = False
         self.tokens: set[str] = set()  # service account tokens the token controller issued
         self.ca_bundle = ""  # the server's CA, which token Secrets carry
+        self.admission = admission.Admission(self)
 
     def now(self) -> float:
         return time.time() + self.clock_offset
@@ -236,7 +237,12 @@ class Store:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=timestamp(self.now()), generation=1)
             self._initial_status(rt, obj, api)
             self._default(rt, obj)
+            if api:  # admission: mutating, then the object's validation, then validating
+                obj = self.admission.mutate(rt, "CREATE", obj, None, "")
             self._validate(rt, obj)
+            if api:
+                admission.check_policy(rt, obj)
+                self.admission.validate(rt, "CREATE", obj, None, "")
             if dry_run:
                 return obj
             return self._commit(rt, "ADDED", obj, None)
@@ -271,13 +277,20 @@ class Store:
             validation.check_update(rt.kind, old, new)
         return new
 
-    def _write(self, rt: ResourceType, old: dict, new: dict, dry_run: bool) -> dict[str, Any]:
+    def _write(
+        self, rt: ResourceType, old: dict, new: dict, dry_run: bool, api: bool = False, subresource: str = ""
+    ) -> dict[str, Any]:
+        if api:
+            new = self.admission.mutate(rt, "UPDATE", new, old, subresource)
         self._default(rt, new)  # before comparing, so that a no-op stays a no-op
         if _without_version(new) == _without_version(old):
             return copy.deepcopy(old)  # kube-apiserver neither bumps the resourceVersion nor emits an event
         if _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         self._validate(rt, new, old)
+        if api:
+            admission.check_policy(rt, new)
+            self.admission.validate(rt, "UPDATE", new, old, subresource)
         if dry_run:
             return new
         meta = new["metadata"]
@@ -314,7 +327,7 @@ class Store:
                 )
                 raise invalid(rt.kind, meta["name"], [cause], rt.group)
             new = self._merged_update(rt, old, copy.deepcopy(obj), subresource, api)
-            return self._write(rt, old, new, dry_run)
+            return self._write(rt, old, new, dry_run, api, subresource)
 
     def patch(
         self,
@@ -350,7 +363,7 @@ class Store:
             if version and version != old["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
             new = self._merged_update(rt, old, patched, subresource, api)
-            return self._write(rt, old, new, dry_run)
+            return self._write(rt, old, new, dry_run, api, subresource)
 
     def delete(
         self,

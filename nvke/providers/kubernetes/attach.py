@@ -2,13 +2,13 @@
 accepted, the Kubernetes version is one NVKE can drive, the service account may do what NVKE needs, and
 the GPU Operator and GPU feature discovery run there. Read-only: a refused attach leaves nothing behind."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubernetes import client
 
 from nvke.providers.base import ClusterRef, ProviderError
 
-from . import rbac
+from . import admission, dra_driver, rbac
 from .client import api_client, call, plain
 
 MIN_VERSION = (1, 30)  # scheduling gates (KEP-3521) are stable from here; older clusters are refused
@@ -37,6 +37,7 @@ class ClusterFacts:
     nvidia_driver_crd: bool  # the operator runs drivers from NVIDIADriver objects: NVKE can upgrade
     gpu_nodes: int
     gpu_products: tuple[str, ...] = ()
+    dra_driver: dict = field(default_factory=dict)  # dra_driver.Driver.as_json(): its classes and gates
 
     @property
     def features(self) -> dict[str, bool]:
@@ -53,6 +54,7 @@ class ClusterFacts:
             "gpu_operator": self.gpu_operator,
             "gpu_nodes": self.gpu_nodes,
             "gpu_products": list(self.gpu_products),
+            "dra_driver": self.dra_driver,
         }
 
 
@@ -98,6 +100,10 @@ def _inspect(api: client.ApiClient) -> ClusterFacts:
         )
     dra = minor >= DRA_VERSION and _serves(groups, "resource.k8s.io", "v1")
     failures += _access_failures(api, dra)
+    if minor >= MIN_VERSION:  # ValidatingAdmissionPolicy is served from 1.30
+        failures += [Failure(*failed) for failed in admission.check(api, minor)]
+    driver, driver_failures = dra_driver.check(api) if dra else (dra_driver.Driver(running=False), [])
+    failures += [Failure(*failed) for failed in driver_failures]
     operator, driver_crd = _gpu_operator(api, groups, failures)
     products, gpu_nodes = _gfd(api, failures)
     if failures:
@@ -111,6 +117,7 @@ def _inspect(api: client.ApiClient) -> ClusterFacts:
         nvidia_driver_crd=driver_crd,
         gpu_nodes=gpu_nodes,
         gpu_products=products,
+        dra_driver=driver.as_json(),
     )
 
 

@@ -6,11 +6,9 @@ from dataclasses import dataclass
 import yaml
 from kubernetes import client
 
-from . import records
+from . import admission, records
+from .account import ACCOUNT, NAMESPACE
 from .client import call
-
-NAMESPACE = "nvke-system"
-ACCOUNT = "nvke"
 
 
 @dataclass(frozen=True)
@@ -67,6 +65,30 @@ RULES: tuple[Rule, ...] = (
         ("patch",),
         "write NVKE's allocations on Kubernetes 1.36+",
         True,
+    ),
+    Rule(
+        "resource.k8s.io",
+        "deviceclasses",
+        ("list",),
+        "check NVIDIA's DRA driver made its DeviceClasses (attach)",
+        True,
+    ),
+    Rule(
+        "apps", "daemonsets", ("list",), "read the DRA driver's kubelet plugin feature gates (attach)", True
+    ),
+    *(
+        Rule(
+            "admissionregistration.k8s.io",
+            resource,
+            ("get",),
+            "check NVKE's admission policies are applied and current (attach)",
+        )
+        for resource in (
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        )
     ),
     Rule(
         records.GROUP,
@@ -148,6 +170,7 @@ def manifest() -> str:
         },
         records.crd(),
         records.viewer_role(),
+        *admission.objects(),
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -162,6 +185,8 @@ def manifest() -> str:
     header = (
         "# NVKE's access to this cluster. Apply it, then attach the cluster with the token:\n"
         f"#   kubectl -n {NAMESPACE} get secret {ACCOUNT}-token -o jsonpath='{{.data.token}}' | base64 -d\n"
+        "# Before Kubernetes 1.36 kubectl reports the two MutatingAdmissionPolicy objects as not served;\n"
+        "# everything else applies, and NVKE's ValidatingAdmissionPolicy holds GPU pods there.\n"
     )
     # One List document rather than a stream: kubectl applies it the same, and it is one YAML value.
     return header + yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": documents}, sort_keys=False)

@@ -9,6 +9,7 @@ from django.db import connection
 
 from clusters.models import Cluster
 from nvke.providers.kubernetes import rbac
+from tests.conftest import install_nvke_policies
 from tests.kubeapi import objects
 from tests.kubeapi.server import OTHER_CA_BUNDLE, FakeKubeApi
 
@@ -123,6 +124,7 @@ def test_missing_permissions_are_each_named(api, catalog, gpu_cluster):
 
 
 def test_a_cluster_without_the_gpu_operator_is_refused(api, catalog, kubeapi):
+    install_nvke_policies(kubeapi)
     kubeapi.create(objects.gpu_node("gpu-a"))
     body = refused(api, kubeapi, "no_gpu_operator")
     assert [c["check"] for c in body["details"]["checks"]] == ["gpu_operator"]
@@ -130,6 +132,7 @@ def test_a_cluster_without_the_gpu_operator_is_refused(api, catalog, kubeapi):
 
 def test_a_cluster_without_gpu_nodes_is_refused(api, catalog, kubeapi):
     objects.gpu_operator(kubeapi)
+    install_nvke_policies(kubeapi)
     refused(api, kubeapi, "no_gpu_nodes")
 
 
@@ -142,6 +145,7 @@ def test_every_failed_check_is_listed(api, catalog, kubeapi):
 def test_dra_is_offered_from_1_34(api, catalog, version, dra):
     with FakeKubeApi(version=version) as server:
         objects.gpu_operator(server)
+        install_nvke_policies(server)
         server.create(objects.gpu_node("gpu-a"))
         answer = post_attach(api, server)
     assert answer.status_code == 201, answer.json()

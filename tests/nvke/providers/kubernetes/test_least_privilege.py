@@ -24,6 +24,7 @@ SCENARIOS = [
     "tests/nvke/providers/kubernetes/test_scheduler.py",
     "tests/nvke/providers/kubernetes/test_operations.py",
     "tests/nvke/providers/kubernetes/test_upgrades.py",
+    "tests/nvke/providers/kubernetes/test_attach_admission_and_driver.py",
 ]
 
 

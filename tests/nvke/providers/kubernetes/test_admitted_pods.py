@@ -1,0 +1,54 @@
+"""A user's GPU pod on Kubernetes 1.36, end to end through NVKE's admission policies: created without
+NVKE's gate or toleration, it is held from creation (MutatingAdmissionPolicy), NVKE allocates its claim and
+lifts the gate as its service account (which the ValidatingAdmissionPolicy lets it do)."""
+
+import pytest
+from kubernetes import client
+
+from claims.models import Claim
+from claims.workloads import sync_workloads
+from nvke.providers.kubernetes import admission, dra
+from tests.kubeapi import objects
+from tests.kubeapi.fixtures import client_configuration
+from tests.kubeapi.server import FakeKubeApi
+
+from .test_workloads import a10_cluster
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cluster_1_36():
+    with FakeKubeApi(version="1.36.0") as server:
+        yield server
+
+
+def test_a_users_pod_is_held_from_creation_and_released_by_nvke(cluster_1_36, attach, sharing_pool):
+    a10_cluster(cluster_1_36)
+    cluster = attach(cluster_1_36)  # applies NVKE's policies: both, at 1.36
+    sharing_pool(cluster, "time-slicing")
+    request = {
+        "name": "gpu",
+        "exactly": {"deviceClassName": dra.DEVICE_CLASS, "capacity": {"requests": {"memory": "4Gi"}}},
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "notebook"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    pod = objects.pod("notebook", namespace="ml")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "notebook"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    with client.ApiClient(client_configuration(cluster_1_36)) as api:
+        client.ResourceV1Api(api).create_namespaced_resource_claim("ml", claim)
+        client.CoreV1Api(api).create_namespaced_pod("ml", pod)
+    held = cluster_1_36.get("v1", "Pod", "notebook", "ml")["spec"]
+    assert held["schedulingGates"] == [{"name": dra.GATE}] and held["tolerations"] == [admission.TOLERATION]
+
+    sync_workloads(cluster.pk)
+
+    assert Claim.objects.get(name="notebook").status == "allocated"
+    released = cluster_1_36.get("v1", "Pod", "notebook", "ml")["spec"]
+    assert "schedulingGates" not in released, "NVKE's service account lifted the gate past the policy"
+    assert released["tolerations"] == [admission.TOLERATION]
