@@ -90,7 +90,10 @@ class ListWatch:
         self.on_list(body.get("items") or [])
 
     def _watch(self) -> None:
-        stream = watch.Watch().stream(
+        # "object": each event's object stays the API's JSON. Left to find a model itself, the client
+        # derives one from the list's name, which it lacks for some kinds (37.x has no V1ResourceClaim:
+        # its list holds ResourceV1ResourceClaim), and every event of such a watch fails.
+        stream = watch.Watch(return_type="object").stream(
             self.list_fn,
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
