@@ -99,7 +99,9 @@ def create_cluster(
 
 # Where each refused check points in the attach form (None: the cluster itself, not a field).
 ATTACH_FIELDS = {
+    "AddressRefused": "endpoint",
     "Unreachable": "endpoint",
+    "Timeout": "endpoint",
     "TLSError": "ca_bundle",
     "Unauthorized": "token",
     "Forbidden": "token",

@@ -363,6 +363,18 @@ for _network in NVKE_TRUSTED_PROXIES:
         ipaddress.ip_network(_network, strict=False)
     except ValueError as error:
         raise ImproperlyConfigured(f"NVKE_TRUSTED_PROXIES: {error}") from None
+# Tenant clusters (nvke/outbound.py, nvke/providers/kubernetes/client.py): the networks NVKE may call
+# besides public addresses (empty: loopback, private and link-local are refused; a lab or a local demo
+# lists e.g. 10.0.0.0/8 or 127.0.0.1/32), how many clusters a tenant may attach (empty: no cap), and
+# the time limits of every Celery task (soft: the task is told; hard: its process is killed).
+NVKE_OUTBOUND_ALLOWED_NETWORKS = env_list("NVKE_OUTBOUND_ALLOWED_NETWORKS", "")
+for _network in NVKE_OUTBOUND_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"NVKE_OUTBOUND_ALLOWED_NETWORKS: {error}") from None
+_attached_cap = os.environ.get("NVKE_MAX_ATTACHED_CLUSTERS", "20").strip()
+NVKE_MAX_ATTACHED_CLUSTERS = int(_attached_cap) if _attached_cap else None
 
 # Telemetry (telemetry/): frame interval of the live streams, rescaling and health rules. A busy view's
 # newest rows wait up to one interval for their frame, so the interval is the floor of sample-to-screen

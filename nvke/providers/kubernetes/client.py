@@ -80,8 +80,10 @@ def deadline(seconds: float) -> Iterator[None]:
         _deadline.reset(token)
 
 
-def api_client(cluster: ClusterRef) -> client.ApiClient:
-    """A client bound to the cluster's endpoint, token and CA bundle (the system's CAs when empty)."""
+def api_client(cluster: ClusterRef, server_name: str | None = None) -> client.ApiClient:
+    """A client bound to the cluster's endpoint, token and CA bundle (the system's CAs when empty).
+    With `server_name` the endpoint is an address already checked (nvke.outbound) and the certificate
+    is checked for that name."""
     config = client.Configuration(
         host=cluster.endpoint.rstrip("/"),
         api_key={"BearerToken": cluster.token},
@@ -89,6 +91,7 @@ def api_client(cluster: ClusterRef) -> client.ApiClient:
         ca_cert_data=cluster.ca_bundle or None,
         retries=RETRIES,
     )
+    config.tls_server_name = server_name
     return client.ApiClient(config)
 
 
