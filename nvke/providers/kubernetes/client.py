@@ -35,7 +35,10 @@ class DeadlineRetry(urllib3.Retry):
 
     def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
         new = super().increment(method, url, response, error, _pool, _stacktrace)
-        if _remaining() <= 0:
+        # A stalled read is retried only if a whole read timeout is left: the attempt's timeout was set
+        # when the call began, so a later attempt could run past the deadline by that much.
+        stalled = isinstance(error, urllib3.exceptions.ReadTimeoutError) and _remaining() < TIMEOUT[1]
+        if stalled or _remaining() <= 0:
             raise urllib3.exceptions.MaxRetryError(
                 _pool, url, error or urllib3.exceptions.ResponseError("deadline")
             )
