@@ -235,6 +235,21 @@ if NVKE_BROKER_VISIBILITY_TIMEOUT_S <= 2 * NVKE_UPGRADE_TICK_S:
         "NVKE_BROKER_VISIBILITY_TIMEOUT_S must be more than twice NVKE_UPGRADE_TICK_S, or every tick is"
         " delivered again while its worker still waits for it."
     )
+# Every task's time limits (prefork workers): at the soft one the task gets SoftTimeLimitExceeded (its
+# work is idempotent: the next tick or reconcile carries on), at the hard one its process is killed and
+# replaced. A call to a tenant's cluster ends within 30 s (nvke/providers/kubernetes/client.py); these
+# bound a task's many calls, and a body that trickles into a model the client builds itself. The hard
+# limit stays under the visibility timeout, or a task still running would be delivered again.
+CELERY_TASK_SOFT_TIME_LIMIT = int(os.environ.get("NVKE_TASK_SOFT_TIME_LIMIT_S", "60"))
+CELERY_TASK_TIME_LIMIT = int(os.environ.get("NVKE_TASK_TIME_LIMIT_S", "90"))
+if not CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < NVKE_BROKER_VISIBILITY_TIMEOUT_S:
+    raise ImproperlyConfigured(
+        "NVKE_TASK_SOFT_TIME_LIMIT_S < NVKE_TASK_TIME_LIMIT_S < NVKE_BROKER_VISIBILITY_TIMEOUT_S must hold."
+    )
+# The queues whose tasks call tenants' clusters (provisioning, pools, upgrades): served by their own
+# workers (docker-compose's cluster-worker), so an endpoint that stalls holds only those, never the
+# allocator's, telemetry's or the default queue's.
+NVKE_TENANT_CLUSTER_QUEUES = ("provisioning", "upgrades")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": NVKE_BROKER_VISIBILITY_TIMEOUT_S,
     "unacked_restore_interval": max(1, int(NVKE_BROKER_VISIBILITY_TIMEOUT_S // 4)),
