@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 
+from nodepools import tasks as pool_tasks
 from nvke.celery import app
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
@@ -58,5 +59,5 @@ def test_no_worker_serves_tenant_clusters_and_the_allocator():
 def test_every_task_has_time_limits_under_the_visibility_timeout():
     soft, hard = app.conf.task_soft_time_limit, app.conf.task_time_limit
     assert soft and hard and soft < hard < settings.NVKE_BROKER_VISIBILITY_TIMEOUT_S
-    task = app.tasks["nodepools.tasks.reconcile_pool"]  # each message carries its sender's limits
+    task = pool_tasks.reconcile_pool  # each message carries its sender's limits: the task's
     assert (task.soft_time_limit, task.time_limit) == (soft, hard)
