@@ -4,7 +4,8 @@ import copy
 import re
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.core.cache import cache
+from django.db import IntegrityError, connection, transaction
 
 from catalog.models import KubernetesVersion, Region
 from clusters import addons, quotas
@@ -24,6 +25,7 @@ from nvke.providers.base import (
 )
 from nvke.providers.kubernetes import attach
 from nvke.tenancy.context import TenantContext
+from nvke.tenancy.quotas import lock_tenant
 
 
 def cluster_key(cluster: Cluster) -> str:
@@ -99,7 +101,9 @@ def create_cluster(
 
 # Where each refused check points in the attach form (None: the cluster itself, not a field).
 ATTACH_FIELDS = {
+    "AddressRefused": "endpoint",
     "Unreachable": "endpoint",
+    "Timeout": "endpoint",
     "TLSError": "ca_bundle",
     "Unauthorized": "token",
     "Forbidden": "token",
@@ -111,12 +115,27 @@ def attach_cluster(
 ) -> Cluster:
     """Attach a running cluster: check it through the Kubernetes provider (attach.inspect), and save it
     only if every check passed. A refusal raises a DomainError whose code is the first failed check's
-    reason and whose details list every failed check; nothing is written."""
+    reason and whose details list every failed check; nothing is written.
+
+    The checks call the tenant's endpoint for up to attach.DEADLINE_S: the request's database connection
+    is handed back first (connections are pooled; a stalled endpoint must not hold one), one attach per
+    tenant runs at a time, and the tenant's cap and the endpoint's uniqueness are checked before the
+    calls and again, under the tenant's lock, before the save."""
     duplicate = _free_name(context, name)
     if not endpoint.startswith("https://"):
         raise DomainError("The API endpoint must be an https:// URL.", field="endpoint", code="invalid")
+    endpoint = endpoint.rstrip("/")
+    _check_attachable(context.tenant, endpoint)
     ref = ClusterRef(name=name, endpoint=endpoint, token=token, ca_bundle=ca_bundle, provider="kubernetes")
+    lock = f"nvke:attach:{context.tenant.pk}"
+    if not cache.add(lock, 1, timeout=int(attach.DEADLINE_S) + 15):
+        raise Conflict(
+            "Another attach of this tenant is being checked: try again when it is done.",
+            code="attach_in_progress",
+        )
     try:
+        if not connection.in_atomic_block:  # (a test's transaction keeps it)
+            connection.close()  # back to the pool: the checks below may take attach.DEADLINE_S
         facts = attach.inspect(ref)
     except attach.AttachRefused as refused:
         first = refused.failures[0]
@@ -126,9 +145,13 @@ def attach_cluster(
             code=_snake(first.reason),
             checks=[{"check": f.check, "reason": f.reason, "message": f.message} for f in refused.failures],
         ) from None
+    finally:
+        cache.delete(lock)
     try:
         with transaction.atomic():
             quotas.check_cluster(context.tenant)
+            lock_tenant(context.tenant)
+            _check_attachable(context.tenant, endpoint)
             cluster = Cluster(
                 tenant=context.tenant,
                 name=name,
@@ -152,6 +175,25 @@ def attach_cluster(
     except IntegrityError:
         raise duplicate from None
     return cluster
+
+
+def _check_attachable(tenant, endpoint: str) -> None:
+    """Refuse an attach over the tenant's cap (NVKE_MAX_ATTACHED_CLUSTERS) or of an endpoint the tenant
+    attached already: each attached cluster costs kube_sync its watches and connections."""
+    attached = Cluster.objects.filter(tenant=tenant, attached=True).exclude(status=Cluster.Status.DELETING)
+    if same := attached.filter(endpoint__in=(endpoint, endpoint + "/")).first():
+        raise Conflict(
+            f"This endpoint is attached already, as cluster {same.name}.",
+            field="endpoint",
+            code="already_attached",
+        )
+    cap = settings.NVKE_MAX_ATTACHED_CLUSTERS
+    if cap is not None and attached.count() >= cap:
+        raise DomainError(
+            f"A tenant attaches at most {cap} clusters: detach one first.",
+            code="attached_cluster_limit",
+            limit=cap,
+        )
 
 
 def record_observation(cluster_id: int, *, reachable: bool, reason: str, message: str, **observed) -> bool:

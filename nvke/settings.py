@@ -235,6 +235,21 @@ if NVKE_BROKER_VISIBILITY_TIMEOUT_S <= 2 * NVKE_UPGRADE_TICK_S:
         "NVKE_BROKER_VISIBILITY_TIMEOUT_S must be more than twice NVKE_UPGRADE_TICK_S, or every tick is"
         " delivered again while its worker still waits for it."
     )
+# Every task's time limits (prefork workers): at the soft one the task gets SoftTimeLimitExceeded (its
+# work is idempotent: the next tick or reconcile carries on), at the hard one its process is killed and
+# replaced. A call to a tenant's cluster ends within 30 s (nvke/providers/kubernetes/client.py); these
+# bound a task's many calls, and a body that trickles into a model the client builds itself. The hard
+# limit stays under the visibility timeout, or a task still running would be delivered again.
+CELERY_TASK_SOFT_TIME_LIMIT = int(os.environ.get("NVKE_TASK_SOFT_TIME_LIMIT_S", "60"))
+CELERY_TASK_TIME_LIMIT = int(os.environ.get("NVKE_TASK_TIME_LIMIT_S", "90"))
+if not CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < NVKE_BROKER_VISIBILITY_TIMEOUT_S:
+    raise ImproperlyConfigured(
+        "NVKE_TASK_SOFT_TIME_LIMIT_S < NVKE_TASK_TIME_LIMIT_S < NVKE_BROKER_VISIBILITY_TIMEOUT_S must hold."
+    )
+# The queues whose tasks call tenants' clusters (provisioning, pools, upgrades): served by their own
+# workers (docker-compose's cluster-worker), so an endpoint that stalls holds only those, never the
+# allocator's, telemetry's or the default queue's.
+NVKE_TENANT_CLUSTER_QUEUES = ("provisioning", "upgrades")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": NVKE_BROKER_VISIBILITY_TIMEOUT_S,
     "unacked_restore_interval": max(1, int(NVKE_BROKER_VISIBILITY_TIMEOUT_S // 4)),
@@ -367,6 +382,18 @@ for _network in NVKE_TRUSTED_PROXIES:
         ipaddress.ip_network(_network, strict=False)
     except ValueError as error:
         raise ImproperlyConfigured(f"NVKE_TRUSTED_PROXIES: {error}") from None
+# Tenant clusters (nvke/outbound.py, nvke/providers/kubernetes/client.py): the networks NVKE may call
+# besides public addresses (empty: loopback, private and link-local are refused; a lab or a local demo
+# lists e.g. 10.0.0.0/8 or 127.0.0.1/32), how many clusters a tenant may attach (empty: no cap), and
+# the time limits of every Celery task (soft: the task is told; hard: its process is killed).
+NVKE_OUTBOUND_ALLOWED_NETWORKS = env_list("NVKE_OUTBOUND_ALLOWED_NETWORKS", "")
+for _network in NVKE_OUTBOUND_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"NVKE_OUTBOUND_ALLOWED_NETWORKS: {error}") from None
+_attached_cap = os.environ.get("NVKE_MAX_ATTACHED_CLUSTERS", "20").strip()
+NVKE_MAX_ATTACHED_CLUSTERS = int(_attached_cap) if _attached_cap else None
 
 # Telemetry (telemetry/): frame interval of the live streams, rescaling and health rules. A busy view's
 # newest rows wait up to one interval for their frame, so the interval is the floor of sample-to-screen

@@ -15,3 +15,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast log
 # Rate limits far above what any test sends; tests/security sets low ones where it tests them.
 NVKE_RATE_LIMITS = {"token": "100000/minute", "user": "100000/minute"}
 NVKE_RATE_LIMIT_AUTH_FAILURES = NVKE_RATE_LIMIT_ANONYMOUS = "100000/minute"
+# The fake Kubernetes API servers of tests/kubeapi listen on 127.0.0.1: an operator's allowance, as a
+# local demo would set it (tests/security/test_outbound.py proves the default refuses them).
+NVKE_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]

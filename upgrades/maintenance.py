@@ -42,7 +42,7 @@ def _windows(cluster, rows: list[MaintenanceWindow] | None = None) -> list[windo
     if rows:
         return [window_of(row, cluster.time_zone) for row in rows]
     midnight = datetime.datetime.combine(timezone.now().date() - datetime.timedelta(days=2), datetime.time())
-    return [windows.window(ALWAYS[0], ALWAYS[1], cluster.time_zone, midnight)]
+    return [windows.window(ALWAYS[0], ALWAYS[1], cluster.time_zone, midnight, bounded=False)]
 
 
 def decide(

@@ -10,10 +10,19 @@ minute (02:30 in a 02:00→03:00 gap is 03:30); a start the fall-back repeats is
 
 An exclusion is a range of dates in the cluster's time zone, ends included, with a scope: no upgrades
 at all, no minor upgrades (patch releases still go), or no node upgrades (drivers, node images, pools'
-Kubernetes; the control plane still goes)."""
+Kubernetes; the control plane still goes).
+
+Rules are tenant input and dateutil walks them period by period: a rule no day passes
+(`FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30`) is walked to year 9999 (16.7 s), a minutely one is half a
+million periods a year. So `window` admits the subset whose every rule is hourly or coarser and has an
+occurrence dateutil finds within a few thousand periods: no BYSECOND, BYYEARDAY, BYWEEKNO, BYSETPOS or
+BYEASTER; BYMONTH and BYMONTHDAY that name a real day; no INTERVAL with filters that could miss every
+step; day filters not on hourly rules; a first start from 2000 on (the walk starts there); a window no
+longer than its rule's period. `occurrences` stops after MAX_OCCURRENCES all the same."""
 
 import dataclasses
 import datetime
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -21,6 +30,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from dateutil.rrule import rrule, rruleset, rrulestr
 
 MAX_DURATION = datetime.timedelta(days=7)
+MAX_OCCURRENCES = 5000  # of one window, per question: a year of hourly windows is 8,784
+MIN_START = datetime.datetime(2000, 1, 1)
+PERIODS = {  # a rule's step, at its coarsest: a window longer than INTERVAL of these overlaps itself
+    "YEARLY": datetime.timedelta(days=365),
+    "MONTHLY": datetime.timedelta(days=28),
+    "WEEKLY": datetime.timedelta(days=7),
+    "DAILY": datetime.timedelta(days=1),
+    "HOURLY": datetime.timedelta(hours=1),
+}
+REFUSED_PARTS = ("BYSECOND", "BYYEARDAY", "BYWEEKNO", "BYSETPOS", "BYEASTER")
+DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # a leap year's: Feb 29 is a day
 YEAR = datetime.timedelta(days=366)  # how far ahead windows are looked for
 SCOPES = ("all", "minor", "node")
 UTC = datetime.UTC
@@ -74,20 +94,86 @@ def zone(name: str) -> ZoneInfo:
 
 
 def window(
-    recurrence: str, duration: datetime.timedelta, time_zone: str, starts: datetime.datetime
+    recurrence: str,
+    duration: datetime.timedelta,
+    time_zone: str,
+    starts: datetime.datetime,
+    *,
+    bounded: bool = True,
 ) -> Window:
     """A window from an RFC 5545 rule ("FREQ=WEEKLY;BYDAY=SA;BYHOUR=2;BYMINUTE=0", or RRULE/EXDATE lines),
-    counted from `starts` (a naive wall-clock time in `time_zone`). ValueError says what is wrong."""
+    counted from `starts` (a naive wall-clock time in `time_zone`). ValueError says what is wrong.
+    `bounded=False` skips the limits on rules (see the module's docstring): for NVKE's own rules only."""
     if not datetime.timedelta(minutes=1) <= duration <= MAX_DURATION:
         raise ValueError(f"A window lasts from a minute to {MAX_DURATION.days} days, not {duration}.")
     if starts.tzinfo is not None:
         raise ValueError("The first start is a wall-clock time in the window's time zone, without an offset.")
+    if bounded:
+        if starts < MIN_START:
+            raise ValueError(f"The first start is {MIN_START.year} or later.")
+        for parts in _rule_parts(recurrence):
+            _check_rule(parts, duration)
     tz = zone(time_zone)
     try:
         rule = rrulestr(recurrence, dtstart=starts.replace(second=0, microsecond=0), forceset=True)
     except (ValueError, TypeError) as error:
         raise ValueError(f"{recurrence!r} is not an RFC 5545 recurrence rule: {error}") from None
     return Window(rule, duration, tz)
+
+
+def _rule_parts(recurrence: str) -> list[dict[str, str]]:
+    """The NAME=VALUE parts of each RRULE in the text (a bare rule, or RRULE:/EXDATE:/RDATE: lines)."""
+    rules = []
+    for line in recurrence.strip().splitlines():
+        name, colon, value = line.strip().partition(":")
+        if not colon:
+            name, value = "RRULE", line.strip()
+        if name.upper() == "RRULE":
+            pairs = (part.partition("=") for part in value.split(";") if part)
+            rules.append({key.upper(): val.upper() for key, _, val in pairs})
+    return rules
+
+
+def _ints(value: str | None) -> list[int]:
+    try:
+        return [int(v) for v in value.split(",")] if value else []
+    except ValueError:
+        return []  # dateutil's parser says what is wrong with it
+
+
+def _check_rule(parts: dict[str, str], duration: datetime.timedelta) -> None:
+    """ValueError when dateutil could walk this rule for long without an occurrence."""
+    freq = parts.get("FREQ", "")
+    if freq in ("MINUTELY", "SECONDLY"):
+        raise ValueError(f"A window's rule is hourly or coarser, not FREQ={freq}.")
+    if refused := [name for name in REFUSED_PARTS if name in parts]:
+        raise ValueError(f"A window's rule may not use {', '.join(refused)}.")
+    if len(_ints(parts.get("BYMINUTE"))) > 4:
+        raise ValueError("A window's rule names at most 4 minutes in BYMINUTE.")
+    months = _ints(parts.get("BYMONTH")) or range(1, 13)
+    if (days := _ints(parts.get("BYMONTHDAY"))) and not any(
+        abs(day) <= DAYS_IN_MONTH[month - 1] for month in months if 1 <= month <= 12 for day in days
+    ):
+        raise ValueError("The rule's BYMONTH and BYMONTHDAY name no day of any month.")
+    nth = [d.rstrip("MOTUWEHFRSA") for d in parts.get("BYDAY", "").split(",")]
+    if any(n not in ("", "+", "-") for n in nth):  # 2SA: the second Saturday (of the month or year)
+        if "BYMONTHDAY" in parts:
+            raise ValueError("A rule may not name both a numbered weekday (BYDAY) and BYMONTHDAY.")
+        most = 53 if freq == "YEARLY" and "BYMONTH" not in parts else 5
+        if any(abs(int(n)) > most for n in nth if n.lstrip("+-").isdigit()):
+            raise ValueError(f"A numbered weekday (BYDAY) is within ±{most} here.")
+    interval = _ints(parts.get("INTERVAL")) or [1]
+    filters = {
+        "DAILY": ("BYDAY", "BYMONTH", "BYMONTHDAY"),
+        "HOURLY": ("BYHOUR", "BYDAY"),
+        "MONTHLY": ("BYMONTH",),
+    }.get(freq, ())
+    if interval[0] > 1 and (clash := [name for name in filters if name in parts]):
+        raise ValueError(f"A {freq} rule with INTERVAL may not filter by {', '.join(clash)}.")
+    if freq == "HOURLY" and (days := [name for name in ("BYMONTH", "BYMONTHDAY") if name in parts]):
+        raise ValueError(f"An HOURLY rule may not filter by {', '.join(days)}.")
+    if freq in PERIODS and duration > PERIODS[freq] * max(interval[0], 1):
+        raise ValueError(f"The window is longer than its rule's period ({freq}, INTERVAL={interval[0]}).")
 
 
 def _aware(wall: datetime.datetime, tz: ZoneInfo) -> datetime.datetime:
@@ -101,7 +187,8 @@ def occurrences(w: Window, after: datetime.datetime) -> Iterator[tuple[datetime.
     local_after = after.astimezone(w.zone).replace(tzinfo=None)
     # A window that started up to `duration` before `after` may still be open; a day's slack covers the
     # offset change the wall clock may have made meanwhile.
-    for wall in w.recurrence.xafter(local_after - w.duration - datetime.timedelta(days=1), inc=True):
+    walls = w.recurrence.xafter(local_after - w.duration - datetime.timedelta(days=1), inc=True)
+    for wall in itertools.islice(walls, MAX_OCCURRENCES):
         start = _aware(wall, w.zone)
         end = start + w.duration
         if end > after:

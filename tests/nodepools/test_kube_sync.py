@@ -282,3 +282,48 @@ def test_a_namespace_labelled_managed_has_its_waiting_pods_placed(attach, gpu_cl
     wait_until(lambda: gpu_cluster.get("v1", "Pod", "train", "late")["spec"].get("nodeName"), timeout=15)
     assert Claim.objects.get(name="train").status == "allocated"
     assert ungranted(gpu_cluster.requests) == set()  # every list, watch and write is in NVKE's manifest
+
+
+RESOURCE_CLAIM = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "watched", "namespace": "default"},
+    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+}
+
+
+def test_the_resource_claim_watch_sees_events_and_the_cluster_stays_reachable(
+    attach, gpu_cluster, syncing, make_pool
+):
+    """The client names no model for a ResourceClaim list's items (37.x has ResourceV1ResourceClaim): a
+    watch that asked it for one failed on every event and left the cluster Reachable: False."""
+    cluster = attach(gpu_cluster)
+    assert cluster.observed["features"]["dra"]
+    ops = KubernetesOperations(cluster_ref(cluster))
+    events, errors, stop = [], [], threading.Event()
+    watch = ListWatch(
+        ops.resource.list_resource_claim_for_all_namespaces,
+        on_list=lambda items: None,
+        on_event=lambda kind, obj: events.append((kind, obj["metadata"]["name"])),
+        on_error=errors.append,
+        stop=stop,
+        watch_timeout_s=2,
+    )
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: watch.resource_version is not None, timeout=10)
+        gpu_cluster.create(RESOURCE_CLAIM)
+        wait_until(lambda: ("ADDED", "watched") in events or errors, timeout=10)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert errors == [] and ("ADDED", "watched") in events
+
+    make_pool(cluster, 3)
+    sync = syncing(cluster)
+    gpu_cluster.create({**RESOURCE_CLAIM, "metadata": {"name": "second", "namespace": "default"}})
+    wait_until(lambda: "unpooled_nodes" in Cluster.objects.get(pk=cluster.pk).observed, timeout=15)
+    wait_until(sync.settled, timeout=15)
+    reachable = next(c for c in Cluster.objects.get(pk=cluster.pk).conditions if c["type"] == "Reachable")
+    assert (reachable["status"], reachable["reason"]) == ("True", "Watching")

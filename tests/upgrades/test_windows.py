@@ -2,9 +2,11 @@
 each case is a window (or an exclusion), a moment, and what must follow, in UTC."""
 
 import datetime
+import time
 
 import pytest
 
+from upgrades import windows
 from upgrades.windows import Exclusion, UpgradeKind, decide, next_windows, window
 
 UTC = datetime.UTC
@@ -173,3 +175,67 @@ def test_no_window_means_no_start():
 def test_what_is_not_a_window_is_refused_saying_why(args, says):
     with pytest.raises(ValueError, match=says):
         window(*args)
+
+
+START = local("2026-01-01T02:00")
+
+
+@pytest.mark.parametrize(
+    "rule, duration, says",
+    [
+        ("FREQ=MINUTELY", H, "hourly or coarser"),
+        ("FREQ=SECONDLY", H, "hourly or coarser"),
+        ("RRULE:FREQ=DAILY\nRRULE:FREQ=MINUTELY;INTERVAL=5", H, "hourly or coarser"),
+        # Filters that no day passes: dateutil walks day by day to year 9999 looking (16.7 s a PUT).
+        ("FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30", H, "no day"),
+        ("FREQ=YEARLY;BYMONTH=4,6;BYMONTHDAY=31,-31", H, "no day"),
+        ("FREQ=DAILY;INTERVAL=7;BYDAY=MO", H, "INTERVAL"),
+        ("FREQ=HOURLY;INTERVAL=24;BYHOUR=3", 30, "INTERVAL"),
+        ("FREQ=MONTHLY;INTERVAL=12;BYMONTH=3", H, "INTERVAL"),
+        ("FREQ=HOURLY;BYMONTHDAY=29", 30, "HOURLY"),
+        ("FREQ=WEEKLY;BYSETPOS=9", H, "BYSETPOS"),
+        ("FREQ=MONTHLY;BYDAY=5MO;BYMONTHDAY=1", H, "numbered weekday"),
+        ("FREQ=MONTHLY;BYDAY=-6SU", H, "within"),
+        ("FREQ=YEARLY;BYWEEKNO=53;BYDAY=MO", H, "BYWEEKNO"),
+        ("FREQ=HOURLY;BYMINUTE=0;BYSECOND=1,2", 30, "BYSECOND"),
+        ("FREQ=HOURLY;BYMINUTE=" + ",".join(map(str, range(60))), 1, "BYMINUTE"),
+        # A window longer than the rule's period overlaps itself: hourly for 3 hours is three at once.
+        ("FREQ=HOURLY", 3 * H, "longer than"),
+        ("FREQ=WEEKLY;INTERVAL=2", 15 * 24 * H, "from a minute to 7 days"),
+    ],
+)
+def test_rules_that_would_burn_cpu_are_refused_quickly(rule, duration, says):
+    duration = duration if isinstance(duration, datetime.timedelta) else datetime.timedelta(minutes=duration)
+    began = time.monotonic()
+    with pytest.raises(ValueError, match=says):
+        window(rule, duration, "UTC", START)
+    assert time.monotonic() - began < 0.5
+
+
+def test_a_first_start_long_ago_is_refused():
+    """dateutil walks from the first start to today on every decision: a century of hours is minutes."""
+    with pytest.raises(ValueError, match="2000"):
+        window("FREQ=HOURLY", datetime.timedelta(minutes=30), "UTC", local("1900-01-01T00:00"))
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29",  # leap days: every four years
+        "FREQ=WEEKLY;INTERVAL=2;BYDAY=SA,SU",
+        "FREQ=MONTHLY;INTERVAL=3;BYDAY=1SA",
+        "FREQ=HOURLY;BYDAY=SA;BYMINUTE=0,30",
+        "RRULE:FREQ=DAILY;BYHOUR=2\nEXDATE:20260102T020000",
+    ],
+)
+def test_rules_with_sparse_but_real_occurrences_are_kept(rule):
+    w = window(rule, datetime.timedelta(minutes=20), "UTC", START)
+    assert next_windows([w], utc("2026-01-01T00:00"), 1, horizon=5 * windows.YEAR)
+
+
+def test_the_occurrences_searched_are_capped():
+    """An endless rule's occurrences end at the cap (uncapped, a daily rule runs on to year 9999)."""
+    w = window("FREQ=DAILY", H, "UTC", START)
+    began = time.monotonic()
+    assert len(list(windows.occurrences(w, utc("2026-01-01T00:00")))) == windows.MAX_OCCURRENCES
+    assert time.monotonic() - began < 2

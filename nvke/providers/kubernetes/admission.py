@@ -25,7 +25,7 @@ from nvke.providers.base import ProviderError
 
 from . import dra, gpus
 from .account import USERNAME
-from .client import read
+from .client import read, said
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 MUTATING_VERSION = (1, 36)  # MutatingAdmissionPolicy v1 served and on by default from here
@@ -230,7 +230,7 @@ def check(api: client.ApiClient, minor: tuple[int, int]) -> list[tuple[str, str,
     try:
         kinds = stale(read_policies(api, minor), minor)
     except ProviderError as error:
-        return [("admission", error.reason, error.message)]
+        return [("admission", error.reason, said(error))]
     if not kinds:
         return []
     message = (

@@ -1,19 +1,27 @@
 """The checks a cluster passes before NVKE saves it: it answers over TLS with the CA given, the token is
 accepted, the Kubernetes version is one NVKE can drive, the service account may do what NVKE needs, and
-the GPU Operator and GPU feature discovery run there. Read-only: a refused attach leaves nothing behind."""
+the GPU Operator and GPU feature discovery run there. Read-only: a refused attach leaves nothing behind.
 
+The endpoint passes the address policy first (nvke.outbound) and every check connects to the address
+it approved; the whole inspection has one deadline (DEADLINE_S). A refusal's text is NVKE's own: the
+remote server's words (a Status message, a body) never reach the tenant, so attach is no way to read
+what some internal service answers."""
+
+import dataclasses
 from dataclasses import dataclass, field
 
 from kubernetes import client
 
+from nvke import outbound
 from nvke.providers.base import ClusterRef, ProviderError
 
 from . import admission, dra_driver, rbac
-from .client import api_client, call, plain
+from .client import api_client, call, deadline, plain, said
 
 MIN_VERSION = (1, 30)  # scheduling gates (KEP-3521) are stable from here; older clusters are refused
 DRA_VERSION = (1, 34)  # resource.k8s.io/v1: NVKE allocates GPUs as DRA ResourceClaims from here
 GFD_PRODUCT = "nvidia.com/gpu.product"
+DEADLINE_S = 45.0  # every check of one attach, retries included
 
 
 @dataclass(frozen=True)
@@ -71,9 +79,14 @@ def parse_version(info: dict) -> tuple[int, int]:
 
 def inspect(cluster: ClusterRef) -> ClusterFacts:
     """Run every check; raise AttachRefused listing each that failed, else return the facts."""
-    api = api_client(cluster)
     try:
-        return _inspect(api)
+        target = outbound.resolve(cluster.endpoint)
+    except outbound.AddressRefused as refused:
+        raise AttachRefused([Failure("endpoint", "AddressRefused", str(refused))]) from None
+    api = api_client(dataclasses.replace(cluster, endpoint=target.url), server_name=target.server_name)
+    try:
+        with deadline(DEADLINE_S):
+            return _inspect(api)
     finally:
         api.close()
 
@@ -84,7 +97,7 @@ def _inspect(api: client.ApiClient) -> ClusterFacts:
         minor = parse_version(info)
         groups = plain(api, call(client.ApisApi(api).get_api_versions)).get("groups") or []
     except ProviderError as error:  # nothing further can be asked of a server that does not answer
-        raise AttachRefused([Failure("reachable", error.reason, error.message)]) from None
+        raise AttachRefused([Failure("reachable", error.reason, said(error))]) from None
     except (KeyError, ValueError, TypeError):  # it answered, with something else than /version's shape
         message = "The endpoint answered, but not as a Kubernetes API server does (/version)."
         raise AttachRefused([Failure("reachable", "NotKubernetes", message)]) from None
@@ -133,7 +146,7 @@ def _access_failures(api: client.ApiClient, dra: bool) -> list[Failure]:
     try:
         refused = rbac.missing(api, dra)
     except ProviderError as error:
-        return [Failure("access", error.reason, error.message)]
+        return [Failure("access", error.reason, said(error))]
     return [Failure("access", "Forbidden", rbac.refusal(refused))] if refused else []
 
 
@@ -153,7 +166,7 @@ def _gpu_operator(api: client.ApiClient, groups: list[dict], failures: list[Fail
             client.CustomObjectsApi(api).list_cluster_custom_object, "nvidia.com", "v1", "clusterpolicies"
         )
     except ProviderError as error:
-        failures.append(Failure("gpu_operator", error.reason, error.message))
+        failures.append(Failure("gpu_operator", error.reason, said(error)))
         return "", False
     if not policies.get("items"):
         failures.append(missing)
@@ -172,7 +185,7 @@ def _gfd(api: client.ApiClient, failures: list[Failure]) -> tuple[tuple[str, ...
     try:
         nodes = call(client.CoreV1Api(api).list_node, label_selector=GFD_PRODUCT).items
     except ProviderError as error:
-        failures.append(Failure("gpu_feature_discovery", error.reason, error.message))
+        failures.append(Failure("gpu_feature_discovery", error.reason, said(error)))
         return (), 0
     if not nodes:
         failures.append(

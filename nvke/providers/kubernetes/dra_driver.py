@@ -17,7 +17,7 @@ from kubernetes import client
 from nvke.providers.base import ProviderError
 
 from . import dra
-from .client import read
+from .client import read, said
 
 DEVICE_CLASSES = (dra.DEVICE_CLASS, dra.MIG_DEVICE_CLASS)  # the chart's deviceclass-{gpu,mig}.yaml
 # The label the chart puts on the kubelet plugin's pods whatever the release is called.
@@ -105,7 +105,7 @@ def check(api: client.ApiClient) -> tuple[Driver, list[tuple[str, str, str]]]:
     try:
         driver = inspect(api)
     except ProviderError as error:
-        return Driver(running=False), [("dra_driver", error.reason, error.message)]
+        return Driver(running=False), [("dra_driver", error.reason, said(error))]
     if driver.missing_classes:
         return driver, [("dra_driver", "NoDeviceClass", classes_message(driver))]
     return driver, []

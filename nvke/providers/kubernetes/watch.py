@@ -90,8 +90,9 @@ class ListWatch:
         self.on_list(body.get("items") or [])
 
     def _watch(self) -> None:
-        # Events stay JSON ("object"): the client would otherwise build its model from the list call's
-        # docstring, and resource.k8s.io/v1's is ResourceV1ResourceClaim, not the V1ResourceClaim it looks up.
+        # "object": each event's object stays the API's JSON. Left to find a model itself, the client
+        # derives one from the list's name, which it lacks for some kinds (37.x has no V1ResourceClaim:
+        # its list holds ResourceV1ResourceClaim), and every event of such a watch fails.
         stream = watch.Watch(return_type="object").stream(
             self.list_fn,
             resource_version=self.resource_version,
