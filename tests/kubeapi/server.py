@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from . import resources, subresources
 from .actors import Actors
 from .errors import ApiError, bad_request, conflict
+from .features import FeatureGates
 from .objects import namespace
 from .resources import Registry, ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -434,7 +435,9 @@ class FakeKubeApi:
         self.version = version.lstrip("v")
         self.token = token
         self.store = Store(Registry(int(self.version.split(".")[1])))
-        self.actors = Actors(self.store)
+        self.features = FeatureGates(self.store.registry.minor)
+        self.store.strategy = self.features.drop_disabled_fields
+        self.actors = Actors(self.store, self.features)
         self.store.on_write = self.actors.reconcile
         self.faults = Faults()
         self.rules: list[subresources.Rule] = []

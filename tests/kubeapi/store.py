@@ -66,6 +66,8 @@ class Store:
         self.closed = False
         self.clock_offset = 0.0  # settle(seconds) moves the clock forward instead of tests sleeping
         self.on_write: Callable[[], None] | None = None  # the simulated controllers, run after each write
+        # The kinds' strategies beyond validation: (kind, old or None, new) -> None, may drop fields.
+        self.strategy: Callable[[str, dict | None, dict], None] | None = None
         self._objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = defaultdict(dict)
         self._history: dict[tuple[str, str], list[tuple[int, str, dict, dict | None]]] = defaultdict(list)
         self._reacting = False
@@ -236,6 +238,8 @@ class Store:
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=timestamp(self.now()), generation=1)
             self._initial_status(rt, obj, api)
             self._default(rt, obj)
+            if self.strategy:
+                self.strategy(rt.kind, None, obj)
             self._validate(rt, obj)
             if dry_run:
                 return obj
@@ -273,6 +277,8 @@ class Store:
 
     def _write(self, rt: ResourceType, old: dict, new: dict, dry_run: bool) -> dict[str, Any]:
         self._default(rt, new)  # before comparing, so that a no-op stays a no-op
+        if self.strategy:
+            self.strategy(rt.kind, old, new)
         if _without_version(new) == _without_version(old):
             return copy.deepcopy(old)  # kube-apiserver neither bumps the resourceVersion nor emits an event
         if _spec_part(new) != _spec_part(old):

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.django_db
 
 
 def a10_cluster(kubeapi, *, consumable: bool = True, nodes: int = 1):
+    if consumable:  # the driver's consumable shares need KEP-5075's gate: alpha (off) on 1.34, beta on 1.36
+        kubeapi.features.set("DRAConsumableCapacity", True)
     objects.gpu_operator(kubeapi)
     kubeapi.create(records.crd())  # NVKE's access manifest brings it
     for i in range(nodes):
