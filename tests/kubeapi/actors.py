@@ -122,6 +122,8 @@ class Actors:
                     self.store.delete(self._pods, meta["namespace"], meta["name"], grace=0)
             elif node is not None and pod["status"].get("phase") not in ("Succeeded", "Failed"):
                 status = self._admitted_status(pod, node) or self._pod_status(pod, node)
+                if claims := pod["status"].get("resourceClaimStatuses"):  # the claim controller's part
+                    status["resourceClaimStatuses"] = claims
                 if status != pod["status"]:
                     self.store.update(self._pods, {**pod, "status": status}, api=False)
 

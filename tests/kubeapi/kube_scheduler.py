@@ -221,11 +221,11 @@ class KubeScheduler:
         self._classes = registry.by_kind("resource.k8s.io/v1", "DeviceClass")
 
     def run(self) -> None:
+        unbound = self.store.list(self._pods, fields=[("spec.nodeName", True, "")])  # filtered before copying
         pending = [
             p
-            for p in self.store.list(self._pods)
-            if not p["spec"].get("nodeName")
-            and p["spec"].get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+            for p in unbound
+            if p["spec"].get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
             and "deletionTimestamp" not in p["metadata"]
             and p.get("status", {}).get("phase", "Pending") == "Pending"
         ]
@@ -267,8 +267,8 @@ class KubeScheduler:
     def _pre_filter(self, pod: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         claims = []
         for name in claim_names(pod):
-            if name is None:
-                continue  # no claim generated for this template (yet)
+            if name is None:  # resourceclaim.Name: the claim controller has not generated it yet
+                return [], f"pod {pod['metadata']['name']}: waiting for its ResourceClaims to be generated"
             claim = (
                 self.store.find(self._claims, pod["metadata"]["namespace"], name) if self._claims else None
             )

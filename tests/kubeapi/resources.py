@@ -93,6 +93,15 @@ BUILTINS = (
         "resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, returns_deleted=True, min_minor=34
     ),
     ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+        True,
+        returns_deleted=True,
+        min_minor=34,
+    ),
+    ResourceType(
         "authorization.k8s.io",
         "v1",
         "selfsubjectaccessreviews",

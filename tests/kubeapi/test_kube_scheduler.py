@@ -131,3 +131,27 @@ def test_postfilter_clears_an_unreserved_allocation_the_pod_cannot_reach(cluster
     cluster.actors.kube_scheduler = True
     cluster.create(claiming("second", tolerate=False))
     assert cluster.get("resource.k8s.io/v1", "ResourceClaim", "gpu")["status"]["allocation"] == allocation
+
+
+def test_a_claim_generated_from_a_template_is_allocated_and_goes_with_its_finished_pod(cluster):
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu"},
+        "spec": {"spec": claim()["spec"]},
+    }
+    pod = claiming("job")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    cluster.create(pod)
+    assert "ResourceClaims to be generated" in scheduled(cluster, "job")["message"]  # no template yet
+    cluster.create(template)
+    cluster.settle()
+    job = cluster.get("v1", "Pod", "job")
+    (entry,) = job["status"]["resourceClaimStatuses"]
+    generated = cluster.get("resource.k8s.io/v1", "ResourceClaim", entry["resourceClaimName"])
+    assert entry["resourceClaimName"].startswith("job-gpu-")
+    assert generated["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpu"
+    assert generated["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert (job["spec"]["nodeName"], job["status"]["phase"]) == ("gpu-1", "Running")
+    cluster.update({**job, "status": {**job["status"], "phase": "Succeeded"}})
+    assert cluster.get("resource.k8s.io/v1", "ResourceClaim", entry["resourceClaimName"]) is None

@@ -655,3 +655,36 @@ def test_a_mig_claim_is_allocated_the_published_mig_device_at_its_placement(
     (result,) = rc["status"]["allocation"]["devices"]["results"]
     assert result["device"] == f"gpu-{share.gpu.index}-mig-1g10gb-19-{share.mig_start}"
     assert result["pool"] == "gpu-a"
+
+
+def test_a_claim_generated_from_a_pods_template_is_adopted_and_goes_when_the_pod_finishes(kubeapi, a10_pool):
+    cluster = a10_pool(consumable=True)
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    request["exactly"]["capacity"] = {"requests": {"memory": "4Gi"}}
+    kubeapi.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "notebook-gpu", "namespace": "ml"},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        }
+    )
+    pod = gated_pod("notebook", "unused")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "notebook-gpu"}]
+    kubeapi.create(pod)
+    (entry,) = pod_of(kubeapi, "notebook")["status"]["resourceClaimStatuses"]  # the claim controller's
+    generated = entry["resourceClaimName"]
+
+    sync_workloads(cluster.pk)
+    sync_workloads(cluster.pk)
+
+    claim = Claim.objects.get(name=generated)
+    assert (claim.source, claim.gpu_memory_mib, claim.status) == ("resourceclaim", 4096, "allocated")
+    running = pod_of(kubeapi, "notebook")
+    assert (running["spec"]["nodeName"], running["status"]["phase"]) == ("a10-0", "Running")
+
+    kubeapi.update({**running, "status": {**running["status"], "phase": "Succeeded"}})
+    assert resource_claim(kubeapi, generated)["metadata"]["deletionTimestamp"]  # NVKE's finalizer holds it
+    sync_workloads(cluster.pk)
+    assert resource_claim(kubeapi, generated) is None
+    assert not Claim.objects.filter(name=generated).exists()
