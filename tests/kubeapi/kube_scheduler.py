@@ -417,8 +417,9 @@ class KubeScheduler:
         return sorted(found, key=lambda f: (f[1], f[2]["name"]))
 
     def _in_use(self) -> set[tuple[str, str]]:
-        """Devices held by allocated claims; those allowing several allocations (consumable capacity,
-        where the gate is on) are not exclusive, and this scheduler does not share them."""
+        """Devices held by allocated claims, each taken whole here: upstream may add allocations to a device
+        that allows several (consumable capacity); this stand-in's allocator does not, so a claim it
+        allocates never shares a device (NVKE writes its own shared allocations)."""
         return {
             (r["pool"], r["device"])
             for claim in self.store.list(self._claims)
