@@ -554,7 +554,7 @@ def test_a_resized_claim_reaches_the_pods_already_released(kubeapi, a10_pool, co
 
 
 def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
-    gpu_cluster, kube_client, attach, make_attached_pool, context
+    gpu_cluster, attach, make_attached_pool, context
 ):
     for node in ("gpu-a", "gpu-b", "gpu-c"):
         gpu_cluster.create(objects.resource_slice(node, 8))
@@ -563,22 +563,14 @@ def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
     make_attached_pool(cluster, 1)
     for name in ("a", "b"):
         create_claim(context=context, cluster=cluster, name=name, namespace="ml", kind="whole")
-    sync_workloads(cluster.pk)
-    dra_api = client.ResourceV1Api(kube_client)
     devices = {}
-    for name in ("a", "b"):  # what kube-scheduler does once the gate is lifted: bind and reserve
-        rc = resource_claim(gpu_cluster, name)
-        (result,) = rc["status"]["allocation"]["devices"]["results"]
+    for name in ("a", "b"):
+        gpu_cluster.create(gated_pod(f"{name}-pod", name))
+    sync_workloads(cluster.pk)  # allocated, reserved, released: kube-scheduler binds them
+    for name in ("a", "b"):
+        (result,) = resource_claim(gpu_cluster, name)["status"]["allocation"]["devices"]["results"]
         devices[name] = (result["pool"], result["device"])
-        pod = objects.pod(f"{name}-pod", namespace="ml", node=result["pool"])
-        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
-        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-        uid = gpu_cluster.create(pod)["metadata"]["uid"]
-        reserved = {"status": {"reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": uid}]}}
-        dra_api.patch_namespaced_resource_claim_status(
-            name, "ml", reserved, _content_type="application/merge-patch+json"
-        )
-    gpu_cluster.settle()
+        assert gpu_cluster.get("v1", "Pod", f"{name}-pod", "ml")["spec"]["nodeName"] == result["pool"]
     sync_workloads(cluster.pk)  # the node snapshots say which pods hold each GPU
     for name, (node, device) in devices.items():
         held = json.loads(gpu_cluster.get("v1", "Node", node)["metadata"]["annotations"][records.SNAPSHOT])
