@@ -152,7 +152,9 @@ def test_a_generated_claim_of_a_finished_pod_is_deleted(gpu_1):
     assert gpu_1.get("resource.k8s.io/v1", "ResourceClaim", "generated") is None
 
 
-@pytest.mark.parametrize(("version", "served"), [("1.34.2", False), ("1.35.0", False), ("1.36.0", True)])
+@pytest.mark.parametrize(
+    ("version", "served"), [("1.34.2", False), ("1.35.0", False), ("1.36.0", True), ("1.37.0", True)]
+)
 def test_consumable_capacity_fields_are_dropped_where_the_gate_is_off(version, served):
     with FakeKubeApi(version) as server:
         node = objects.gpu_node("gpu-1", count=1)
