@@ -43,9 +43,10 @@ class ClaimController:
     def run(self) -> None:
         if self._claims is None:
             return
-        for pod in self.store.list(self._pods):
-            if not done(pod) and "deletionTimestamp" not in pod["metadata"]:
-                self._generate(pod)
+        if self._templates and self.store.list(self._templates):  # else no pod has a claim to generate
+            for pod in self.store.list(self._pods):
+                if not done(pod) and "deletionTimestamp" not in pod["metadata"]:
+                    self._generate(pod)
         for claim in self.store.list(self._claims):
             self._sync(claim)
 
