@@ -17,6 +17,7 @@ from claims.models import AllocationEvent, Claim, GpuShare
 from claims.sizing import mps_environment
 from clusters.models import Cluster
 from clusters.services import cluster_operations
+from nodepools.preflight import enforced_isolation
 from nvke.errors import DomainError
 from nvke.providers.base import DeviceShare, FoundWorkload, WorkloadClaim, WorkloadReport
 from nvke.tenancy.context import TenantContext
@@ -51,7 +52,13 @@ def workload_claim(claim: Claim) -> WorkloadClaim:
         **common,
         node=allocation.node.name,
         sharing_mode=mode,
-        isolation=allocation.isolation,
+        isolation=enforced_isolation(
+            allocation.isolation,
+            kind=claim.kind,
+            source=claim.source,
+            sharing_mode=mode,
+            facts=allocation.node.preflight,
+        ),
         environment=environment,
         shares=tuple(
             DeviceShare(

@@ -3,6 +3,7 @@ against their pool's sharing mode with the agent's own checks (nvke.agent.prefli
 is kept out of placement with the check named (the allocator's reason, the node's page and API, and the
 pool's SharingPreflight condition)."""
 
+from catalog.models import SharingMode
 from nodepools.models import Node, NodePool
 from nvke.agent import preflight as checks
 from nvke.errors import DomainError
@@ -36,6 +37,21 @@ def facts_of(node: Node) -> dict:
 def failures(node: Node, pool: NodePool) -> list[str]:
     """What fails for the pool's sharing mode on this node (unknown facts do not fail)."""
     return checks.failures(facts_of(node), pool.sharing_mode)
+
+
+def enforced_isolation(isolation: str, *, kind: str, source: str, sharing_mode: str, facts: dict) -> str:
+    """A placed claim's isolation as it holds on its node. On the scheduler path (a pod, `source` "pod")
+    a fraction's GPU and limits reach its container only through NVKE's device plugin, so it is `none`
+    unless the node's agent reports the plugin registered and, on MPS pools, its MPS daemons up (the
+    kubelet drops a resource its node does not advertise and starts the pod unlimited). Whole GPUs and
+    MIG slices there are NVIDIA's device plugin's, and DRA claims the DRA driver's: as allocated."""
+    if source != "pod" or kind != "fraction":
+        return isolation
+    if facts.get("device_plugin") is not True:
+        return "none"
+    if sharing_mode == SharingMode.MPS and facts.get("mps_daemon") is not True:
+        return "none"
+    return isolation
 
 
 def update_condition(pool: NodePool) -> None:

@@ -247,6 +247,7 @@ def attach(owner, catalog):
     """attach(server, name) -> a Cluster of tenant 'acme' attached through the service, as a tenant would."""
     from clusters.services import attach_cluster
     from nvke.tenancy.context import TenantContext
+    from tests.nvke.providers.kubernetes.access import nvke_token
 
     membership = owner.memberships.get()
 
@@ -255,7 +256,7 @@ def attach(owner, catalog):
             context=TenantContext(membership.tenant, membership.role),
             name=name,
             endpoint=server.url,
-            token=server.token,
+            token=nvke_token(server),  # NVKE's service account, as rbac.manifest() grants it
             ca_bundle=server.ca_bundle,
         )
 

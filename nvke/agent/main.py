@@ -3,13 +3,14 @@
     nvke-agent --url https://nvke.example.com --token "$NVKE_NODE_TOKEN"
     nvke-agent --url http://127.0.0.1:8000 --token ... --simulate GPU-uuid1,GPU-uuid2   # no GPU needed
     nvke-agent preflight [--mode mps]   # is this node fit for GPU sharing? (exit 1 when a check fails)
+    nvke-agent ... --device-plugin [--mps]   # also NVKE's device plugin (and MPS daemons): node_side.py
 
 The token is the node's telemetry token (POST /api/v1/telemetry/node-tokens/). Without NVML the agent
 exits at once with status 2 and says why. A refused batch (4xx) is dropped and reported. When the
 control plane is busy (429, 503: after its Retry-After) or unreachable (exponential backoff), the
 agent waits a jittered while, so a fleet refused together does not return together; meanwhile it keeps
 sampling into a bounded backlog and counts the oldest samples it has to drop. At start it posts the
-node's GPU inventory and its sharing preflight facts (preflight.py)."""
+node's GPU inventory, and its sharing preflight facts (preflight.py) then and whenever they change."""
 
 import argparse
 import json
@@ -21,7 +22,9 @@ import time
 import urllib.error
 import urllib.request
 
-from . import nvml, preflight
+from . import device_plugin, kubelet, nvml, preflight
+from .mps import MpsSupervisor
+from .node_side import NodeSide, node_pods
 from .synthetic import SimulatedCollector
 
 log = logging.getLogger("nvke-agent")
@@ -112,10 +115,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--once", action="store_true", help="post one batch and exit")
     parser.add_argument("--simulate", metavar="UUIDS", help="comma-separated GPU UUIDs to invent metrics for")
+    parser.add_argument(
+        "--device-plugin", action="store_true", help="serve NVKE's device plugin (nvke.io/gpu-share)"
+    )
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="or NODE_NAME")
+    parser.add_argument("--kubelet-dir", default=kubelet.DEVICE_PLUGIN_PATH)
+    parser.add_argument("--slots-per-gpu", type=int, default=device_plugin.SLOTS_PER_GPU)
+    parser.add_argument("--mps", action="store_true", help="start and supervise an MPS daemon per GPU")
     args = parser.parse_args(argv)
     if not args.token:
         parser.error("a node token is needed: --token or NVKE_NODE_TOKEN")
+    if args.device_plugin and not args.node_name:
+        parser.error("the device plugin needs the node's name: --node-name or NODE_NAME")
+    if not 1 <= args.slots_per_gpu <= 64:
+        parser.error("--slots-per-gpu: use 1 to 64")
     return args
+
+
+def node_side(collector, args: argparse.Namespace) -> NodeSide | None:
+    """The device plugin and MPS daemons the flags ask for (GPU UUIDs as NVML names them)."""
+    if not (args.device_plugin or args.mps):
+        return None
+    uuids = [f"GPU-{uuid}" for uuid in collector.uuids]
+    mps = MpsSupervisor(uuids) if args.mps else None
+    server = None
+    if args.device_plugin:
+        from kubernetes import client, config
+
+        config.load_incluster_config()
+        plugin = device_plugin.DevicePlugin(
+            uuids,
+            node_pods(client.ApiClient(), args.node_name),
+            args.slots_per_gpu,
+            pipe_directory=mps.pipe_directory if mps else lambda uuid: "",
+            mps_up=mps.up if mps else lambda uuid: False,
+        )
+        server = device_plugin.PluginServer(plugin, args.kubelet_dir)
+    return NodeSide(server, mps, lambda: {f"GPU-{u}": ok for u, ok in collector.health().items()})
 
 
 class Sender:
@@ -167,15 +203,25 @@ class Sender:
         )
 
 
-def run(collector, args: argparse.Namespace) -> int:
+def run(collector, args: argparse.Namespace, node: NodeSide | None = None) -> int:
     sender = Sender(args.url, args.token)
     registered = False
+    facts, reported = collector.facts(), None
     while True:
         started = time.time()
+        now = {**facts, **(node.step() if node else {})}
+        if now != reported:  # at start, and when the device plugin or an MPS daemon comes or goes
+            try:
+                for failure in report_preflight(args.url, args.token, now):
+                    log.warning("sharing preflight: %s", failure)
+                reported = now
+            except Refused as error:
+                log.info("preflight facts not taken: %s", error)
+                reported = now
+            except (Busy, urllib.error.URLError, OSError) as error:
+                log.warning("control plane unreachable or busy (%s); preflight facts next time", error)
         if not registered:  # once the control plane answers; a refusal (its provider names GPUs) is final
             try:
-                for failure in report_preflight(args.url, args.token, collector.facts()):
-                    log.warning("sharing preflight: %s", failure)
                 log.info("inventory: %d GPU UUIDs changed", register(args.url, args.token, collector.uuids))
                 registered = True
             except Refused as error:
@@ -213,11 +259,14 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_NO_NVML
+    node = node_side(collector, args)
     try:
-        return run(collector, args)
+        return run(collector, args, node)
     except KeyboardInterrupt:
         return 0
     finally:
+        if node is not None:
+            node.close()
         collector.close()
 
 

@@ -8,6 +8,8 @@ from types import ModuleType
 from . import preflight
 
 MIB = 1024 * 1024
+# XIDs an application causes (NVIDIA/k8s-device-plugin internal/rm/health.go skips the same): the GPU is fine.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 
 class NvmlUnavailable(RuntimeError):
@@ -42,6 +44,7 @@ class NvmlCollector:
             raise NvmlUnavailable("NVML sees no GPU on this node")
         self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self.uuids = [normalise_uuid(pynvml.nvmlDeviceGetUUID(h)) for h in self.handles]
+        self.failed: set[str] = set()  # GPUs that raised a fatal XID: unhealthy until the agent restarts
         self.events = pynvml.nvmlEventSetCreate()
         for handle in self.handles:
             try:
@@ -62,7 +65,24 @@ class NvmlCollector:
             except self.nvml.NVMLError:  # timeout: nothing (more) pending
                 return seen
             if data.eventType == self.nvml.nvmlEventTypeXidCriticalError:
-                seen[normalise_uuid(self.nvml.nvmlDeviceGetUUID(data.device))] = int(data.eventData)
+                uuid = normalise_uuid(self.nvml.nvmlDeviceGetUUID(data.device))
+                seen[uuid] = int(data.eventData)
+                if int(data.eventData) not in APPLICATION_XIDS:
+                    self.failed.add(uuid)
+
+    def health(self) -> dict[str, bool]:
+        """GPU uuid → healthy: NVML still reads it (a lost GPU answers with an error) and it raised no
+        fatal XID (read by `sample`)."""
+        healthy = {}
+        for handle, uuid in zip(self.handles, self.uuids, strict=True):
+            try:
+                self.nvml.nvmlDeviceGetMemoryInfo(handle)
+                healthy[uuid] = uuid not in self.failed
+            except self.nvml.NVMLError_NotSupported:
+                healthy[uuid] = uuid not in self.failed
+            except self.nvml.NVMLError:
+                healthy[uuid] = False
+        return healthy
 
     def _read(self, name: str, call, *args):
         try:

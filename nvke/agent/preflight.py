@@ -8,7 +8,10 @@ Facts (every one optional: a fact nobody reported is "unknown", never a failure)
   driver_version  "580.105.08"      kernel_version  "6.1.0-18-amd64"
   iommu           true/false        mps             true/false (the MPS control daemon can run)
   mig_current     true/false (MIG mode enabled on every GPU)   mig_pending  true/false (after a reset)
-  nvml_memory     true/false        nvml_utilization  true/false (NVML can read them)"""
+  nvml_memory     true/false        nvml_utilization  true/false (NVML can read them)
+  mps_daemon      true/false (the agent's MPS control daemons answer on every GPU; mps pools need it)
+  device_plugin   true/false (the kubelet registered NVKE's device plugin: on the scheduler path a
+                  claim's isolation holds only then, nodepools/preflight.py `enforced_isolation`)"""
 
 import os
 import re
@@ -29,6 +32,8 @@ FACTS = (
     "mig_pending",
     "nvml_memory",
     "nvml_utilization",
+    "mps_daemon",
+    "device_plugin",
 )
 SHARING = ("time-slicing", "mps", "fractional")
 MODES = ("exclusive", "mig", *SHARING)
@@ -96,6 +101,15 @@ def checks(facts: dict, mode: str) -> list[Check]:
         )
     if mode == "mps":
         result.append(_flag(facts, "mps", "the MPS control daemon can run", "MPS cannot run on this node"))
+        result.append(
+            _flag(
+                facts,
+                "mps_daemon",
+                "the MPS control daemon runs on every GPU",
+                "the MPS control daemon is not running on every GPU (nvke-agent --mps starts it; its log "
+                "says why)",
+            )
+        )
     if mode == "mig":
         result.append(_flag(facts, "mig_current", "MIG mode is on", "MIG mode is off"))
         pending = facts.get("mig_pending")

@@ -24,6 +24,9 @@ class SimulatedCollector:
             "nvml_utilization": True,
         }
 
+    def health(self) -> dict[str, bool]:
+        return dict.fromkeys(self.uuids, True)
+
     def sample(self, now: float) -> list[dict]:
         samples = []
         for i, uuid in enumerate(self.uuids):

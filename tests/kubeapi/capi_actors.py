@@ -28,7 +28,11 @@ tests/kubeapi/actors.py simulates a cluster's own components: run after every wr
   owned by the proxy), its spec following the proxy's (a changed version or values is a new revision);
   Ready with Helm's `deployed` once the cluster's control plane is available (`pending-install` for a
   chart in `installing`), failed with Helm's `failed` for a chart in `failing`, else waiting for the
-  cluster.
+  cluster. A chart whose templates `fail` for the proxy's values (charts.py: the DRA driver's and the GPU
+  Operator's validation templates) is not installed: `HelmInstallOrUpgradeFailed` with Helm's error and
+  no release status, as CAAPH's HelmReleaseProxy controller reports an InstallOrUpgradeHelmRelease error
+  (kubernetes-sigs/cluster-api-addon-provider-helm `controllers/helmreleaseproxy/
+  helmreleaseproxy_controller.go`).
 - Garbage collection: an object whose every owner is gone is deleted; a deleted Machine's Node goes too.
 
 No MachineSets: Machines belong to their MachineDeployment directly (NVKE never reads MachineSets)."""
@@ -42,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from . import capi, objects
+from . import capi, charts, objects
 from .store import timestamp
 from .tls import client_material
 
@@ -275,7 +279,6 @@ class ClusterAPI:
             "availableReplicas": replicas,
             "upToDateReplicas": replicas,
             "version": version,
-            "versions": [{"version": version, "replicas": replicas}],
             "conditions": [
                 self._condition(
                     control_plane,
@@ -287,6 +290,8 @@ class ClusterAPI:
             ],
             "observedGeneration": control_plane["metadata"]["generation"],
         }
+        if replicas:  # the versions its machines run (v1beta2 `status.versions[].replicas` minimum 1)
+            status["versions"] = [{"version": version, "replicas": replicas}]
         self._update_status(control_plane, status)
         secret_name = f"{cluster}-kubeconfig"
         if up and self.api.get("v1", "Secret", secret_name, self.namespace) is None:
@@ -525,6 +530,14 @@ class ClusterAPI:
             c["type"] == "Ready" and c["status"] == "True" for r in found for c in r["status"]["conditions"]
         )
 
+    @staticmethod
+    def _render_error(spec: dict[str, Any], workload) -> str:
+        """Helm's error rendering the chart with the proxy's values on the workload cluster (charts.py)."""
+        apis = {rt.api_version for rt in workload.store.registry.all()}
+        apis |= {f"{rt.api_version}/{rt.kind}" for rt in workload.store.registry.all()}
+        values = yaml.safe_load(spec.get("valuesTemplate") or "") or {}
+        return charts.render_error(spec["chartName"], values, spec.get("namespace") or "default", apis)
+
     def _release(
         self, proxy: dict[str, Any], cluster: dict[str, Any], release: dict[str, Any] | None
     ) -> None:
@@ -566,7 +579,10 @@ class ClusterAPI:
         if release.get("status", {}).get("observedGeneration") != release["metadata"]["generation"]:
             revision += 1  # Helm installs or upgrades the release again
         available = cluster_name in self.workloads and cluster_name not in self.hold
-        if spec["chartName"] in self.failing:
+        rendered = self._render_error(spec, self.workloads[cluster_name]) if available else ""
+        if rendered:  # Helm refuses before it makes a release: no status.status
+            ready, reason, helm, message = False, "HelmInstallOrUpgradeFailed", "", rendered
+        elif spec["chartName"] in self.failing:
             ready, reason, helm, message = (
                 False,
                 "HelmInstallOrUpgradeFailed",

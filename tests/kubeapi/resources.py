@@ -120,6 +120,10 @@ BUILTINS = (
         False,
         verbs=("create", "get"),
     ),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, verbs=("create", "get")),
+    ResourceType(
+        "rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, verbs=("create", "get")
+    ),
     ResourceType(
         "apiextensions.k8s.io",
         "v1",

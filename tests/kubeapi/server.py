@@ -15,10 +15,10 @@ import time
 import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import resources, subresources
+from . import authorization, resources, subresources
 from .actors import Actors
 from .errors import ApiError, bad_request, conflict
 from .features import FeatureGates
@@ -117,6 +117,7 @@ class _Handler(BaseHTTPRequestHandler):
     # delayed ACK hold every keep-alive response back by 40 ms (StreamRequestHandler sets it in setup()).
     disable_nagle_algorithm = True
     server: _Server
+    user: authorization.User  # who sent the request being handled
 
     def setup(self) -> None:
         # The TLS handshake happens here, in the connection's thread, so a stalled client cannot block accept.
@@ -169,7 +170,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw.decode(errors="replace")
         api.requests.append((self.command, path, query, body))
         try:
-            if not (api.authenticates(self.headers.get("Authorization") or "") or self._admin_certificate()):
+            user = api.user(self.headers.get("Authorization") or "", self._admin_certificate())
+            if user is None:
                 raise ApiError(401, "Unauthorized")
             fault = api.faults.take(self.command, path, ("fail", "drop"))
             if fault and fault.action == "drop":
@@ -181,6 +183,10 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 headers = {"Retry-After": "0"} if fault.status == 429 else {}
                 raise ApiError(fault.status, message, fault.reason or None, headers=headers)
+            # Authentication, then priority and fairness (the faults above), then authorization: the order
+            # of kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/server/config.go's handler chain.
+            self.user = user
+            api.authorize(user, authorization.request_attributes(self.command, path, query))
             if isinstance(body, str):
                 raise bad_request(f"the request body is not JSON: {body[:80]}")
             self._route(path, query, body)
@@ -369,7 +375,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif sub == "binding":
             result = subresources.bind(api.store, ns, name, body or {}, dry_run)
         elif rt.kind == "SelfSubjectAccessReview":
-            result = subresources.access_review(api.rules, self._body(rt, ns, body), api.store.registry.minor)
+            result = subresources.access_review(
+                api.authorizer, self.user, self._body(rt, ns, body), api.store.registry.minor
+            )
         else:
             result = api.store.create(rt, self._body(rt, ns, body), dry_run=dry_run)
         self._send(201, result)
@@ -382,7 +390,9 @@ class _Handler(BaseHTTPRequestHandler):
         store = self.server.api.store
         self._conflict_fault(rt, name)
         obj = self._body(rt, ns, body, name)
-        self._send(200, store.update(rt, obj, subresource=sub, dry_run=query.get("dryRun") == "All"))
+        dry_run = query.get("dryRun") == "All"
+        write = lambda dry: store.update(rt, obj, subresource=sub, dry_run=dry)  # noqa: E731
+        self._send(200, self._status_authorized(rt, ns, name, sub, "update", write, dry_run))
 
     def _patch(self, rt: ResourceType, ns, name, sub, query, body) -> None:
         store = self.server.api.store
@@ -396,7 +406,17 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(415, message)
         self._conflict_fault(rt, name)
         dry_run = query.get("dryRun") == "All"
-        self._send(200, store.patch(rt, ns, name, content_type, body, subresource=sub, dry_run=dry_run))
+        write = lambda dry: store.patch(rt, ns, name, content_type, body, subresource=sub, dry_run=dry)  # noqa: E731
+        self._send(200, self._status_authorized(rt, ns, name, sub, "patch", write, dry_run))
+
+    def _status_authorized(self, rt: ResourceType, ns, name, sub, verb, write, dry_run: bool) -> dict:
+        """Write, after the checks a status write needs beyond its endpoint's (1.36's DRA fields): the object
+        the write would store is computed first (a dry run), under the lock the write then holds."""
+        store = self.server.api.store
+        with store.lock:
+            if sub == "status" and not self.user.privileged:
+                self.server.api.authorize_status(self.user, rt, store.get(rt, ns, name), write(True), verb)
+            return write(dry_run)
 
     def _delete(self, rt: ResourceType, ns, name, sub, query, body) -> None:
         api = self.server.api
@@ -431,6 +451,9 @@ class FakeKubeApi:
     write exactly as API requests do: resourceVersions, watch events, validation and the simulated components.
     """
 
+    # `decisions` of every server of this process, for a run that records what a whole suite was allowed
+    every_decision: ClassVar[set[tuple[str, str, str, str, bool]]] = set()
+
     def __init__(self, version: str = "1.34.2", token: str = "test-token") -> None:
         self.version = version.lstrip("v")
         self.token = token
@@ -440,7 +463,9 @@ class FakeKubeApi:
         self.actors = Actors(self.store, self.features)
         self.store.on_write = self.actors.reconcile
         self.faults = Faults()
-        self.rules: list[subresources.Rule] = []
+        self.authorizer = authorization.Authorizer(self.store)
+        # (user, group, resource[/subresource], verb, allowed) of each decision on a service account's request
+        self.decisions: set[tuple[str, str, str, str, bool]] = set()
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
         self.bookmark_interval = 1.0  # seconds of silence after which a watch with bookmarks gets one
         self.ca_bundle, self._cert_file, self._key_file = server_material()
@@ -487,10 +512,36 @@ class FakeKubeApi:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def authenticates(self, authorization: str) -> bool:
-        """The server's own token, or one its token controller issued to a service account."""
-        scheme, _, token = authorization.partition(" ")
-        return scheme == "Bearer" and (token == self.token or token in self.store.tokens)
+    def user(self, header: str, admin_certificate: bool = False) -> authorization.User | None:
+        """Who a request is: the server's own token and the admin certificate are system:masters; a token
+        the token controller issued is its service account; anything else is nobody (401)."""
+        scheme, _, token = header.partition(" ")
+        if admin_certificate or (scheme == "Bearer" and token == self.token):
+            return authorization.ADMIN
+        if scheme == "Bearer" and token in self.store.tokens:
+            return authorization.token_user(self.store, token)
+        return None
+
+    def authorize(self, user: authorization.User, attributes: authorization.Attributes) -> None:
+        """403 unless RBAC allows it; every decision on a service account's resource request is recorded."""
+        allowed, _ = self.authorizer.decide(user, attributes)
+        if not user.privileged and attributes.resource_request:
+            decision = (user.name, attributes.group, attributes.combined_resource, attributes.verb, allowed)
+            self.decisions.add(decision)
+            FakeKubeApi.every_decision.add(decision)
+        if not allowed:
+            raise authorization.forbidden(user, attributes)
+
+    def authorize_status(
+        self, user: authorization.User, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], verb: str
+    ) -> None:
+        if rt.key != ("resource.k8s.io", "resourceclaims"):
+            return
+        for field, attributes in authorization.claim_status_checks(old, new, verb, self.store.registry.minor):
+            try:
+                self.authorize(user, attributes)
+            except ApiError:
+                raise authorization.status_forbidden(old["metadata"]["name"], field, attributes) from None
 
     @property
     def port(self) -> int:
@@ -590,17 +641,7 @@ class FakeKubeApi:
         """Forget watch history up to now: watching from an older resourceVersion then gets 410 Expired."""
         self.store.compact()
 
-    # ---- requests and access reviews ---------------------------------------------------------------------
+    # ---- requests ----------------------------------------------------------------------------------------
 
     def clear_requests(self) -> None:
         self.requests.clear()
-
-    def allow(
-        self, verb: str, resource: str, group: str = "", subresource: str = "", namespace: str = ""
-    ) -> None:
-        self.rules.append(subresources.Rule(True, verb, resource, group, subresource, namespace))
-
-    def deny(
-        self, verb: str, resource: str, group: str = "", subresource: str = "", namespace: str = ""
-    ) -> None:
-        self.rules.append(subresources.Rule(False, verb, resource, group, subresource, namespace))

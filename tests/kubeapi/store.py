@@ -170,9 +170,9 @@ class Store:
             for key, value in obj.pop("stringData").items():
                 data[key] = base64.b64encode(value.encode()).decode()
 
-    def _validate(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+    def _validate(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
         if rt.custom:
-            validation.validate_custom(obj, self._schema(rt), rt.group)
+            validation.validate_custom(obj, self._schema(rt), rt.group, old)
         else:
             validation.validate_builtin(obj, self.registry.minor)
 
@@ -283,7 +283,7 @@ class Store:
             return copy.deepcopy(old)  # kube-apiserver neither bumps the resourceVersion nor emits an event
         if _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
-        self._validate(rt, new)
+        self._validate(rt, new, old)
         if dry_run:
             return new
         meta = new["metadata"]

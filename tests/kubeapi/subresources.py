@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from . import selectors, validation
+from .authorization import Authorizer, User, review_attributes
 from .errors import ApiError, bad_request, invalid, status_object
 from .store import Store, timestamp
 
@@ -181,38 +181,12 @@ def bind(store: Store, namespace: str, name: str, body: dict[str, Any], dry_run:
     return SUCCESS
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One answer for SelfSubjectAccessReview; "*" matches anything, namespace "" every namespace."""
-
-    allowed: bool
-    verb: str
-    resource: str
-    group: str = ""
-    subresource: str = ""
-    namespace: str = ""
-
-    def matches(self, attributes: dict[str, Any]) -> bool:
-        def same(pattern: str, value: str) -> bool:
-            return pattern in ("*", value)
-
-        return (
-            same(self.verb, attributes.get("verb", ""))
-            and same(self.resource, attributes.get("resource", ""))
-            and same(self.group, attributes.get("group", ""))
-            and same(self.subresource, attributes.get("subresource", ""))
-            and self.namespace in ("", "*", attributes.get("namespace", ""))
-        )
-
-
-ALLOWED_REASON = 'RBAC: allowed by ClusterRoleBinding "nvke" of ClusterRole "nvke" to User "nvke"'
-
-
-def access_review(rules: list[Rule], body: dict[str, Any], minor: int) -> dict[str, Any]:
+def access_review(authorizer: Authorizer, user: User, body: dict[str, Any], minor: int) -> dict[str, Any]:
+    """SelfSubjectAccessReview: the requester's own attributes, decided by the authorizer that decides its
+    requests (kubernetes/kubernetes pkg/registry/authorization/selfsubjectaccessreview/rest.go)."""
     validation.validate_builtin(body, minor)
     spec = body.get("spec") or {}
-    attributes = spec.get("resourceAttributes")
-    if (attributes is None) == (spec.get("nonResourceAttributes") is None):
+    if (spec.get("resourceAttributes") is None) == (spec.get("nonResourceAttributes") is None):
         message = "exactly one of nonResourceAttributes or resourceAttributes must be specified"
         raise invalid(
             "SelfSubjectAccessReview",
@@ -220,10 +194,8 @@ def access_review(rules: list[Rule], body: dict[str, Any], minor: int) -> dict[s
             [("spec.resourceAttributes", "FieldValueInvalid", message)],
             "authorization.k8s.io",
         )
-    # The last matching rule decides; with none, everything is allowed (as for a cluster admin).
-    matching = [rule for rule in rules if attributes is not None and rule.matches(attributes)]
-    allowed = matching[-1].allowed if matching else True
+    allowed, reason = authorizer.decide(user, review_attributes(spec))
     review = copy.deepcopy(body)
     review["metadata"] = {}
-    review["status"] = {"allowed": True, "reason": ALLOWED_REASON} if allowed else {"allowed": False}
+    review["status"] = {"allowed": allowed, **({"reason": reason} if reason else {})}
     return review

@@ -1,7 +1,9 @@
-"""The fake's Cluster API: the v1beta2 CRDs validate what clients write, and the simulated controllers
-provision control planes, machines and nodes, report status, and collect what a deleted cluster owned."""
+"""The fake's Cluster API, at Kubernetes 1.34 and 1.36: the upstream v1beta2 CRDs validate what clients
+write, and the simulated controllers provision control planes, machines and nodes, report status, and
+collect what a deleted cluster owned."""
 
 import base64
+import json
 import re
 
 import kubernetes
@@ -17,6 +19,13 @@ from .server import FakeKubeApi
 NS = "nvke"
 
 
+@pytest.fixture(params=["1.34.2", "1.36.0"])
+def kubeapi(request):
+    """The management cluster's API server, at each Kubernetes minor the scenarios run at."""
+    with FakeKubeApi(version=request.param) as server:
+        yield server
+
+
 @pytest.fixture
 def management(kubeapi):
     capi.install(kubeapi, NS)
@@ -24,8 +33,8 @@ def management(kubeapi):
 
 
 @pytest.fixture
-def workload():
-    with FakeKubeApi(token="workload-admin") as server:
+def workload(kubeapi):
+    with FakeKubeApi(version=kubeapi.version, token="workload-admin") as server:
         yield server
 
 
@@ -254,7 +263,12 @@ def test_the_token_controller_issues_a_token_the_server_accepts(kubeapi, kube_cl
     token = base64.b64decode(data["token"]).decode()
     assert base64.b64decode(data["ca.crt"]).decode() == kubeapi.ca_bundle
     with kubernetes.client.ApiClient(client_configuration(kubeapi, token=token)) as api:
-        assert kubernetes.client.CoreV1Api(api).list_namespace().items
+        # accepted: it may read /version (system:discovery); RBAC names it in a 403 on what it may not do
+        assert kubernetes.client.VersionApi(api).get_code().major == "1"
+        with pytest.raises(ApiException) as forbidden:
+            kubernetes.client.CoreV1Api(api).list_namespace()
+        assert forbidden.value.status == 403
+        assert 'User "system:serviceaccount:kube-system:nvke"' in json.loads(forbidden.value.body)["message"]
     with kubernetes.client.ApiClient(client_configuration(kubeapi, token="guessed")) as api:  # nor a guess
         with pytest.raises(ApiException) as refused:
             kubernetes.client.CoreV1Api(api).list_namespace()

@@ -1,4 +1,4 @@
-"""pods/eviction against PodDisruptionBudgets, pods/binding, and SelfSubjectAccessReview."""
+"""pods/eviction against PodDisruptionBudgets and pods/binding (access reviews: test_authorization)."""
 
 import json
 
@@ -200,30 +200,3 @@ def test_binding_a_gated_pod_is_a_conflict(kubeapi, kube_client):
             "job", "default", binding, _preload_content=False
         )
     assert caught.value.status == 409 and "non-empty .spec.schedulingGates" in caught.value.body
-
-
-def review(api_client, verb: str, resource: str, **attributes) -> client.V1SubjectAccessReviewStatus:
-    body = {"spec": {"resourceAttributes": {"verb": verb, "resource": resource, **attributes}}}
-    return client.AuthorizationV1Api(api_client).create_self_subject_access_review(body).status
-
-
-def test_access_reviews_answer_from_the_rules(kubeapi, kube_client):
-    allowed = review(kube_client, "patch", "nodes")
-    assert allowed.allowed and allowed.reason.startswith("RBAC: allowed by")
-    kubeapi.deny("create", "pods", subresource="eviction")
-    kubeapi.deny("*", "nvidiadrivers", group="nvidia.com")
-    kubeapi.allow("get", "nvidiadrivers", group="nvidia.com")
-    assert not review(kube_client, "create", "pods", subresource="eviction", namespace="ml").allowed
-    assert review(kube_client, "create", "pods", namespace="ml").allowed  # pods/eviction is not pods
-    assert not review(kube_client, "patch", "nvidiadrivers", group="nvidia.com").allowed
-    assert review(kube_client, "get", "nvidiadrivers", group="nvidia.com").allowed  # the later rule wins
-    kubeapi.deny("list", "pods", namespace="team-a")
-    assert not review(kube_client, "list", "pods", namespace="team-a").allowed
-    assert review(kube_client, "list", "pods", namespace="team-b").allowed
-    assert len(kubeapi.rules) == 4
-
-
-def test_denials_are_only_reported_not_enforced(kubeapi, kube_client):
-    kubeapi.deny("*", "*")
-    assert not review(kube_client, "list", "nodes").allowed
-    assert client.CoreV1Api(kube_client).list_node().items == []

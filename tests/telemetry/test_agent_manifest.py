@@ -31,7 +31,7 @@ def test_the_manifest_installs_the_agent_with_a_working_token_per_node(api, atta
         assert ingest.authenticate(token).node_id == Node.objects.get(pool__cluster=attached, name=node).pk
     container = daemonset["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "NVKE_URL", "value": "http://testserver"} in container["env"]
-    gpu_cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nvke-system"}})
+    assert gpu_cluster.get("v1", "Namespace", "nvke-system"), "attaching applied NVKE's access manifest"
     for item in manifest["items"]:  # the fake API server validates each against the official schema
         gpu_cluster.create(item)
 

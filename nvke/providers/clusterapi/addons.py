@@ -3,10 +3,10 @@
 cluster alone and owned by its Cluster (deleted with it); CAAPH makes a HelmReleaseProxy for it, whose
 Ready condition says how the install went.
 
-The GPU Operator's chart brings Node Feature Discovery, the container toolkit, the device plugin and
-the DCGM exporter as its operands, at the versions that chart pins; NVIDIA's DRA driver is a chart of
-its own. Drivers come from the NVIDIADriver objects NVKE writes per pool, as on an attached cluster
-(docs/operations.md), so the operator's own default driver is off."""
+The GPU Operator's chart brings Node Feature Discovery, the container toolkit and the DCGM exporter as
+its operands, at the versions that chart pins; NVIDIA's DRA driver is a chart of its own, which takes
+the device plugin's place (see CHARTS). Drivers come from the NVIDIADriver objects NVKE writes per pool,
+as on an attached cluster (docs/operations.md), so the operator's own default driver is off."""
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,19 +35,24 @@ _CONTROL_PLANE = [
     {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
 ]
 
+# NVKE allocates every GPU of a Cluster API cluster (Kubernetes 1.34+) as a DRA device, so the DRA driver
+# publishes them and the GPU Operator's device plugin stays off: the DRA driver's chart refuses to render
+# with its GPU resources on unless `gpuResourcesEnabledOverride` says no device plugin shares their nodes
+# (its templates/validation.yaml), and both advertising the same GPUs would let kube-scheduler hand a GPU
+# out twice. The catalog's device plugin add-on is therefore reported by the DRA driver's release.
+# The kubelet plugin's MPSSupport and TimeSlicingSettings gates (alpha, off by default) are on: it
+# refuses a GpuConfig with MPS or time-slicing without them, and the gates are chart-wide (one
+# DaemonSet), so a pool of either mode added later finds them on.
+DRA_FEATURE_GATES = {"MPSSupport": True, "TimeSlicingSettings": True}
+
 CHARTS = (
     Chart(
         "gpu-operator",
         "gpu-operator",
-        (
-            "gpu-operator",
-            "node-feature-discovery",
-            "nvidia-container-toolkit",
-            "nvidia-device-plugin",
-            "dcgm-exporter",
-        ),
+        ("gpu-operator", "node-feature-discovery", "nvidia-container-toolkit", "dcgm-exporter"),
         {
             "driver": {"nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": False}},
+            "devicePlugin": {"enabled": False},
             "daemonsets": {"tolerations": _GPU_NODES},
             "node-feature-discovery": {"worker": {"tolerations": _CONTROL_PLANE + _GPU_NODES}},
         },
@@ -56,8 +61,13 @@ CHARTS = (
     Chart(
         "nvidia-dra-driver-gpu",
         "nvidia-dra-driver-gpu",
-        ("nvidia-dra-driver-gpu",),
-        {"nvidiaDriverRoot": "/run/nvidia/driver", "kubeletPlugin": {"tolerations": _GPU_NODES}},
+        ("nvidia-dra-driver-gpu", "nvidia-device-plugin"),
+        {
+            "nvidiaDriverRoot": "/run/nvidia/driver",
+            "gpuResourcesEnabledOverride": True,
+            "featureGates": DRA_FEATURE_GATES,
+            "kubeletPlugin": {"tolerations": _GPU_NODES},
+        },
     ),
 )
 

@@ -75,7 +75,12 @@ def control_plane(
             "replicas": replicas,
             "version": release,
             "machineTemplate": {"spec": {"infrastructureRef": machines.ref}},
-            "kubeadmConfigSpec": {},
+            # v1beta2 refuses an empty kubeadmConfigSpec (minProperties: 1): the control plane's kubelets,
+            # the first and those that join, register with the cluster's key as pool nodes do.
+            "kubeadmConfigSpec": {
+                part: {"nodeRegistration": {"kubeletExtraArgs": [_node_labels({NVKE_CLUSTER: key})]}}
+                for part in ("initConfiguration", "joinConfiguration")
+            },
         },
     }
 
@@ -137,10 +142,14 @@ def _owned_by(owner: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _node_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The kubelet argument that registers a node with `labels`."""
+    return {"name": "node-labels", "value": ",".join(f"{k}={v}" for k, v in sorted(labels.items()))}
+
+
 def config_template(spec: PoolSpec, namespace: str, owner: dict[str, Any]) -> dict[str, Any]:
-    node_labels = ",".join(f"{k}={v}" for k, v in sorted({**spec.labels, POOL: spec.name}.items()))
     registration = {
-        "kubeletExtraArgs": [{"name": "node-labels", "value": node_labels}],
+        "kubeletExtraArgs": [_node_labels({**spec.labels, POOL: spec.name})],
         "taints": [{"key": POOL, "value": spec.name, "effect": "NoSchedule"}],
     }
     name = pool_name(spec.cluster, spec.name)

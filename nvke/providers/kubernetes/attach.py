@@ -122,35 +122,12 @@ def _serves(groups: list[dict], group: str, version: str) -> bool:
 
 
 def _access_failures(api: client.ApiClient, dra: bool) -> list[Failure]:
-    """One SelfSubjectAccessReview per verb and resource NVKE needs; every refusal is listed."""
-    authz = client.AuthorizationV1Api(api)
-    missing = []
-    for rule, verb in rbac.checks(dra):
-        resource, _, subresource = rule.resource.partition("/")
-        review = client.V1SelfSubjectAccessReview(
-            spec=client.V1SelfSubjectAccessReviewSpec(
-                resource_attributes=client.V1ResourceAttributes(
-                    group=rule.group, resource=resource, subresource=subresource or None, verb=verb
-                )
-            )
-        )
-        try:
-            answer = call(authz.create_self_subject_access_review, review)
-        except ProviderError as error:
-            return [Failure("access", error.reason, error.message)]
-        if not answer.status.allowed:
-            group = f".{rule.group}" if rule.group else ""
-            missing.append(f"{verb} {rule.resource}{group}")
-    if not missing:
-        return []
-    return [
-        Failure(
-            "access",
-            "Forbidden",
-            f"The token may not {', '.join(missing)}: apply NVKE's RBAC manifest and use its service "
-            "account's token.",
-        )
-    ]
+    """One SelfSubjectAccessReview per verb and resource NVKE needs (rbac.py); every refusal is listed."""
+    try:
+        refused = rbac.missing(api, dra)
+    except ProviderError as error:
+        return [Failure("access", error.reason, error.message)]
+    return [Failure("access", "Forbidden", rbac.refusal(refused))] if refused else []
 
 
 def _gpu_operator(api: client.ApiClient, groups: list[dict], failures: list[Failure]) -> tuple[str, bool]:

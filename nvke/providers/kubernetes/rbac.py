@@ -4,8 +4,10 @@ an admin applies and the SelfSubjectAccessReviews `attach` makes, so the two nev
 from dataclasses import dataclass
 
 import yaml
+from kubernetes import client
 
 from . import records
+from .client import call
 
 NAMESPACE = "nvke-system"
 ACCOUNT = "nvke"
@@ -20,12 +22,14 @@ class Rule:
     needs_dra: bool = False  # checked only where the cluster serves resource.k8s.io/v1
 
 
+# Least privilege both ways: every verb here is one NVKE uses, and NVKE uses no other
+# (tests/nvke/providers/kubernetes/test_least_privilege.py runs its scenarios as this account to check).
 RULES: tuple[Rule, ...] = (
     Rule("", "nodes", ("get", "list", "watch", "patch"), "read GPU nodes; label, taint and cordon them"),
     Rule(
         "",
         "pods",
-        ("get", "list", "watch", "patch"),
+        ("list", "watch", "patch"),
         "find the pods a drain evicts and the driver pods; lift NVKE's scheduling gate",
     ),
     Rule("", "pods/eviction", ("create",), "drain nodes through the Eviction API"),
@@ -33,19 +37,19 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "",
         "namespaces",
-        ("get", "list", "watch", "create", "patch"),
+        ("list", "watch", "create", "patch"),
         "find (and follow) the namespaces NVKE manages and mark them its tenant's; make a claim's",
     ),
     Rule("", "events", ("create",), "record what NVKE did on the objects it touched"),
-    Rule("policy", "poddisruptionbudgets", ("get", "list"), "say which budget holds a drain back"),
-    Rule("nvidia.com", "clusterpolicies", ("get", "list"), "find the GPU Operator's configuration"),
+    Rule("policy", "poddisruptionbudgets", ("list",), "say which budget holds a drain back"),
+    Rule("nvidia.com", "clusterpolicies", ("list",), "find the GPU Operator's configuration"),
     Rule(
         "nvidia.com",
         "nvidiadrivers",
-        ("get", "list", "watch", "create", "patch"),
+        ("get", "list", "watch", "create"),
         "upgrade drivers through the GPU Operator",
     ),
-    Rule("resource.k8s.io", "resourceslices", ("get", "list", "watch"), "read GPUs from DRA", True),
+    Rule("resource.k8s.io", "resourceslices", ("list", "watch"), "read GPUs from DRA", True),
     Rule(
         "resource.k8s.io",
         "resourceclaims",
@@ -54,10 +58,20 @@ RULES: tuple[Rule, ...] = (
         True,
     ),
     Rule("resource.k8s.io", "resourceclaims/status", ("patch",), "write NVKE's allocations", True),
+    # From 1.36 (DRAResourceClaimGranularStatusAuthorization, beta and on) a change to status.allocation or
+    # status.reservedFor also needs the synthetic subresource resourceclaims/binding (kubernetes/kubernetes
+    # pkg/registry/resource/resourceclaim/strategy.go). Older servers never ask about it.
+    Rule(
+        "resource.k8s.io",
+        "resourceclaims/binding",
+        ("patch",),
+        "write NVKE's allocations on Kubernetes 1.36+",
+        True,
+    ),
     Rule(
         records.GROUP,
         records.PLURAL,
-        ("get", "list", "create", "patch", "delete"),
+        ("list", "create", "patch", "delete"),
         "publish what each claim holds (kubectl get gpuallocations)",
     ),
 )
@@ -66,6 +80,40 @@ RULES: tuple[Rule, ...] = (
 def checks(dra: bool) -> list[tuple[Rule, str]]:
     """Every (rule, verb) pair to ask the API server about."""
     return [(rule, verb) for rule in RULES if dra or not rule.needs_dra for verb in rule.verbs]
+
+
+def missing(api: client.ApiClient, dra: bool) -> list[tuple[Rule, str]]:
+    """The (rule, verb) pairs the token may not use, asked one SelfSubjectAccessReview each (a
+    ProviderError when the server does not answer)."""
+    authz = client.AuthorizationV1Api(api)
+    refused = []
+    for rule, verb in checks(dra):
+        resource, _, subresource = rule.resource.partition("/")
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    group=rule.group, resource=resource, subresource=subresource or None, verb=verb
+                )
+            )
+        )
+        if not call(authz.create_self_subject_access_review, review).status.allowed:
+            refused.append((rule, verb))
+    return refused
+
+
+def refusal(refused: list[tuple[Rule, str]]) -> str:
+    """What attach says about a token that may not do all NVKE needs: each missing verb and rule, and what
+    to apply. On a cluster that once worked this is a ClusterRole older than this NVKE's."""
+    named = ", ".join(
+        f"{verb} {rule.resource}{f'.{rule.group}' if rule.group else ''} ({rule.why})"
+        for rule, verb in refused
+    )
+    return (
+        f"The token may not {named}. The ClusterRole {ACCOUNT!r} on the cluster is missing rules this NVKE "
+        "needs (older than NVKE's, or not applied): apply NVKE's current RBAC manifest with kubectl apply -f "
+        "(GET /api/v1/clusters/rbac-manifest/, or the attach page) and attach with its service account's "
+        "token."
+    )
 
 
 def manifest() -> str:

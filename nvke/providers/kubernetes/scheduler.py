@@ -19,6 +19,7 @@ import re
 from kubernetes import client
 
 from nvke import quantity
+from nvke.agent import allocation
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
 
 from . import dra
@@ -110,6 +111,7 @@ class PodScheduler:
             for p in pods
             if p.get("spec", {}).get("schedulerName") == SCHEDULER
         }
+        self.unadmitted = [p for p in mine.values() if allocation.waiting(p, set())]  # + those bound now
         states = [self._claim(claim, mine.get((claim.namespace, claim.name))) for claim in claims]
         known = {(c.namespace, c.name) for c in claims}
         found = []
@@ -150,6 +152,8 @@ class PodScheduler:
         if not claim.node:
             self.say(pod, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
             return state("waiting", claim.pending_reason)
+        if ahead := allocation.ahead(pod, claim.node, annotations(claim), self.unadmitted):
+            return state("waiting", f"Waiting for the kubelet on {claim.node} to admit {ahead} first.")
         meta = pod["metadata"]
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations(claim)}}
         try:
@@ -169,6 +173,7 @@ class PodScheduler:
             if error.status in (404, 409):  # gone, changed or bound meanwhile: the next pass sees it
                 return state("waiting", error.message)
             raise
+        self.unadmitted.append(allocation.bound(pod, claim.node, annotations(claim)))
         devices = ", ".join(f"GPU {share.index}" for share in claim.shares)
         self.say(
             pod,

@@ -90,7 +90,9 @@ class ListWatch:
         self.on_list(body.get("items") or [])
 
     def _watch(self) -> None:
-        stream = watch.Watch().stream(
+        # Events stay JSON ("object"): the client would otherwise build its model from the list call's
+        # docstring, and resource.k8s.io/v1's is ResourceV1ResourceClaim, not the V1ResourceClaim it looks up.
+        stream = watch.Watch(return_type="object").stream(
             self.list_fn,
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,

@@ -6,8 +6,8 @@ from types import ModuleType, SimpleNamespace
 
 def make(gpus: list[dict], xids: list[tuple[int, int]] = (), init_error: str | None = None) -> ModuleType:
     """gpus: [{"uuid": "GPU-…", "util": %, "used": bytes, "temp": °C, "power_mw": mW, "sm": MHz,
-    "mig": (current, pending)}]; a missing key raises NVMLError_NotSupported for that call. xids: pending
-    (gpu index, XID) events. The driver is 580.105.08."""
+    "mig": (current, pending), "lost": True}]; a missing key raises NVMLError_NotSupported for that call,
+    "lost" NVMLError for every call. xids: pending (gpu index, XID) events. The driver is 580.105.08."""
     nvml = ModuleType("pynvml")
 
     class NVMLError(Exception):
@@ -23,6 +23,8 @@ def make(gpus: list[dict], xids: list[tuple[int, int]] = (), init_error: str | N
     state = {"initialised": False, "shut_down": False, "registered": []}
 
     def field(index: int, key: str):
+        if gpus[index].get("lost"):  # fallen off the bus: every call fails
+            raise NVMLError("GPU is lost")
         if key not in gpus[index]:
             raise NVMLError_NotSupported("Not Supported")
         return gpus[index][key]

@@ -12,16 +12,23 @@ NS = "nvke"
 H100 = {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}
 
 
+@pytest.fixture(params=["1.34.2", "1.36.0"], ids=lambda version: f"k8s{version.rpartition('.')[0]}")
+def kube_version(request) -> str:
+    """Every scenario runs with the management and workload clusters at each of these Kubernetes minors."""
+    return request.param
+
+
 @pytest.fixture
-def management(request, kubeapi):
+def management(request, kube_version):
     """The management cluster with an H100 machine template for the catalog's h100-sxm5-80gb, and
     Cluster API's add-on provider for Helm unless parametrized (indirect) False."""
-    capi.install(kubeapi, NS, helm=getattr(request, "param", True))
-    kubeapi.create(
-        capi.machine_template("gpu-h100", gpu=H100, labels={"nvke.io/gpu-model": "h100-sxm5-80gb"})
-    )
-    kubeapi.clear_requests()
-    return kubeapi
+    with FakeKubeApi(version=kube_version) as server:
+        capi.install(server, NS, helm=getattr(request, "param", True))
+        server.create(
+            capi.machine_template("gpu-h100", gpu=H100, labels={"nvke.io/gpu-model": "h100-sxm5-80gb"})
+        )
+        server.clear_requests()
+        yield server
 
 
 @pytest.fixture
@@ -31,8 +38,8 @@ def cluster_api(management):
 
 
 @pytest.fixture
-def workload():
-    with FakeKubeApi(token="workload-admin") as server:
+def workload(kube_version):
+    with FakeKubeApi(version=kube_version, token="workload-admin") as server:
         yield server
 
 

@@ -14,8 +14,7 @@ from clusters.services import cluster_infrastructure, delete_cluster, provision,
 from .conftest import NS
 
 ADDONS = "addons.cluster.x-k8s.io/v1alpha1"
-OPERATOR = ("gpu-operator", "node-feature-discovery", "nvidia-container-toolkit")
-OPERATOR += ("nvidia-device-plugin", "dcgm-exporter")
+OPERATOR = ("gpu-operator", "node-feature-discovery", "nvidia-container-toolkit", "dcgm-exporter")
 
 
 @pytest.fixture
@@ -79,6 +78,7 @@ def test_add_ons_still_installing_are_installing_until_their_release_is_ready(
     assert states(cluster) == {
         **{name: "installing" for name in OPERATOR},
         "nvidia-dra-driver-gpu": "installed",
+        "nvidia-device-plugin": "installed",  # the DRA driver's release stands in for it
     }
     message = cluster.addons.get(name="gpu-operator").message
     assert message.startswith(f"HelmReleaseProxy gpu-operator-c{cluster.pk}-")
@@ -157,3 +157,18 @@ def test_the_chart_proxies_and_releases_go_with_the_cluster(running, management)
     management.settle()
     assert management.list(ADDONS, "HelmChartProxy", NS) == []
     assert management.list(ADDONS, "HelmReleaseProxy", NS) == []
+
+
+def test_the_dra_driver_chart_renders_beside_the_gpu_operator(running, management):
+    """Failure 4 of issue 34: the DRA driver's chart refuses to render with `resources.gpus.enabled` unless
+    `gpuResourcesEnabledOverride` says the device plugin is off on its nodes."""
+    cluster = running()
+    dra = cluster.addons.get(name="nvidia-dra-driver-gpu")
+    assert (dra.status, dra.message) == (ClusterAddon.Status.INSTALLED, "")
+    proxies = {p["spec"]["chartName"]: p for p in management.list(ADDONS, "HelmChartProxy", NS)}
+    operator = yaml.safe_load(proxies["gpu-operator"]["spec"]["valuesTemplate"])
+    driver = yaml.safe_load(proxies["nvidia-dra-driver-gpu"]["spec"]["valuesTemplate"])
+    assert operator["devicePlugin"] == {"enabled": False}  # GPUs are the DRA driver's alone
+    assert driver["gpuResourcesEnabledOverride"] is True
+    # MPS and time-slicing pools need the kubelet plugin's alpha gates (off by default)
+    assert driver["featureGates"] == {"MPSSupport": True, "TimeSlicingSettings": True}

@@ -9,6 +9,7 @@ from clusters.services import provision
 from nodepools import kube_sync
 from nodepools.models import NodePool
 from nodepools.services import reconcile
+from tests.kubeapi import capi
 from tests.kubeapi.fixtures import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,7 +154,16 @@ def test_the_management_watch_lists_again_after_410_gone(capi_setting, managemen
     def cluster(name):
         labels = {"nvke.io/cluster": name}
         metadata = {"name": name, "namespace": "nvke", "labels": labels}
-        return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": metadata, "spec": {}}
+        # v1beta2's Cluster spec has minProperties: 1
+        spec = {
+            "controlPlaneRef": {"apiGroup": capi.CONTROL_PLANE, "kind": "KubeadmControlPlane", "name": name}
+        }
+        return {
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Cluster",
+            "metadata": metadata,
+            "spec": spec,
+        }
 
     management.create(cluster("c7"))
     seen = []

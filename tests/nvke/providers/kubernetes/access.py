@@ -1,11 +1,26 @@
-"""What NVKE asked of the fake API server, checked against NVKE's access manifest."""
+"""NVKE's access to the fake API server: the token of NVKE's own service account, as an admin who applied
+NVKE's access manifest hands it over; and what NVKE asked, checked against that manifest."""
+
+import yaml
 
 from nvke.providers.kubernetes import rbac
+from tests.kubeapi import accounts
+from tests.kubeapi.server import FakeKubeApi
+
+
+def nvke_token(server, manifest: str | None = None) -> str:
+    """Apply NVKE's access manifest (or an older `manifest`) to the fake and return NVKE's service-account
+    token, with which every request NVKE makes is authorized by that manifest's ClusterRole. Anything else
+    (a real cluster) is used with the token it was given."""
+    if not isinstance(server, FakeKubeApi):
+        return server.token
+    accounts.apply(server, yaml.safe_load(manifest or rbac.manifest()))
+    return accounts.token(server, rbac.NAMESPACE, f"{rbac.ACCOUNT}-token")
 
 
 def ungranted(requests: list[tuple]) -> set[tuple[str, str, str]]:
     """The (group, resource, verb) of the fake API server's `requests` that NVKE's access manifest does
-    not grant: on a real cluster each would be a 403 (the fake does not check RBAC)."""
+    not grant: each would be a 403, on a real cluster as on the fake (tests/kubeapi/authorization.py)."""
     granted = {(rule.group, rule.resource, verb) for rule in rbac.RULES for verb in rule.verbs}
     verbs = {"GET": "get", "POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
     asked = set()

@@ -8,17 +8,35 @@ import yaml
 from django.db import connection
 
 from clusters.models import Cluster
+from nvke.providers.kubernetes import rbac
 from tests.kubeapi import objects
 from tests.kubeapi.server import OTHER_CA_BUNDLE, FakeKubeApi
+
+from .access import nvke_token
 
 pytestmark = pytest.mark.django_db
 
 WRITES = {"PUT", "PATCH", "DELETE"}
 
 
-def post_attach(api, server, **overrides):
-    body = {"name": "onprem", "endpoint": server.url, "token": server.token, "ca_bundle": server.ca_bundle}
+def post_attach(api, server, manifest=None, **overrides):
+    """Attach as a tenant does, with the token of NVKE's service account once `manifest` (NVKE's own by
+    default) is applied."""
+    token = nvke_token(server, manifest)
+    body = {"name": "onprem", "endpoint": server.url, "token": token, "ca_bundle": server.ca_bundle}
     return api.post("/api/v1/clusters/attach/", {**body, **overrides}, format="json")
+
+
+def manifest_without(*grants: tuple[str, str]) -> str:
+    """NVKE's access manifest with these (verb, resource) pairs taken out of its ClusterRole."""
+    document = yaml.safe_load(rbac.manifest())
+    role = next(
+        d for d in document["items"] if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "nvke"
+    )
+    for rule in role["rules"]:
+        rule["verbs"] = [v for v in rule["verbs"] if (v, rule["resources"][0]) not in grants]
+    role["rules"] = [rule for rule in role["rules"] if rule["verbs"]]
+    return yaml.safe_dump(document)
 
 
 def test_a_gpu_cluster_attaches_with_its_version_features_and_gpu_stack(api, catalog, gpu_cluster):
@@ -35,8 +53,9 @@ def test_a_gpu_cluster_attaches_with_its_version_features_and_gpu_stack(api, cat
     with connection.cursor() as cursor:
         cursor.execute("SELECT admin_token FROM clusters_cluster WHERE id = %s", [body["id"]])
         (stored,) = cursor.fetchone()
-    assert stored.startswith("fernet:") and gpu_cluster.token not in stored
-    assert Cluster.objects.get(pk=body["id"]).admin_token == gpu_cluster.token
+    token = nvke_token(gpu_cluster)
+    assert stored.startswith("fernet:") and token not in stored
+    assert Cluster.objects.get(pk=body["id"]).admin_token == token
     written = [(method, path) for method, path, *_ in gpu_cluster.requests if method in WRITES]
     assert written == [], "checking a cluster changes nothing on it"
     reviews = [path for method, path, *_ in gpu_cluster.requests if method == "POST"]
@@ -58,7 +77,7 @@ def test_a_kubeconfig_attaches_the_same_cluster(api, catalog, gpu_cluster):
                 },
             }
         ],
-        "users": [{"name": "nvke", "user": {"token": gpu_cluster.token}}],
+        "users": [{"name": "nvke", "user": {"token": nvke_token(gpu_cluster)}}],
         "contexts": [{"name": "ctx", "context": {"cluster": "k", "user": "nvke"}}],
         "current-context": "ctx",
     }
@@ -69,8 +88,8 @@ def test_a_kubeconfig_attaches_the_same_cluster(api, catalog, gpu_cluster):
     assert Cluster.objects.get(name="from-file").endpoint == gpu_cluster.url
 
 
-def refused(api, server, code, field=None, **overrides):
-    answer = post_attach(api, server, **overrides)
+def refused(api, server, code, field=None, manifest=None, **overrides):
+    answer = post_attach(api, server, manifest, **overrides)
     assert answer.status_code == 400, answer.json()
     body = answer.json()
     assert body["code"] == code, body
@@ -98,9 +117,8 @@ def test_an_endpoint_that_does_not_answer_is_refused(api, catalog, gpu_cluster):
 
 
 def test_missing_permissions_are_each_named(api, catalog, gpu_cluster):
-    gpu_cluster.deny("create", "pods", subresource="eviction")
-    gpu_cluster.deny("patch", "nodes")
-    body = refused(api, gpu_cluster, "forbidden", "token")
+    older = manifest_without(("create", "pods/eviction"), ("patch", "nodes"))
+    body = refused(api, gpu_cluster, "forbidden", "token", manifest=older)
     assert "create pods/eviction" in body["message"] and "patch nodes" in body["message"]
 
 
@@ -116,8 +134,7 @@ def test_a_cluster_without_gpu_nodes_is_refused(api, catalog, kubeapi):
 
 
 def test_every_failed_check_is_listed(api, catalog, kubeapi):
-    kubeapi.deny("list", "nodes")
-    body = refused(api, kubeapi, "forbidden")
+    body = refused(api, kubeapi, "forbidden", manifest=manifest_without(("list", "nodes")))
     assert {c["check"] for c in body["details"]["checks"]} >= {"access", "gpu_operator"}
 
 
@@ -171,7 +188,7 @@ def test_the_attach_page_checks_and_attaches(client, owner, catalog, gpu_cluster
     refused_page = client.post("/clusters/attach/", form)
     assert refused_page.status_code == 400 and b"401" in refused_page.content
     assert not Cluster.objects.exists()
-    answer = client.post("/clusters/attach/", {**form, "token": gpu_cluster.token})
+    answer = client.post("/clusters/attach/", {**form, "token": nvke_token(gpu_cluster)})
     cluster = Cluster.objects.get(name="onprem")
     assert answer.status_code == 302 and answer["Location"] == f"/clusters/{cluster.pk}/"
     detail = client.get(answer["Location"]).content.decode()
@@ -185,3 +202,13 @@ def test_an_endpoint_that_is_not_kubernetes_is_refused(api, catalog, gpu_cluster
     gpu_cluster.faults.fail("GET", r"^/version/?$", status, times=5)  # 200: a body that is no version
     body = refused(api, gpu_cluster, code)
     assert body["details"]["checks"][0]["check"] == "reachable"
+
+
+def test_a_role_older_than_nvkes_is_refused_naming_the_rule_and_what_to_apply(api, catalog):
+    older = manifest_without(("patch", "resourceclaims/binding"))  # the manifest before 1.36's DRA rule
+    with FakeKubeApi(version="1.36.0") as server:
+        objects.gpu_operator(server)
+        server.create(objects.gpu_node("gpu-a"))
+        body = refused(api, server, "forbidden", "token", manifest=older)
+    assert "patch resourceclaims/binding.resource.k8s.io" in body["message"]
+    assert "/api/v1/clusters/rbac-manifest/" in body["message"] and "kubectl apply" in body["message"]

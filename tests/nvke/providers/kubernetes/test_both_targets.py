@@ -17,6 +17,7 @@ from nvke.providers.kubernetes import attach, dra, gpus, records, scheduler
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from tests.kubeapi import objects
 from tests.kubeapi.real import NODE_ENV, RealKubeApi
+from tests.nvke.providers.kubernetes.access import nvke_token
 
 PAUSE_IMAGE = os.environ.get("NVKE_K8S_TEST_IMAGE", "registry.k8s.io/pause:3.10")
 
@@ -61,7 +62,7 @@ def ops_for(server) -> KubernetesOperations:
         ClusterRef(
             name="t",
             endpoint=server.url,
-            token=server.token,
+            token=nvke_token(server),
             ca_bundle=server.ca_bundle,
             provider="kubernetes",
         )
@@ -99,7 +100,7 @@ def manage(server, namespace: str) -> None:
 def test_the_cluster_passes_attach(target):
     server, node = target
     facts = attach.inspect(
-        ClusterRef(name="t", endpoint=server.url, token=server.token, ca_bundle=server.ca_bundle)
+        ClusterRef(name="t", endpoint=server.url, token=nvke_token(server), ca_bundle=server.ca_bundle)
     )
     assert facts.gpu_nodes >= 1 and facts.version.startswith("v1.")
     assert node in {n.name for n in ops_for(server).list_nodes()}

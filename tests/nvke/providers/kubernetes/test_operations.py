@@ -8,13 +8,18 @@ from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.infrastructure import KubernetesInfrastructure
 from nvke.providers.kubernetes.operations import KubernetesOperations, driver_object_name
 from tests.kubeapi import objects
+from tests.nvke.providers.kubernetes.access import nvke_token
 
 H100 = "NVIDIA H100 80GB HBM3"
 
 
 def ref(server) -> ClusterRef:
     return ClusterRef(
-        name="c1", endpoint=server.url, token=server.token, ca_bundle=server.ca_bundle, provider="kubernetes"
+        name="c1",
+        endpoint=server.url,
+        token=nvke_token(server),
+        ca_bundle=server.ca_bundle,
+        provider="kubernetes",
     )
 
 

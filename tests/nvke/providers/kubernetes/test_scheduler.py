@@ -13,7 +13,7 @@ from claims.allocator.service import evict_claims, resize_claim
 from claims.models import Claim
 from claims.workloads import sync_workloads
 from nodepools.models import Gpu
-from nodepools.nodes import fail_gpu
+from nodepools.nodes import fail_gpu, record_preflight
 from nvke.providers.kubernetes import dra, records, scheduler
 from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
@@ -230,7 +230,7 @@ def test_a_resized_claim_reaches_its_running_pod(server, cluster):
     assert resized == ["NVKE resized its GPU claim: 8Gi of GPU memory, compute 10% guaranteed up to 40%."]
 
 
-def test_mps_pods_carry_their_mps_limits_for_the_downward_api(server, cluster):
+def test_mps_pods_carry_their_mps_limits_and_the_isolation_their_node_enforces(server, cluster):
     attached = cluster("mps")
     server.create(gpu_pod("serve", "6Gi", 40))
 
@@ -239,7 +239,16 @@ def test_mps_pods_carry_their_mps_limits_for_the_downward_api(server, cluster):
     annotations = pod(server, "serve")["metadata"]["annotations"]
     assert annotations["nvke.io/env.CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert annotations["nvke.io/env.CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=6144M"
-    assert annotations[scheduler.ANNOTATIONS["isolation"]] == "memory-capped"
+    assert annotations[scheduler.ANNOTATIONS["isolation"]] == "none"  # no device plugin reported: none
+    node = Claim.objects.get(name="serve").allocation.node
+    record_preflight(node.pk, {"device_plugin": True})  # the plugin, but no MPS daemon said up yet
+    sync_workloads(attached.pk)
+    assert pod(server, "serve")["metadata"]["annotations"][scheduler.ANNOTATIONS["isolation"]] == "none"
+    record_preflight(node.pk, {"mps_daemon": True})
+    sync_workloads(attached.pk)
+    assert (
+        pod(server, "serve")["metadata"]["annotations"][scheduler.ANNOTATIONS["isolation"]] == "memory-capped"
+    )
 
 
 def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(server, cluster):
@@ -316,3 +325,28 @@ def test_a_claim_made_through_the_api_says_why_no_pod_can_use_it_without_dra(ser
 
     state = Claim.objects.get(name="api").workload
     assert state["state"] == "waiting" and "schedulerName: nvke" in state["message"]
+
+
+def test_pods_the_device_plugin_could_not_tell_apart_are_bound_one_at_a_time(server, cluster):
+    """The kubelet's Allocate names no pod (nvke/agent/allocation.py): two pods asking one
+    nvke.io/gpu-share slot each, with different limits, are not bound to one node before the kubelet
+    admitted the first; pods with the same answer would be."""
+    attached = cluster("mps")
+    for name, memory, percent in (("train", "8Gi", 70), ("serve", "2Gi", 20)):
+        slotted = gpu_pod(name, memory, percent)
+        slotted["spec"]["containers"][0]["resources"]["limits"]["nvke.io/gpu-share"] = "1"
+        server.create(slotted)
+
+    sync_workloads(attached.pk)
+
+    bound = [name for name in ("train", "serve") if pod(server, name)["spec"].get("nodeName")]
+    assert len(bound) == 1
+    (held,) = {"train", "serve"} - set(bound)
+    assert Claim.objects.get(name=held).workload == {
+        "state": "waiting",
+        "message": f"Waiting for the kubelet on a10-0 to admit ml/{bound[0]} first.",
+    }
+    assert pod(server, bound[0])["status"].get("containerStatuses")  # the stand-in's kubelet admitted it
+    sync_workloads(attached.pk)
+    assert pod(server, held)["spec"]["nodeName"] == "a10-0"
+    assert Claim.objects.get(name=held).workload["state"] == "allocated"

@@ -19,7 +19,7 @@ from nvke.tenancy.models import Quota
 from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
 
-from .access import ungranted
+from .access import nvke_token, ungranted
 
 pytestmark = pytest.mark.django_db
 
@@ -443,7 +443,7 @@ def test_another_tenant_attaching_the_same_cluster_leaves_this_tenants_workloads
         context=TenantContext(globex.tenant, "owner"),
         name="shared",
         endpoint=kubeapi.url,
-        token=kubeapi.token,
+        token=nvke_token(kubeapi),
         ca_bundle=kubeapi.ca_bundle,
     )
     before = {
