@@ -1,6 +1,8 @@
 """Simulated cluster components, run synchronously after every write (and by settle()) until nothing changes:
-a kubelet, the GPU Operator's NVIDIADriver controller with its OnDelete DaemonSets and validator, GPU Feature
-Discovery, and the disruption controller. No threads or timers, so tests are deterministic."""
+kube-scheduler (kube_scheduler.py), a kubelet (its admission and DRA preparation in kubelet.py, NVIDIA's
+kubelet plugin in dra_kubelet_plugin.py), the GPU Operator's NVIDIADriver controller with its OnDelete
+DaemonSets and validator, GPU Feature Discovery, the disruption controller and the resource claim controller
+(claim_controller.py). No threads or timers, so tests are deterministic."""
 
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from . import kubelet
+from .claim_controller import ClaimController
+from .features import FeatureGates
+from .kube_scheduler import KubeScheduler
 from .objects import OPERATOR_NAMESPACE, VALIDATOR_IMAGE, driver_version_labels
 from .selectors import Requirement
 from .store import Store, parse_timestamp, timestamp
@@ -55,9 +61,12 @@ def image_version(image: str) -> str:
 
 
 class Actors:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, features: FeatureGates) -> None:
         self.store = store
+        self.kube_scheduler = True
         self.kubelet = True
+        # The NVIDIA DRA driver's feature gates per node (its kubelet plugin's --feature-gates): none on.
+        self.dra_driver_gates: dict[str, set[str]] = defaultdict(set)
         self.gpu_operator = True
         self.gfd = True
         self.crashloop_nodes: set[str] = set()
@@ -73,18 +82,24 @@ class Actors:
         self._secrets = registry.by_kind("v1", "Secret")
         self._service_accounts = registry.by_kind("v1", "ServiceAccount")
         self._claims = registry.by_kind("resource.k8s.io/v1", "ResourceClaim")  # None before 1.34
+        self._slices = registry.by_kind("resource.k8s.io/v1", "ResourceSlice")
+        self._events = registry.by_kind("v1", "Event")
+        self._scheduler = KubeScheduler(store, features)
+        self._claim_controller = ClaimController(store)
 
     def reconcile(self) -> None:
         for _ in range(50):
             before = self.store.rv
             if self.gpu_operator:
                 self._operator()
+            if self.kube_scheduler:
+                self._scheduler.run()
             if self.kubelet:
                 self._kubelet()
             if self.gfd:
                 self._feature_discovery()
             self._disruption()
-            self._resource_claims()
+            self._claim_controller.run()
             if self.token_controller:
                 self._service_account_tokens()
             for actor in self.extra:
@@ -92,22 +107,6 @@ class Actors:
             if self.store.rv == before:
                 return
         raise RuntimeError("the simulated cluster components do not settle")
-
-    # ---- the resource claim controller ---------------------------------------------------------------------
-
-    def _resource_claims(self) -> None:
-        """Drop the `reservedFor` entries of pods that are gone (kube-controller-manager's resource claim
-        controller), so a claim no pod holds may be deallocated."""
-        if self._claims is None:
-            return
-        pods = {p["metadata"]["uid"] for p in self.store.list(self._pods)}
-        for claim in self.store.list(self._claims):
-            reserved = (claim.get("status") or {}).get("reservedFor") or []
-            kept = [r for r in reserved if r.get("resource") != "pods" or r.get("uid") in pods]
-            if kept != reserved:
-                status = {**claim["status"], "reservedFor": kept or None}
-                status = {k: v for k, v in status.items() if v is not None}
-                self.store.update(self._claims, {**claim, "status": status}, api=False)
 
     # ---- kubelet (and the pod garbage collector) ---------------------------------------------------------
 
@@ -122,9 +121,85 @@ class Actors:
                 if node is None or parse_timestamp(meta["deletionTimestamp"]) <= self.store.now():
                     self.store.delete(self._pods, meta["namespace"], meta["name"], grace=0)
             elif node is not None and pod["status"].get("phase") not in ("Succeeded", "Failed"):
-                status = self._pod_status(pod, node)
+                status = self._admitted_status(pod, node) or self._pod_status(pod, node)
+                if claims := pod["status"].get("resourceClaimStatuses"):  # the claim controller's part
+                    status["resourceClaimStatuses"] = claims
                 if status != pod["status"]:
                     self.store.update(self._pods, {**pod, "status": status}, api=False)
+
+    def _admitted_status(self, pod: dict[str, Any], node: dict[str, Any]) -> dict[str, Any] | None:
+        """The status of a pod the kubelet refuses (Failed) or cannot start yet (its DRA claims not
+        prepared: Pending, ContainerCreating); None for a pod that runs."""
+        node_name, old = node["metadata"]["name"], pod["status"]
+        now = timestamp(self.store.now())
+        if "startTime" not in old:
+            admitted = [
+                p
+                for p in self.store.list(self._pods)
+                if p["spec"].get("nodeName") == node_name
+                and "startTime" in p.get("status", {})
+                and p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+            if refused := kubelet.admission(pod, node, admitted):
+                reason, message = refused
+                return {"phase": "Failed", "reason": reason, "message": f"Pod was rejected: {message}"}
+        if not pod["spec"].get("resourceClaims"):
+            return None
+        namespace = pod["metadata"]["namespace"]
+        published = {
+            device["name"]
+            for piece in (
+                self.store.list(self._slices, fields=[("spec.nodeName", True, node_name)])
+                if self._slices
+                else []
+            )
+            for device in piece["spec"].get("devices") or []
+        }
+        why = kubelet.prepare_claims(
+            pod,
+            lambda name: self.store.find(self._claims, namespace, name) if self._claims else None,
+            published,
+            self.dra_driver_gates[node_name],
+        )
+        if not why:
+            return None
+        self._event(pod, "FailedPrepareDynamicResources", f"Failed to prepare dynamic resources: {why}")
+        waiting = {"waiting": {"reason": "ContainerCreating"}}
+        containers = [
+            {"name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": 0,
+             "started": False, "state": waiting}
+            for c in pod["spec"]["containers"]
+        ]  # fmt: skip
+        return {
+            "phase": "Pending",
+            "conditions": [
+                self._condition(old, "PodReadyToStartContainers", False),
+                self._condition(old, "Initialized", True),
+                self._condition(old, "Ready", False),
+                self._condition(old, "ContainersReady", False),
+                self._condition(old, "PodScheduled", True),
+            ],
+            "startTime": old.get("startTime", now),
+            "containerStatuses": containers,
+        }
+
+    def _event(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        """A Warning event from the kubelet on `obj`, once per message (as the event recorder aggregates)."""
+        meta = obj["metadata"]
+        name = f"{meta['name']}.{hashlib.sha256((meta['uid'] + reason + message).encode()).hexdigest()[:10]}"
+        if self.store.find(self._events, meta["namespace"], name) is not None:
+            return
+        now = timestamp(self.store.now())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": obj["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta["uid"]},
+            "reason": reason, "message": message, "type": "Warning", "source": {"component": "kubelet"},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }  # fmt: skip
+        self.store.create(self._events, event, api=False)
 
     def _condition(self, old: dict[str, Any], kind: str, true: bool) -> dict[str, Any]:
         status = "True" if true else "False"

@@ -103,6 +103,17 @@ def gpu_node(
     return node
 
 
+def cpu_node(name: str) -> dict[str, Any]:
+    """A node without GPUs (GPU Feature Discovery labels none), as every cluster has for its other pods."""
+    node = gpu_node(name)
+    node["metadata"]["labels"] = {
+        k: v for k, v in node["metadata"]["labels"].items() if k.startswith("kubernetes.io/")
+    }
+    resources = {"cpu": "16", "memory": "65851340Ki", "pods": "110"}
+    node["status"]["capacity"] = node["status"]["allocatable"] = resources
+    return node
+
+
 def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}.gpu{index}')}"
 

@@ -129,6 +129,15 @@ BUILTINS = (
         min_minor=36,
     ),
     ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+        True,
+        returns_deleted=True,
+        min_minor=34,
+    ),
+    ResourceType(
         "authorization.k8s.io",
         "v1",
         "selfsubjectaccessreviews",

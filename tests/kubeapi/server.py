@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from . import admission, authorization, resources, subresources
 from .actors import Actors
 from .errors import ApiError, bad_request, conflict
+from .features import FeatureGates
 from .objects import namespace
 from .resources import Registry, ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -460,7 +461,9 @@ class FakeKubeApi:
         self.token = token
         self.token_user = "kubernetes-admin"  # who the server's own token authenticates
         self.store = Store(Registry(int(self.version.split(".")[1])))
-        self.actors = Actors(self.store)
+        self.features = FeatureGates(self.store.registry.minor)
+        self.store.strategy = self.features.drop_disabled_fields
+        self.actors = Actors(self.store, self.features)
         self.store.on_write = self.actors.reconcile
         self.faults = Faults()
         self.authorizer = authorization.Authorizer(self.store)

@@ -66,6 +66,8 @@ class Store:
         self.closed = False
         self.clock_offset = 0.0  # settle(seconds) moves the clock forward instead of tests sleeping
         self.on_write: Callable[[], None] | None = None  # the simulated controllers, run after each write
+        # The kinds' strategies beyond validation: (kind, old or None, new) -> None, may drop fields.
+        self.strategy: Callable[[str, dict | None, dict], None] | None = None
         self._objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = defaultdict(dict)
         self._history: dict[tuple[str, str], list[tuple[int, str, dict, dict | None]]] = defaultdict(list)
         self._reacting = False
@@ -239,6 +241,8 @@ class Store:
             self._default(rt, obj)
             if api:  # admission: mutating, then the object's validation, then validating
                 obj = self.admission.mutate(rt, "CREATE", obj, None, "")
+            if self.strategy:
+                self.strategy(rt.kind, None, obj)
             self._validate(rt, obj)
             if api:
                 admission.check_policy(rt, obj)
@@ -283,6 +287,8 @@ class Store:
         if api:
             new = self.admission.mutate(rt, "UPDATE", new, old, subresource)
         self._default(rt, new)  # before comparing, so that a no-op stays a no-op
+        if self.strategy:
+            self.strategy(rt.kind, old, new)
         if _without_version(new) == _without_version(old):
             return copy.deepcopy(old)  # kube-apiserver neither bumps the resourceVersion nor emits an event
         if _spec_part(new) != _spec_part(old):

@@ -13,7 +13,8 @@ def status_of(error: ApiException) -> dict:
     return json.loads(error.body)
 
 
-def test_create_sets_server_metadata_and_get_reads_it_back(kube_client):
+def test_create_sets_server_metadata_and_get_reads_it_back(kubeapi, kube_client):
+    kubeapi.actors.kube_scheduler = False  # no PodScheduled condition written between create and read
     core = client.CoreV1Api(kube_client)
     created = core.create_namespaced_pod("default", objects.pod("web", labels={"app": "web"}))
     meta = created.metadata
@@ -117,7 +118,7 @@ def test_label_selectors(kubeapi, kube_client):
 
 
 def test_field_selectors_and_an_unknown_field_is_400(kubeapi, kube_client):
-    kubeapi.actors.kubelet = False
+    kubeapi.actors.kubelet = kubeapi.actors.kube_scheduler = False  # "nowhere" stays unscheduled
     kubeapi.create(objects.gpu_node("gpu-1"))
     kubeapi.create(objects.gpu_node("gpu-2", unschedulable=True))
     kubeapi.create(objects.pod("on-1", node="gpu-1"))

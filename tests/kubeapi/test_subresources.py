@@ -162,7 +162,9 @@ def test_a_dry_run_eviction_checks_without_deleting(web, kube_client):
 
 def test_binding_assigns_an_unscheduled_pod_once(kubeapi, kube_client):
     kubeapi.create(objects.gpu_node("gpu-1"))
-    kubeapi.create(objects.pod("job"))
+    job = objects.pod("job")
+    job["spec"]["schedulerName"] = "custom"  # binding is a custom scheduler's work; kube-scheduler leaves it
+    kubeapi.create(job)
     core = client.CoreV1Api(kube_client)
     binding = {
         "apiVersion": "v1",
@@ -183,7 +185,7 @@ def test_binding_assigns_an_unscheduled_pod_once(kubeapi, kube_client):
     assert json.loads(caught.value.body)["message"] == (
         'Operation cannot be fulfilled on pods/binding "job": pod job is already assigned to node "gpu-1"'
     )
-    kubeapi.create(objects.pod("other"))
+    kubeapi.create({**job, "metadata": {"name": "other"}})
     with pytest.raises(ValueError):  # the typed answer: pydantic finds no target in the Status
         core.create_namespaced_pod_binding("other", "default", {**binding, "metadata": {"name": "other"}})
 

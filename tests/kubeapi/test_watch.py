@@ -11,6 +11,12 @@ from tests.kubeapi import objects
 from tests.kubeapi.fixtures import wait_until
 
 
+@pytest.fixture(autouse=True)
+def no_scheduler(kubeapi):
+    """Watch semantics only: kube-scheduler's status writes on unschedulable pods would be events too."""
+    kubeapi.actors.kube_scheduler = False
+
+
 def take(stream, count: int) -> list[tuple[str, str]]:
     """The first `count` events as (type, name), the stream then closed."""
     events = []

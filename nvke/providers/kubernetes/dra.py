@@ -25,16 +25,54 @@ ADOPTED = "nvke.io/adopted"  # annotation on a user's ResourceClaim that NVKE al
 COMPUTE = "nvke.io/gpu-utilization"  # annotation: a user's claim's compute ceiling ("50%")
 MANAGED = "nvke.io/managed"  # namespace label: NVKE places the GPU requests made in it
 TENANT = "nvke.io/tenant"  # namespace label: the one tenant (slug) whose NVKE places requests made in it
-FINALIZER = "resource.kubernetes.io/delete-protection"  # what kube-scheduler adds before allocating
+# On the ResourceClaims whose allocation NVKE wrote. Not resource.kubernetes.io/delete-protection: that one
+# is kube-scheduler's, and the resource claim controller deallocates the claims carrying it once their
+# last pod goes (kubernetes/kubernetes pkg/controller/resourceclaim/controller.go).
+FINALIZER = "nvke.io/allocation"
 GATE = "nvke.io/placement"  # pods wait on it until NVKE has allocated their claims
+POOL_TOLERATION = {"key": gpus.POOL_LABEL, "operator": "Exists", "effect": "NoSchedule"}
 PRIORITY = "nvke.io/priority"  # annotation on a pod or ResourceClaim: its claim's priority
 PRIORITIES = range(-32768, 32768)  # what a claim's priority takes, as through NVKE's API
 REQUEST = "gpu"
 GPU_CONFIG = "resource.nvidia.com/v1beta1"
 
 
+def admitted_pod_fields() -> dict:
+    """What NVKE's admission sets on a pod that uses GPU claims in a namespace NVKE manages: its scheduling
+    gate, so kube-scheduler leaves the pod (and its claims) to NVKE until NVKE has allocated them, and the
+    toleration of NVKE's pool taint, so kube-scheduler can then bind it to the pool node its claims select
+    (without it, kube-scheduler's DynamicResources PostFilter clears the allocation)."""
+    return {"schedulingGates": [{"name": GATE}], "tolerations": [dict(POOL_TOLERATION)]}
+
+
+def tolerates(tolerations: list[dict], taint: dict) -> bool:
+    """Whether a pod's tolerations tolerate a node's taint (Kubernetes' ToleratesTaint)."""
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+            continue
+        if toleration.get("key") and toleration["key"] != taint["key"]:
+            continue
+        operator = toleration.get("operator", "Equal")
+        if operator == "Exists" or toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def untolerated(pod: dict, node: dict) -> list[dict]:
+    """The node's NoSchedule and NoExecute taints the pod does not tolerate: kube-scheduler would not
+    bind it there."""
+    tolerations = pod.get("spec", {}).get("tolerations") or []
+    return [
+        taint
+        for taint in node.get("spec", {}).get("taints") or []
+        if taint["effect"] in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint)
+    ]
+
+
 def resource_claim(claim: WorkloadClaim) -> dict:
-    """The ResourceClaim NVKE creates for one of its claims, its finalizer already set."""
+    """The ResourceClaim NVKE creates for one of its claims. Without NVKE's finalizer: NVKE sets that just
+    before it allocates, so the finalizer says who wrote an allocation (kube-scheduler may, for a pod that
+    slipped past the gate)."""
     request: dict = {"deviceClassName": DEVICE_CLASS, "count": claim.gpus if claim.kind == "whole" else 1}
     if claim.kind == "mig":
         request["deviceClassName"] = MIG_DEVICE_CLASS
@@ -45,7 +83,6 @@ def resource_claim(claim: WorkloadClaim) -> dict:
             "name": claim.name,
             "namespace": claim.namespace,
             "labels": {CLAIM_LABEL: claim.name, "app.kubernetes.io/managed-by": "nvke"},
-            "finalizers": [FINALIZER],
         },
         "spec": {"devices": {"requests": [{"name": REQUEST, "exactly": request}]}},
     }

@@ -2,12 +2,17 @@
 
 DRA (resource.k8s.io/v1, the primary path): every claim has a ResourceClaim in its namespace, NVKE's own
 (labelled `nvke.io/claim`) or a user's that NVKE adopted (annotated `nvke.io/adopted`). For a placed
-claim NVKE writes the allocation itself, as kube-scheduler would: the finalizer first, then
-`status.allocation`, each under the object's resourceVersion; a 409 reads the claim again and decides
-again. Then it lifts the `nvke.io/placement` scheduling gate of the pods that wait on the claim, and
-kube-scheduler binds them to the node the allocation selects. A claim released or moved has its
-allocation withdrawn once no pod holds it (`reservedFor` empty). An allocation NVKE did not write is
-never overwritten, and the devices it holds are never written into another claim: it is reported.
+claim NVKE writes the allocation itself, as kube-scheduler would: its own finalizer (`nvke.io/allocation`)
+first, then `status.allocation`, each under the object's resourceVersion; a 409 reads the claim again and
+decides again. Then, for each pod that waits on the claim (its `nvke.io/placement` scheduling gate, which
+NVKE's admission sets with the pool's toleration: dra.admitted_pod_fields), it reserves the claim for the
+pod (`reservedFor`, as a scheduler must before the kubelet starts the pod) and lifts the gate;
+kube-scheduler binds it to the node the allocation selects and leaves the claim as it is. A pod that does
+not tolerate that node's taints keeps its gate and is told why: released, kube-scheduler's DRA plugin
+would find no node for it and clear NVKE's allocation. A claim released or moved has its allocation
+withdrawn once no pod holds it (`reservedFor` empty). An allocation NVKE did not write (no NVKE finalizer:
+kube-scheduler's, say, for a pod that slipped past the gate) is never overwritten, and the devices it
+holds are never written into another claim: it is reported.
 
 Every change is said on the object it concerns as an Event (reason Allocated, FailedScheduling or
 NotPlaceable), once per change: the reason last said is kept in the object's `nvke.io/reason`
@@ -90,14 +95,14 @@ class WorkloadSync:
         self.foreign = {
             (r["pool"], r["device"]): f"{key[0]}/{key[1]}"
             for key, rc in everywhere.items()
-            if key not in existing or not self._ours(rc)
+            if key not in existing or not allocated_by_nvke(rc)
             for r in results_of(rc)
         }
         # Devices NVKE's claims hold whole (no shareID): one claim each, whatever NVKE's rows share.
         self.held = {
             (r["pool"], r["device"]): key
             for key, rc in existing.items()
-            if self._ours(rc)
+            if allocated_by_nvke(rc)
             for r in results_of(rc)
             if "shareID" not in r
         }
@@ -174,7 +179,7 @@ class WorkloadSync:
     def _settle(self, claim: WorkloadClaim, rc: dict, state) -> WorkloadState:
         written = (rc.get("status") or {}).get("allocation")
         reserved = (rc.get("status") or {}).get("reservedFor") or []
-        if written and not self._ours(rc, claim):
+        if written and not allocated_by_nvke(rc):
             holders = ", ".join(f"{r['pool']}/{r['device']}" for r in results_of(rc))
             message = f"Allocated by another scheduler ({holders}); NVKE leaves it as it is."
             self._say(rc, "Warning", "ForeignAllocation", message)
@@ -345,9 +350,10 @@ class WorkloadSync:
     # --- pods ---------------------------------------------------------------------------------------
 
     def _lift_gates(self, pods: list[dict], states: list[WorkloadState], claims: dict) -> None:
-        """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE, annotating
-        them with what they hold (as the scheduler path does) and saying it in an Allocated Event; say the
-        reason on pods that still wait.
+        """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE, once each
+        claim is reserved for the pod, annotating them with what they hold (as the scheduler path does)
+        and saying it in an Allocated Event; say the reason on pods that still wait (among them those
+        that do not tolerate their claims' nodes' taints).
         Pods already released have their annotations brought up to date when a claim is resized."""
         by_claim = {(s.namespace, s.name): s for s in states}
         for pod in pods:
@@ -369,6 +375,11 @@ class WorkloadSync:
                 reasons = "; ".join(s.message for s in blocking if s and s.message)
                 self._say(pod, "Warning", "FailedScheduling", reasons or "Waiting for its GPU claims.")
                 continue
+            if why := self._taints_in_the_way(pod, {claims[(namespace, name)].node for name in names}):
+                self._say(pod, "Warning", "FailedScheduling", why)
+                continue
+            if not all(self._reserve(pod, name) for name in names):
+                continue  # a claim changed or went meanwhile: the next pass decides again
             meta = pod["metadata"]
             patch = {
                 "metadata": {
@@ -385,6 +396,51 @@ class WorkloadSync:
                 continue
             holds = "; ".join(f"{name}: {holding(claims[(namespace, name)])}" for name in names)
             self._say(pod, "Normal", "Allocated", f"NVKE allocated its GPU claims ({holds}).")
+
+    def _taints_in_the_way(self, pod: dict, nodes: set[str]) -> str:
+        """Why kube-scheduler could not bind the pod to its claims' nodes (taints it does not tolerate),
+        or "" when it can."""
+        found = [
+            f"{n['metadata']['name']} ({', '.join(taint_words(t) for t in taints)})"
+            for n in self.pool_nodes
+            if n["metadata"]["name"] in nodes and (taints := dra.untolerated(pod, n))
+        ]
+        if not found:
+            return ""
+        toleration = taint_words(dra.POOL_TOLERATION)
+        return (
+            "The pod does not tolerate the taints of the node its GPU claims are allocated on: "
+            f"{'; '.join(found)}. NVKE keeps its gate: kube-scheduler would find no node for it and clear "
+            f"the allocation. Pods in a namespace NVKE manages get the toleration {toleration} from NVKE's "
+            "admission."
+        )
+
+    def _reserve(self, pod: dict, name: str) -> bool:
+        """Add the pod to its claim's `reservedFor`, as a scheduler does before binding (the kubelet starts
+        no pod a claim is not reserved for); False when the claim changed or went meanwhile."""
+        meta = pod["metadata"]
+        try:
+            rc = read(self.resource.read_namespaced_resource_claim, name, meta["namespace"])
+            reserved = (rc.get("status") or {}).get("reservedFor") or []
+            if any(r.get("uid") == meta["uid"] for r in reserved):
+                return True
+            entry = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+            body = {
+                "metadata": {"resourceVersion": rc["metadata"]["resourceVersion"]},
+                "status": {"reservedFor": [*reserved, entry]},
+            }
+            call(
+                self.resource.patch_namespaced_resource_claim_status,
+                name,
+                meta["namespace"],
+                body,
+                _content_type=MERGE,
+            )
+        except ProviderError as error:
+            if error.status not in (404, 409):
+                raise
+            return False
+        return True
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -436,6 +492,16 @@ def held(namespace: str, names: list[str], claims: dict) -> dict[str, str]:
         for key, value in annotations(claims[(namespace, name)]).items():
             joined[key] = f"{joined[key]};{value}" if key in joined else value
     return joined
+
+
+def allocated_by_nvke(rc: dict) -> bool:
+    """Whether NVKE wrote the claim's allocation: it sets its finalizer before it allocates."""
+    return dra.FINALIZER in (rc["metadata"].get("finalizers") or [])
+
+
+def taint_words(taint: dict) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint['key']}{value}:{taint['effect']}"
 
 
 def results_of(rc: dict) -> list[dict]:

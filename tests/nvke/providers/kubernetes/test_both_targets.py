@@ -40,7 +40,6 @@ def target(request, tmp_path):
         pytest.skip("opt-in: set NVKE_K8S_TEST_KUBECONFIG (and NVKE_K8S_TEST_NODE) to run on a real cluster")
     if not os.environ.get(NODE_ENV):
         pytest.skip(f"{NODE_ENV} names the GPU node the scenarios may cordon and drain")
-    real.schedules = True  # kube-scheduler runs there: pods NVKE releases get bound
     return real, os.environ[NODE_ENV]
 
 
@@ -123,8 +122,8 @@ def test_cordon_round_trip(target):
 def test_a_budget_holds_a_drain_until_it_goes(target, scratch):
     server, node = target
     ops = ops_for(server)
+    # Placed on the node by name: no scheduler, and the kubelet minds only NoExecute taints.
     pod = objects.pod("held", namespace=scratch, node=node, labels={"app": "held"}, image=PAUSE_IMAGE)
-    pod["spec"]["tolerations"] = [{"operator": "Exists"}]  # NVKE's or anyone's taint on the node
     server.create(pod)
     server.create(objects.pdb("held-budget", namespace=scratch, selector={"app": "held"}, min_available=1))
     eventually(
@@ -164,8 +163,9 @@ def test_a_budget_holds_a_drain_until_it_goes(target, scratch):
 
 
 def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(target, scratch):
-    """NVKE allocates a claim itself and lifts its pod's gate; on a real cluster kube-scheduler then binds
-    the pod to the allocated node (it never starts without NVIDIA's kubelet plugin: binding is the check)."""
+    """NVKE allocates a claim itself, reserves it for the pod and lifts its gate; kube-scheduler then binds
+    the pod to the allocated node (on a real cluster it never starts without NVIDIA's kubelet plugin:
+    binding is the check). The pod is made as NVKE's admission lets it in: gated, tolerating the pools."""
     server, node = target
     manage(server, scratch)
     published = objects.resource_slice(node, 1)
@@ -192,8 +192,7 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
         isolation="exclusive",
     )
     pod = objects.pod("train", namespace=scratch, image=PAUSE_IMAGE)
-    pod["spec"]["schedulingGates"] = [{"name": dra.GATE}]
-    pod["spec"]["tolerations"] = [{"operator": "Exists"}]
+    pod["spec"].update(dra.admitted_pod_fields())
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "train"}]
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     server.create(pod)
@@ -208,10 +207,10 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
             {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": "gpu-0"}
         ]
         assert not server.get("v1", "Pod", "train", scratch)["spec"].get("schedulingGates")
-        if getattr(server, "schedules", False):
-            eventually(
-                server, lambda: server.get("v1", "Pod", "train", scratch)["spec"].get("nodeName") == node
-            )
+        status = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)["status"]
+        # reserved for the pod: the kubelet starts no pod a claim is not reserved for
+        assert [r["name"] for r in status["reservedFor"]] == ["train"]
+        eventually(server, lambda: server.get("v1", "Pod", "train", scratch)["spec"].get("nodeName") == node)
         server.delete("v1", "Pod", "train", scratch)
         eventually(server, lambda: server.get("v1", "Pod", "train", scratch) is None)
         ops.sync_workloads(
@@ -241,7 +240,6 @@ def test_four_pods_share_one_gpu_through_nvkes_scheduler(target, scratch):
     for name, (memory, mib, percent) in asked.items():
         pod = objects.pod(name, namespace=scratch, image=PAUSE_IMAGE)
         pod["spec"]["schedulerName"] = scheduler.SCHEDULER
-        pod["spec"]["tolerations"] = [{"operator": "Exists"}]
         limits = {"nvidia.com/gpu-memory": memory, "nvidia.com/gpu-utilization": str(percent)}
         pod["spec"]["containers"][0]["resources"] = {"limits": limits}
         server.create(pod)

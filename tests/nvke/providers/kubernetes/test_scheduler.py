@@ -2,7 +2,8 @@
 `nvidia.com/gpu-memory` and `nvidia.com/gpu-utilization` are placed by the allocator, annotated with what
 they hold and bound through pods/binding; those that cannot be placed say why and are bound once
 capacity frees; a claim taken back evicts its pod; pods in namespaces NVKE does not manage are left
-alone. Against the fake API server (Kubernetes 1.33: no resource.k8s.io/v1)."""
+alone. Against the fake API server, at 1.33 (no resource.k8s.io/v1), 1.34 and 1.36, with kube-scheduler
+running: it leaves pods that name another scheduler alone."""
 
 import json
 
@@ -22,9 +23,14 @@ from .access import ungranted
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(params=["1.33.5", "1.34.2", "1.36.0"])
+def minor(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def server():
-    with FakeKubeApi(version="1.33.5") as api:
+def server(minor):
+    with FakeKubeApi(version=minor) as api:
         objects.gpu_operator(api)
         api.create(records.crd())
         api.create(objects.gpu_node("a10-0", product="NVIDIA-A10", count=1, memory_mib=23028))
@@ -308,6 +314,7 @@ def test_a_pod_over_its_tenants_quota_is_told_which_quota(server, cluster, conte
     assert reason == "FailedScheduling" and "max_claim_gpu_memory_mib" in message
 
 
+@pytest.mark.parametrize("minor", ["1.33.5"], indirect=False)
 def test_a_claim_made_through_the_api_says_why_no_pod_can_use_it_without_dra(server, cluster, context):
     from claims.allocator.service import create_claim
 

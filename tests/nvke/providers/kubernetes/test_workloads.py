@@ -17,15 +17,27 @@ from nvke.providers.kubernetes import dra, records
 from nvke.quantity import parse_mib
 from nvke.tenancy.models import Quota
 from tests.kubeapi import objects
+from tests.kubeapi.server import FakeKubeApi
 
 from .access import nvke_token, ungranted
 
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(params=["1.34.2", "1.36.0"])
+def kubeapi(request):
+    """The stand-in at the first minor serving resource.k8s.io/v1 and at one with its later gates."""
+    with FakeKubeApi(request.param) as server:
+        yield server
+
+
 def a10_cluster(kubeapi, *, consumable: bool = True, nodes: int = 1):
+    if consumable:  # the driver's consumable shares need KEP-5075's gate: alpha (off) on 1.34, beta on 1.36
+        kubeapi.features.set("DRAConsumableCapacity", True)
     objects.gpu_operator(kubeapi)
     kubeapi.create(records.crd())  # NVKE's access manifest brings it
+    kubeapi.create(objects.device_class())  # the DRA driver's chart brings it
+    kubeapi.create(objects.cpu_node("cpu-0"))  # where the cluster's other pods run, untainted
     for i in range(nodes):
         node = objects.gpu_node(f"a10-{i}", product="NVIDIA-A10", count=1, memory_mib=23028)
         kubeapi.create(node)
@@ -72,11 +84,79 @@ def events(kubeapi, name, namespace="ml"):
 
 
 def gated_pod(name, claim, namespace="ml"):
+    """A pod using a claim, as NVKE's admission lets it into a managed namespace: gated, tolerating pools."""
     pod = objects.pod(name, namespace=namespace)
-    pod["spec"]["schedulingGates"] = [{"name": dra.GATE}]
+    pod["spec"].update(dra.admitted_pod_fields())
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     return pod
+
+
+def pod_of(kubeapi, name, namespace="ml"):
+    return kubeapi.get("v1", "Pod", name, namespace)
+
+
+def test_an_admitted_pod_is_reserved_bound_and_started_on_its_claims_node(kubeapi, a10_pool, context):
+    cluster = a10_pool(consumable=True)
+    claim = fraction(context, cluster, "train", "8Gi", 70)
+    uid = kubeapi.create(gated_pod("train-pod", "train"))["metadata"]["uid"]
+
+    sync_workloads(cluster.pk)
+
+    rc = resource_claim(kubeapi, "train")
+    assert rc["metadata"]["finalizers"] == [dra.FINALIZER] == ["nvke.io/allocation"]  # not kube-scheduler's
+    assert rc["status"]["reservedFor"] == [{"resource": "pods", "name": "train-pod", "uid": uid}]
+    pod = pod_of(kubeapi, "train-pod")
+    assert (pod["spec"]["nodeName"], pod["status"]["phase"]) == (
+        "a10-0",
+        "Running",
+    )  # kube-scheduler, kubelet
+    written = rc["status"]["allocation"]
+
+    kubeapi.delete("v1", "Pod", "train-pod", "ml")
+    kubeapi.settle()
+    rc = resource_claim(kubeapi, "train")  # the claim controller drops the pod, leaves NVKE's allocation
+    assert "reservedFor" not in rc["status"] and rc["status"]["allocation"] == written
+    release_claim(claim)
+    sync_workloads(cluster.pk)
+    assert resource_claim(kubeapi, "train") is None
+
+
+def test_a_pod_that_does_not_tolerate_the_pool_keeps_its_gate_and_nvke_its_allocation(
+    kubeapi, a10_pool, context
+):
+    cluster = a10_pool(consumable=True)
+    fraction(context, cluster, "train", "8Gi", 70)
+    pod = gated_pod("train-pod", "train")
+    del pod["spec"]["tolerations"]
+    kubeapi.create(pod)
+
+    sync_workloads(cluster.pk)
+    kubeapi.settle()
+
+    assert resource_claim(kubeapi, "train")["status"]["allocation"]  # not cleared by kube-scheduler
+    assert pod_of(kubeapi, "train-pod")["spec"]["schedulingGates"] == [{"name": dra.GATE}]
+    ((reason, message),) = [(r, m) for r, m in events(kubeapi, "train-pod") if r == "FailedScheduling"]
+    assert "a10-0 (nvke.io/pool=infer:NoSchedule)" in message and "nvke.io/pool:NoSchedule" in message
+
+
+def test_a_pod_that_slipped_past_the_gate_is_allocated_by_kube_scheduler_and_nvke_leaves_it(
+    kubeapi, a10_pool, context
+):
+    cluster = a10_pool(consumable=True)
+    fraction(context, cluster, "train", "8Gi", 70)
+    pod = gated_pod("train-pod", "train")
+    del pod["spec"]["schedulingGates"]  # as if NVKE's admission were not there
+    kubeapi.create(pod)
+
+    sync_workloads(cluster.pk)  # NVKE makes the ResourceClaim; kube-scheduler allocates it at once
+
+    rc = resource_claim(kubeapi, "train")
+    assert rc["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+    assert [r["name"] for r in rc["status"]["reservedFor"]] == ["train-pod"]
+    state = Claim.objects.get(name="train").workload
+    assert state["state"] == "conflict" and "Allocated by another scheduler" in state["message"]
+    assert "config" not in rc["status"]["allocation"]["devices"]  # nothing of NVKE's written into it
 
 
 def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, context):
@@ -474,7 +554,7 @@ def test_a_resized_claim_reaches_the_pods_already_released(kubeapi, a10_pool, co
 
 
 def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
-    gpu_cluster, kube_client, attach, make_attached_pool, context
+    gpu_cluster, attach, make_attached_pool, context
 ):
     for node in ("gpu-a", "gpu-b", "gpu-c"):
         gpu_cluster.create(objects.resource_slice(node, 8))
@@ -483,22 +563,14 @@ def test_a_failed_gpu_moves_only_its_claim_and_evicts_only_the_pod_on_it(
     make_attached_pool(cluster, 1)
     for name in ("a", "b"):
         create_claim(context=context, cluster=cluster, name=name, namespace="ml", kind="whole")
-    sync_workloads(cluster.pk)
-    dra_api = client.ResourceV1Api(kube_client)
     devices = {}
-    for name in ("a", "b"):  # what kube-scheduler does once the gate is lifted: bind and reserve
-        rc = resource_claim(gpu_cluster, name)
-        (result,) = rc["status"]["allocation"]["devices"]["results"]
+    for name in ("a", "b"):
+        gpu_cluster.create(gated_pod(f"{name}-pod", name))
+    sync_workloads(cluster.pk)  # allocated, reserved, released: kube-scheduler binds them
+    for name in ("a", "b"):
+        (result,) = resource_claim(gpu_cluster, name)["status"]["allocation"]["devices"]["results"]
         devices[name] = (result["pool"], result["device"])
-        pod = objects.pod(f"{name}-pod", namespace="ml", node=result["pool"])
-        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": name}]
-        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-        uid = gpu_cluster.create(pod)["metadata"]["uid"]
-        reserved = {"status": {"reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": uid}]}}
-        dra_api.patch_namespaced_resource_claim_status(
-            name, "ml", reserved, _content_type="application/merge-patch+json"
-        )
-    gpu_cluster.settle()
+        assert gpu_cluster.get("v1", "Pod", f"{name}-pod", "ml")["spec"]["nodeName"] == result["pool"]
     sync_workloads(cluster.pk)  # the node snapshots say which pods hold each GPU
     for name, (node, device) in devices.items():
         held = json.loads(gpu_cluster.get("v1", "Node", node)["metadata"]["annotations"][records.SNAPSHOT])
@@ -575,3 +647,36 @@ def test_a_mig_claim_is_allocated_the_published_mig_device_at_its_placement(
     (result,) = rc["status"]["allocation"]["devices"]["results"]
     assert result["device"] == f"gpu-{share.gpu.index}-mig-1g10gb-19-{share.mig_start}"
     assert result["pool"] == "gpu-a"
+
+
+def test_a_claim_generated_from_a_pods_template_is_adopted_and_goes_when_the_pod_finishes(kubeapi, a10_pool):
+    cluster = a10_pool(consumable=True)
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    request["exactly"]["capacity"] = {"requests": {"memory": "4Gi"}}
+    kubeapi.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "notebook-gpu", "namespace": "ml"},
+            "spec": {"spec": {"devices": {"requests": [request]}}},
+        }
+    )
+    pod = gated_pod("notebook", "unused")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "notebook-gpu"}]
+    kubeapi.create(pod)
+    (entry,) = pod_of(kubeapi, "notebook")["status"]["resourceClaimStatuses"]  # the claim controller's
+    generated = entry["resourceClaimName"]
+
+    sync_workloads(cluster.pk)
+    sync_workloads(cluster.pk)
+
+    claim = Claim.objects.get(name=generated)
+    assert (claim.source, claim.gpu_memory_mib, claim.status) == ("resourceclaim", 4096, "allocated")
+    running = pod_of(kubeapi, "notebook")
+    assert (running["spec"]["nodeName"], running["status"]["phase"]) == ("a10-0", "Running")
+
+    kubeapi.update({**running, "status": {**running["status"], "phase": "Succeeded"}})
+    assert resource_claim(kubeapi, generated)["metadata"]["deletionTimestamp"]  # NVKE's finalizer holds it
+    sync_workloads(cluster.pk)
+    assert resource_claim(kubeapi, generated) is None
+    assert not Claim.objects.filter(name=generated).exists()
