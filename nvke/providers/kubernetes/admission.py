@@ -34,7 +34,7 @@ DIGEST = "nvke.io/spec-digest"
 SCHEDULER = "nvke"
 SHARED_RESOURCES = ("nvidia.com/gpu-memory", "nvidia.com/gpu-utilization")
 # The pool taint NVKE puts on its GPU nodes (operations.py); until dra.py owns the shape, here.
-TOLERATION = {"key": gpus.POOL_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+TOLERATION = dra.POOL_TOLERATION  # the toleration admitted_pod_fields() gives a GPU pod
 SERVICE_ACCOUNT = USERNAME
 
 
