@@ -140,7 +140,7 @@ def test_confirm_creates_the_rollout_and_its_pages_show_waves_runs_and_skipped(s
 @pytest.mark.parametrize(
     "fields, field, message",
     [
-        ({"max_unavailable": "0"}, "max_unavailable", "max_unavailable is at least 1 without a max_surge"),
+        ({"max_unavailable": "0"}, "max_unavailable", "“Max unavailable” is at least 1 without a max surge"),
         ({"max_unavailable": "150%"}, "max_unavailable", "a percent up to 100%"),
         ({"pools_per_wave": 0}, "pools_per_wave", "greater than or equal to 1"),
         ({"target_release": "999.1.1"}, "target_release", "Select a valid choice"),
