@@ -8,6 +8,7 @@ from .views import (
     claims,
     clusters,
     dashboard,
+    fleet,
     guide,
     maintenance,
     nodes,
@@ -24,6 +25,7 @@ urlpatterns = [
     path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),  # POST only (Django 5)
     path("", dashboard.dashboard, name="dashboard"),
+    path("fleet/", fleet.fleet_console_page, name="fleet-console"),
     path("getting-started/", guide.getting_started, name="getting-started"),
     path("clusters/", clusters.cluster_list, name="cluster-list"),
     path("clusters/new/", clusters.cluster_create, name="cluster-create"),

@@ -6,13 +6,10 @@ upgrades.services.control as the tenant's pages and API, audited as the operator
 Rollouts span every tenant, so they need no tenant context, and to anyone else they do not exist (404).
 Pages follow the operators' websocket stream (`ws/events/?rollouts=1`) through live.js."""
 
-from collections.abc import Callable
-from functools import wraps
 from itertools import groupby
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
 from django.forms.utils import pretty_name
 from django.http import Http404, HttpRequest, HttpResponse
@@ -28,24 +25,11 @@ from upgrades.run_lifecycle import ControlRefusal, Phase, rollout_move
 from upgrades.strategy import STRATEGY_FIELDS
 
 from ..forms import add_domain_error, driver_label
-from .shared import live
+from .shared import live, staff_view
 from .upgrades import StrategyForm, offered_controls, run_page
 
 CONTROLS = ("pause", "resume", "abort")
 LIVE_STREAM = "rollouts=1"  # nvke/consumers.py: the operators' stream
-
-
-def staff_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Sign-in required; anyone but staff gets a 404, as if rollouts did not exist."""
-
-    @login_required
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not request.user.is_staff:
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 class RolloutForm(StrategyForm):
