@@ -1,5 +1,7 @@
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import path
+from django.views.generic import RedirectView
 
 from .sign_in import SignInView
 from .views import (
@@ -22,6 +24,7 @@ from .views import (
 )
 
 urlpatterns = [
+    path("favicon.ico", RedirectView.as_view(url=static("frontend/favicon.svg"), permanent=True)),
     path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),  # POST only (Django 5)
     path("", dashboard.dashboard, name="dashboard"),
