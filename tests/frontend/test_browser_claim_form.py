@@ -50,3 +50,7 @@ def test_a_training_claim_with_its_guarantee_from_the_form(
     expect(page.locator(f'[data-claim-status="{claim.pk}"]')).to_have_text("allocated")
     expect(page.locator(f'[data-claim-compute-held="{claim.pk}"]')).to_have_text("70%")
     assert (claim.guaranteed_percent, claim.training, claim.allowed_models) == (70, True, ["a10"])
+    # The claim's page fits the screen: its sizing hints (vLLM's long flag) wrap, nothing overflows.
+    expect(page.locator("[data-claim-sizing]")).to_contain_text("--gpu-memory-utilization")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    screenshot(page, f"claim-page-{width}px")
