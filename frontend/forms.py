@@ -273,7 +273,7 @@ class ClaimCreateForm(forms.Form):
     kind = forms.ChoiceField(
         choices=Claim.Kind.choices,
         initial=Claim.Kind.FRACTION,
-        help_text="Whole GPUs, one MIG slice, or a fraction of one GPU: fill in its section below.",
+        help_text="Whole GPUs, one MIG slice, or a fraction of one GPU: its section below asks how much.",
     )
     pool = forms.ModelChoiceField(
         queryset=NodePool.objects.none(),
