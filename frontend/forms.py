@@ -18,11 +18,14 @@ from nvke.quantity import parse_mib
 from telemetry.models import RESCALING_BOUNDS
 from telemetry.policy import Policy
 
+from .user_words import form_field, in_form_words
+
 
 def add_domain_error(form: forms.Form, error: DomainError) -> None:
-    """Show a service's error next to the field it names, or above the form when it names none."""
-    field = error.field if error.field in form.fields else None
-    form.add_error(field, error.message)
+    """Show a service's error next to the field it names, or above the form when it names none, in the
+    form's words (user_words)."""
+    field = form_field(form, error.field)
+    form.add_error(field, in_form_words(form, error.message))
 
 
 class ClusterCreateForm(forms.Form):
@@ -65,7 +68,7 @@ class ClusterAttachForm(forms.Form):
     )
     token = forms.CharField(
         required=False,
-        widget=forms.PasswordInput,
+        widget=forms.PasswordInput(render_value=True),  # a refused attach keeps it for the next try
         label="Bearer token",
         help_text="NVKE's service account token.",
     )
@@ -270,7 +273,7 @@ class ClaimCreateForm(forms.Form):
     kind = forms.ChoiceField(
         choices=Claim.Kind.choices,
         initial=Claim.Kind.FRACTION,
-        help_text="Whole GPUs, one MIG slice, or a fraction of one GPU: fill in its section below.",
+        help_text="Whole GPUs, one MIG slice, or a fraction of one GPU: its section below asks how much.",
     )
     pool = forms.ModelChoiceField(
         queryset=NodePool.objects.none(),
@@ -305,6 +308,17 @@ class ClaimCreateForm(forms.Form):
         label="Guaranteed compute %",
         help_text="What it may always have (its request), at most the ceiling. Empty: the pool's default.",
     )
+    allowed_models = forms.MultipleChoiceField(
+        required=False,
+        label="GPU models",
+        help_text="Place it only on these GPU models (none chosen: any model of the cluster's pools).",
+        widget=forms.CheckboxSelectMultiple,
+    )
+    training = forms.BooleanField(
+        required=False,
+        label="Training job",
+        help_text="A pool whose upgrades wait for training claims keeps this claim's node from draining.",
+    )
     cpu_milli = forms.IntegerField(min_value=0, initial=0, label="Host CPU (millicores)")
     host_memory_mib = forms.IntegerField(min_value=0, initial=0, label="Host memory (MiB)")
     priority = forms.IntegerField(
@@ -319,6 +333,8 @@ class ClaimCreateForm(forms.Form):
         pool = self.fields["pool"]
         pool.queryset = cluster.node_pools.select_related("gpu_model").order_by("name")
         pool.label_from_instance = lambda p: f"{p.name} ({p.gpu_model.display_name}, {p.sharing_mode})"
+        models = {p.gpu_model.name: p.gpu_model.display_name for p in pool.queryset}
+        self.fields["allowed_models"].choices = sorted(models.items(), key=lambda item: item[1])
         profiles = _cluster_mig_profiles(cluster)
         if profiles:  # else free text: the claim may wait for a MIG pool to be added
             self.fields["mig_profile"].widget = forms.Select(choices=[("", "—"), *profiles])
@@ -337,9 +353,17 @@ class ClaimCreateForm(forms.Form):
         return mib
 
     def claim_fields(self) -> dict:
-        """The cleaned data as `create_claim` takes it."""
+        """The cleaned data as `create_claim` takes it, without the sections of the other kinds (hidden
+        in the browser, their values may linger there)."""
         data = dict(self.cleaned_data)
         data["gpu_memory_mib"] = data.pop("gpu_memory")
+        kind = data["kind"]
+        if kind != Claim.Kind.WHOLE:
+            data.update(gpus=1, nvlink_required=False)
+        if kind != Claim.Kind.MIG:
+            data["mig_profile"] = ""
+        if kind != Claim.Kind.FRACTION:
+            data.update(gpu_memory_mib=None, compute_percent=None, guaranteed_percent=None)
         return data
 
 

@@ -56,7 +56,7 @@ class GpuBar:
     segments: list[Segment]
     compute_segments: list[ComputeSegment]  # guaranteed shares, on the GPU's 100%
     ceiling_segments: list[ComputeSegment]  # ceilings, on the budget
-    figures: str  # "12Gi / 22.5Gi, 75%"
+    figures: str  # "12Gi / 22.5Gi (53%)": the memory held, never the compute
     compute_figure: str  # "40% guaranteed"
     ceiling_figure: str  # "130% of 200%"
     gpu_end: str  # where 100% of the GPU lies on the ceilings' scale (CSS %)
@@ -117,7 +117,7 @@ def gpu_bar(gpu: Gpu, mig: bool = False, budget_percent: int = 100) -> GpuBar:
         segments=segments,
         compute_segments=_side_by_side(segments, lambda s: s.guaranteed_milli, 1000),
         ceiling_segments=_side_by_side(segments, lambda s: s.compute_milli, scale),
-        figures=f"{human_mib(used)} / {human_mib(gpu.memory_mib)}, {guaranteed}%",
+        figures=f"{human_mib(used)} / {human_mib(gpu.memory_mib)} ({round(100 * used / total)}%)",
         compute_figure=f"{guaranteed}% guaranteed",
         ceiling_figure=f"{ceilings}% of {budget_percent}%",
         gpu_end=css_percent(1000 / scale),

@@ -1,5 +1,7 @@
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import path
+from django.views.generic import RedirectView
 
 from .sign_in import SignInView
 from .views import (
@@ -8,6 +10,7 @@ from .views import (
     claims,
     clusters,
     dashboard,
+    fleet,
     guide,
     maintenance,
     nodes,
@@ -21,9 +24,11 @@ from .views import (
 )
 
 urlpatterns = [
+    path("favicon.ico", RedirectView.as_view(url=static("frontend/favicon.svg"), permanent=True)),
     path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),  # POST only (Django 5)
     path("", dashboard.dashboard, name="dashboard"),
+    path("fleet/", fleet.fleet_console_page, name="fleet-console"),
     path("getting-started/", guide.getting_started, name="getting-started"),
     path("clusters/", clusters.cluster_list, name="cluster-list"),
     path("clusters/new/", clusters.cluster_create, name="cluster-create"),

@@ -3,6 +3,8 @@
 import datetime
 
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from claims.models import Claim
 from frontend.snapshot import MIG_SLOTS, gpu_bar
@@ -10,6 +12,16 @@ from nodepools.models import Gpu
 from nvke.quantity import human_mib
 
 register = template.Library()
+
+
+@register.filter
+def ago(moment: datetime.datetime | None) -> str:
+    """'3 minutes ago', or 'just now' within the first minute (timesince says '0 minutes')."""
+    if moment is None:
+        return ""
+    if timezone.now() - moment < datetime.timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(moment)} ago"
 
 
 @register.filter

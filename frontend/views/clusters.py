@@ -68,7 +68,9 @@ def cluster_create(request: HttpRequest, context: TenantContext) -> HttpResponse
         except DomainError as error:
             add_domain_error(form, error)
         else:
-            messages.success(request, f"Cluster {cluster.name} is being created.")
+            cluster.refresh_from_db(fields=["status"])  # the embedded default provisions it at commit
+            done = cluster.status == Cluster.Status.RUNNING
+            messages.success(request, f"Cluster {cluster.name} is {'running' if done else 'being created'}.")
             return redirect("cluster-detail", pk=cluster.pk)
     return render(request, "frontend/cluster_form.html", {"form": form}, status=400 if form.errors else 200)
 

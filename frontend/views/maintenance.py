@@ -14,6 +14,7 @@ from upgrades import maintenance
 from upgrades.api.serializers import MaintenanceSerializer
 from upgrades.models import MaintenanceExclusion
 
+from ..user_words import serializer_error
 from .shared import require_change, tenant_view
 
 
@@ -82,10 +83,8 @@ def cluster_maintenance(request: HttpRequest, context: TenantContext, pk: int) -
                 maintenance.replace(cluster, valid["time_zone"], valid["windows"], valid["exclusions"])
                 messages.success(request, "Maintenance settings saved.")
                 return redirect("cluster-maintenance", pk=cluster.pk)
-            errors = checked.errors
-            field, problem = next(iter(errors.items()))
             target = form if form is not None else bound["time_zone"]
-            target.add_error(None, f"{field}: {problem[0] if isinstance(problem, list) else problem}")
+            target.add_error(*serializer_error(target, checked.errors))
         status = 400
     return render(
         request,

@@ -42,7 +42,9 @@ def pool_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpRe
                 form.add_error("wait_for_capacity", f"{short} Tick this to create it anyway.")
             else:
                 pool = pool_services.create_pool(context=context, cluster=cluster, **form.pool_fields())
-                messages.success(request, f"Node pool {pool.name} is being created.")
+                pool.refresh_from_db(fields=["status"])  # the embedded default provisions it at commit
+                done = pool.status == NodePool.Status.READY
+                messages.success(request, f"Node pool {pool.name} is {'ready' if done else 'being created'}.")
                 return redirect("pool-detail", pk=pool.pk)
         except DomainError as error:
             add_domain_error(form, error)

@@ -6,44 +6,30 @@ upgrades.services.control as the tenant's pages and API, audited as the operator
 Rollouts span every tenant, so they need no tenant context, and to anyone else they do not exist (404).
 Pages follow the operators' websocket stream (`ws/events/?rollouts=1`) through live.js."""
 
-from collections.abc import Callable
-from functools import wraps
 from itertools import groupby
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
+from django.forms.utils import pretty_name
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from catalog.models import DriverRelease, GpuModel
 from nodepools.models import NodePool
 from nvke.errors import DomainError
-from upgrades import rollouts, services
+from upgrades import maintenance, rollouts, services
 from upgrades.models import FleetRollout, UpgradeRun
 from upgrades.node_machine import State
 from upgrades.run_lifecycle import ControlRefusal, Phase, rollout_move
+from upgrades.strategy import STRATEGY_FIELDS
 
 from ..forms import add_domain_error, driver_label
-from .shared import live
+from .shared import live, staff_view
 from .upgrades import StrategyForm, offered_controls, run_page
 
 CONTROLS = ("pause", "resume", "abort")
 LIVE_STREAM = "rollouts=1"  # nvke/consumers.py: the operators' stream
-
-
-def staff_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Sign-in required; anyone but staff gets a 404, as if rollouts did not exist."""
-
-    @login_required
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not request.user.is_staff:
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 class RolloutForm(StrategyForm):
@@ -164,15 +150,41 @@ def rollout_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "frontend/rollouts/detail.html",
         {
             "rollout": rollout,
-            "waves": [
-                [{"pool": r.pool, "run": r, "actions": run_actions(r, r.failed_nodes_count)} for r in wave]
-                for _, wave in groupby(runs, by_wave)
-            ],
+            "waves": [[_row(r) for r in wave] for _, wave in groupby(runs, by_wave)],
+            "strategy": strategy_words(rollout.strategy),
             "skipped": _with_tenants(rollout.skipped),
             "controls": [c for c in CONTROLS if _offered(rollout, c)],
             "live": live(LIVE_STREAM, refresh_on=f"rollout:{rollout.pk}"),
         },
     )
+
+
+def _row(run: UpgradeRun) -> dict:
+    """One pool's row of the rollout's waves (_waves.html)."""
+    actions = run_actions(run, run.failed_nodes_count)
+    return {"pool": run.pool, "run": run, "actions": actions, "waiting": waiting(run)}
+
+
+def waiting(run: UpgradeRun) -> str:
+    """Why a running run starts no node now (outside its cluster's maintenance windows), or ""."""
+    if run.status != Phase.RUNNING:
+        return ""
+    allowed, words = maintenance.run_window(run)
+    return "" if allowed else words
+
+
+def strategy_words(strategy: dict) -> list[str]:
+    """A rollout's strategy as the forms label it ("Max unavailable: 1", "Failed nodes: Keep cordoned")."""
+    words = []
+    for spec in STRATEGY_FIELDS:
+        if spec.name not in strategy:
+            continue
+        value = strategy[spec.name]
+        if spec.kind is bool:
+            value = "yes" if value else "no"
+        value = dict(spec.choices).get(value, value)
+        words.append(f"{spec.label or pretty_name(spec.name)}: {value}")
+    return words
 
 
 def by_wave(run: UpgradeRun) -> int:

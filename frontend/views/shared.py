@@ -1,6 +1,6 @@
-"""What the view modules share: the tenant_view decorator and the role checks, the live.js settings of
-a page, and the GPU query behind the pool and node snapshots. It imports no other view module, so every
-one of them may import it."""
+"""What the view modules share: the tenant_view and staff_view decorators and the role checks, the
+live.js settings of a page, and the GPU query behind the pool and node snapshots. It imports no other
+view module, so every one of them may import it."""
 
 from collections.abc import Callable
 from functools import wraps
@@ -8,7 +8,7 @@ from functools import wraps
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from claims.models import GpuShare
@@ -32,6 +32,20 @@ def tenant_view(view: TenantView) -> Callable[..., HttpResponse]:
         if context is None:
             return render(request, "frontend/no_tenant.html", status=403)
         return view(request, context, *args, **kwargs)
+
+    return wrapper
+
+
+def staff_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Sign-in required; anyone but staff (the platform's operators) gets a 404, as if the page did
+    not exist."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_staff:
+            raise Http404("No such page.")
+        return view(request, *args, **kwargs)
 
     return wrapper
 

@@ -11,18 +11,22 @@ from nodepools.models import Gpu, NodePool
 from nvke.tenancy.context import TenantContext
 from telemetry.models import ClaimScaling, TelemetryEvent
 
+from ..chart_history import chart_history
 from .shared import tenant_view
 
 WS_TELEMETRY = "/ws/telemetry/"  # nvke/routing.py
 RECENT_EVENTS = 20
 
 
-def _page(request, template: str, context: TenantContext, ws_query: str, events, **extra) -> HttpResponse:
+def _page(
+    request, template: str, context: TenantContext, ws_query: str, events, history: dict, **extra
+) -> HttpResponse:
     return render(
         request,
         f"frontend/telemetry/{template}",
         {
             "telemetry_ws": WS_TELEMETRY + (f"?{ws_query}" if ws_query else ""),
+            "history": history,  # the charts start from it (telemetry.js)
             "events": events.select_related("claim", "gpu__node", "node")[:RECENT_EVENTS],
             **extra,
         },
@@ -43,6 +47,7 @@ def fleet(request: HttpRequest, context: TenantContext) -> HttpResponse:
         context,
         "",
         TelemetryEvent.objects.restrict(context),
+        chart_history(Gpu.objects.restrict(context), per_gpu=False, per_pool=True),
         pools=pools,
         throttled=throttled.select_related("claim"),
     )
@@ -62,6 +67,9 @@ def cluster(request: HttpRequest, context: TenantContext, pk: int) -> HttpRespon
         context,
         f"cluster={pk}",
         TelemetryEvent.objects.restrict(context).filter(cluster=instance),
+        chart_history(
+            Gpu.objects.restrict(context).filter(node__pool__cluster=instance), per_gpu=False, per_pool=True
+        ),
         pools=pools.order_by("name"),
         throttled=throttled.select_related("claim"),
         cluster=instance,
@@ -78,6 +86,7 @@ def pool(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
         context,
         f"pool={pk}",
         TelemetryEvent.objects.restrict(context).filter(cluster=node_pool.cluster_id),
+        chart_history(gpus, per_gpu=True, per_pool=True),
         pool=node_pool,
         gpus=gpus,
     )
@@ -92,5 +101,6 @@ def gpu(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
         context,
         f"gpu={pk}",
         TelemetryEvent.objects.restrict(context).filter(gpu=device),
+        chart_history(Gpu.objects.filter(pk=device.pk), per_gpu=True, per_pool=False),
         gpu=device,
     )

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from catalog.models import DriverRelease
 from claims import allocator
-from nodepools.models import NodePool
+from nodepools.models import Node, NodePool
 from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.roles import Action
@@ -156,12 +156,17 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
         status = 400
     nodes = dict(pool.nodes.values_list("pk", "name"))
     moves = allocator.drain_preview(pool.cluster_id, list(nodes))
+    changes = move_changes(pool, [o.to_node for outcomes in moves.values() for o in outcomes if o.to_node])
     return render(
         request,
         "frontend/upgrades/pool_upgrade.html",
         {
             "pool": pool,
-            "drain_preview": [(nodes[pk], outcomes) for pk, outcomes in moves.items() if outcomes],
+            "drain_preview": [
+                (nodes[pk], [(outcome, changes.get(outcome.to_node, "")) for outcome in outcomes])
+                for pk, outcomes in moves.items()
+                if outcomes
+            ],
             "options": options,
             "form": form,
             "deferral_form": deferral_form,
@@ -172,6 +177,25 @@ def pool_upgrade(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
         },
         status=status,
     )
+
+
+def move_changes(pool: NodePool, to_nodes: list[str]) -> dict[str, str]:
+    """Node name -> what a claim moved there from `pool` would change: another GPU model, another
+    sharing mode (its isolation), or both, in words; nodes of the same model and mode are left out."""
+    targets = Node.objects.filter(pool__cluster_id=pool.cluster_id, name__in=to_nodes).select_related(
+        "pool__gpu_model"
+    )
+    changes = {}
+    for node in targets:
+        other = node.pool
+        parts = []
+        if other.gpu_model_id != pool.gpu_model_id:
+            parts.append(f"GPU model {pool.gpu_model.display_name} → {other.gpu_model.display_name}")
+        if other.sharing_mode != pool.sharing_mode:
+            parts.append(f"sharing {pool.sharing_mode} → {other.sharing_mode} (another isolation)")
+        if parts:
+            changes[node.name] = ", ".join(parts)
+    return changes
 
 
 def run_page(run: UpgradeRun) -> dict:

@@ -210,7 +210,7 @@ def test_a_claim_from_the_form_shows_in_the_gpu_snapshot(owner_page, frac_pool):
     # 6Gi of the L4's 23034 MiB, drawn to scale.
     width = segment.evaluate("el => el.style.width")
     assert width == f"{round(6144 / 23034 * 100, 2):g}%"
-    expect(page.locator(".gpu-figures").first).to_contain_text("6Gi / 22.5Gi, 25%")
+    expect(page.locator(".gpu-figures").first).to_contain_text("6Gi / 22.5Gi (27%)")
 
     # The node page draws the claim on the GPU's memory and compute bars.
     page.locator("#pool-nodes [data-node-row] a").first.click()
@@ -278,7 +278,7 @@ def test_a_node_page_draws_a_new_claim_without_reload(owner_page, tenant, frac_p
     node = frac_pool.nodes.get()
     page = owner_page
     page.goto(f"/nodes/{node.pk}/")
-    expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("0Gi / 22.5Gi, 0%")
+    expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("0Gi / 22.5Gi (0%)")
     listening(page)
 
     claim = create_claim(
@@ -301,7 +301,7 @@ def test_a_node_page_draws_a_new_claim_without_reload(owner_page, tenant, frac_p
     expect(page.locator(f'[data-claim-compute="{claim.pk}"]')).to_have_attribute(
         "style", "left: 0%; width: 50%"
     )
-    expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("11.2Gi / 22.5Gi, 50%")
+    expect(page.locator("#node-gpus .gpu-figures").first).to_have_text("11.2Gi / 22.5Gi (50%)")
     assert still_same_page(page)
 
 

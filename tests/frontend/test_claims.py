@@ -240,16 +240,16 @@ def test_pool_snapshot_draws_each_claim_to_scale(ui, cluster, frac_pool):
     # 4096 and 8192 MiB of the L4's 23034, side by side
     assert segments(response) == {a.pk: "left: 0%; width: 17.78%", b.pk: "left: 17.78%; width: 35.56%"}
     page = text(response)
-    assert '<span class="gpu-figures">12Gi / 22.5Gi, 75%</span>' in page
+    assert '<span class="gpu-figures">12Gi / 22.5Gi (53%)</span>' in page
     assert 'title="default/a: 4Gi, 50% compute"' in page
-    assert 'aria-label="GPU 0: 12Gi / 22.5Gi, 75% held. default/a: 4Gi, 50% compute; ' in page
+    assert 'aria-label="GPU 0: 12Gi / 22.5Gi (53%) held. default/a: 4Gi, 50% compute; ' in page
     assert f'href="/claims/{a.pk}/">default/a</a>' in page
     assert f'data-refresh-on="pool:{frac_pool.pk}"' in page  # its claims' events name the pool
 
 
 def test_an_idle_gpu_shows_an_empty_bar(ui, cluster, frac_pool):
     page = text(ui.get(f"/pools/{frac_pool.pk}/"))
-    assert '<span class="gpu-figures">0Gi / 22.5Gi, 0%</span>' in page
+    assert '<span class="gpu-figures">0Gi / 22.5Gi (0%)</span>' in page
     assert "data-claim-segment" not in page
 
 

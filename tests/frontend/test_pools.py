@@ -137,7 +137,7 @@ def test_node_count_out_of_bounds_is_shown_next_to_node_count(ui, running_cluste
     response = ui.post(f"/clusters/{running_cluster.pk}/pools/new/", {**NEW_POOL, "node_count": "9"})
     assert response.status_code == 400
     assert field_errors(response, "node_count") == [
-        "node_count 9 must lie within min_nodes 0 and max_nodes 4."
+        "“Nodes” 9 must lie within “Minimum nodes” 0 and “Maximum nodes” 4."
     ]
     assert not NodePool.objects.exists()
 
@@ -188,9 +188,7 @@ def test_scale_within_bounds_reconciles_the_nodes(ui, ready_pool, django_capture
 def test_scale_out_of_bounds_is_shown_next_to_node_count(ui, ready_pool):
     response = ui.post(f"/pools/{ready_pool.pk}/scale/", {"node_count": "5"})
     assert response.status_code == 400
-    assert field_errors(response, "node_count") == [
-        "node_count 5 must lie within min_nodes 0 and max_nodes 4."
-    ]
+    assert field_errors(response, "node_count") == ["“Nodes” 5 must lie within min nodes 0 and max nodes 4."]
     ready_pool.refresh_from_db()
     assert ready_pool.node_count == 2
 

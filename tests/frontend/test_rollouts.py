@@ -140,7 +140,7 @@ def test_confirm_creates_the_rollout_and_its_pages_show_waves_runs_and_skipped(s
 @pytest.mark.parametrize(
     "fields, field, message",
     [
-        ({"max_unavailable": "0"}, "max_unavailable", "max_unavailable is at least 1 without a max_surge"),
+        ({"max_unavailable": "0"}, "max_unavailable", "“Max unavailable” is at least 1 without a max surge"),
         ({"max_unavailable": "150%"}, "max_unavailable", "a percent up to 100%"),
         ({"pools_per_wave": 0}, "pools_per_wave", "greater than or equal to 1"),
         ({"target_release": "999.1.1"}, "target_release", "Select a valid choice"),
@@ -324,3 +324,25 @@ def test_an_operator_approves_a_canary_from_the_runs_page(staff, fleet, operator
     assert run.approved_at is not None
     entry = AuditEntry.objects.filter(object_type="upgrades.upgraderun", object_id=str(run.pk)).first()
     assert entry.actor_user_id == operator.pk and entry.changes["approved_at"][0] is None
+
+
+def test_the_rollout_page_reads_as_words_and_says_which_runs_wait_for_a_window(staff, fleet, operator):
+    from tests.upgrades.test_maintenance import closed_now, settings_body
+    from upgrades import maintenance
+    from upgrades.api.serializers import MaintenanceSerializer
+
+    checked = MaintenanceSerializer(data=settings_body(closed_now()))
+    assert checked.is_valid()
+    maintenance.replace(fleet["a"].cluster, "UTC", checked.validated_data["windows"], [])
+    rollout = create(operator, pools_per_wave=2, max_unavailable="1", canary_approval=True)
+    page = staff.get(f"/fleet-rollouts/{rollout.pk}/").content.decode()
+    assert "{#" not in page and "#}" not in page  # no template comment printed as text
+    strategy = re.search(r"<dt>Strategy</dt><dd[^>]*>(.*?)</dd>", page, re.S)[1]
+    assert "Max unavailable: 1" in strategy and "Canary approval: yes" in strategy
+    assert "max_unavailable" not in strategy and "{" not in strategy
+    # Wave 1's runs are running, but prod's window opens in two hours: they say they wait, and why.
+    run_a = rollout.runs.get(pool=fleet["a"])
+    assert run_a.status == "running"
+    assert f'data-run-status="{run_a.pk}">waiting<' in page
+    waiting = re.search(rf'data-run-waiting="{run_a.pk}">([^<]*)<', page)[1]
+    assert waiting.startswith("Outside every maintenance window")

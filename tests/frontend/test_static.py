@@ -16,6 +16,7 @@ from django.test import Client
         ("/static/frontend/vendor/uplot/uPlot.iife.min.js", "text/javascript", b"uPlot (v1.6."),
         ("/static/frontend/vendor/uplot/uPlot.min.css", "text/css", b".u-legend"),
         ("/static/frontend/pool_form.js", "text/javascript", b"pool-hints-data"),
+        ("/static/frontend/claim_form.js", "text/javascript", b"data-claim-form"),
         ("/static/frontend/app.css", "text/css", b".status-running"),
     ],
 )

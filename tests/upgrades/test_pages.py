@@ -55,7 +55,7 @@ def test_refused_start_is_400_with_the_reason_on_the_field(browser, pool):
     response = start(browser, pool, max_unavailable="0")
     assert (
         response.status_code == 400
-        and "max_unavailable is at least 1 without a max_surge" in response.content.decode()
+        and "“Max unavailable” is at least 1 without a max surge" in response.content.decode()
     )
     assert not UpgradeRun.objects.exists()
 
@@ -214,7 +214,9 @@ def test_outside_the_maintenance_window_the_form_says_so_and_starts_only_when_ov
     page = browser.get(f"/pools/{pool.pk}/upgrade/").content.decode()
     assert "Maintenance: Outside every maintenance window. It may go on from" in page
     refused = start(browser, pool)
-    assert refused.status_code == 400 and "override_window: true" in refused.content.decode()
+    # In the form's words: the checkbox's label, not the API's field.
+    assert refused.status_code == 400 and "override_window: true" not in refused.content.decode()
+    assert "tick “Start now even outside the maintenance window” and ask again" in refused.content.decode()
     assert not UpgradeRun.objects.exists()
     assert start(browser, pool, override_window="on").status_code == 302
     assert UpgradeRun.objects.get().window_override

@@ -9,7 +9,9 @@
  * Every element [data-series="gpu-<id>"] or [data-series="pool-<id>"] gets its chart in [data-chart]
  * (utilization and memory used, in %, over time: a time axis, a legend with the values under the
  * cursor, drawn at the screen's pixel density) and its current values ([data-value=...]);
- * canvas[data-heatmap] gets one cell per GPU coloured by utilization.
+ * canvas[data-heatmap] gets one cell per GPU coloured by utilization; a click on a cell opens that
+ * GPU's page (data-gpu-url, its id in place of 0). The charts start from the page's kept history
+ * (#telemetry-history).
  */
 (function () {
   "use strict";
@@ -52,6 +54,7 @@
     var count = message.gpus.length;
     setState("Live: " + count + (count === 1 ? " GPU." : " GPUs."));
     if (message.latest && message.latest.length) onFrame({ columns: message.columns, gpus: message.latest });
+    scheduleDraw(); // the heatmap's cells, "no data yet" until a sample comes
   }
 
   function onFrame(message) {
@@ -220,6 +223,14 @@
       if (gpu && caption) {
         caption.textContent = gpu.name + (gpu.latest ? ": " + format("util", gpu.latest.util) : ": no data yet");
       }
+      canvas.style.cursor = gpu ? "pointer" : "default";
+    };
+    canvas.onclick = function (e) {
+      var rect = canvas.getBoundingClientRect();
+      var x = Math.floor((e.clientX - rect.left) / cell);
+      var y = Math.floor((e.clientY - rect.top) / cell);
+      var id = x < perRow ? ids[y * perRow + x] : undefined;
+      if (id !== undefined && canvas.dataset.gpuUrl) window.location.href = canvas.dataset.gpuUrl.replace("/0/", "/" + id + "/");
     };
   }
 
@@ -247,6 +258,18 @@
     var target = el.querySelector("[data-chart]");
     if (target) charts[el.dataset.series] = makeChart(target);
   });
+
+  // The kept 10 s history first (embedded by the page, frontend/chart_history.py): the charts open with
+  // the last minutes drawn, and the stream carries on from them.
+  var kept = document.getElementById("telemetry-history");
+  if (kept) {
+    var history = JSON.parse(kept.textContent);
+    Object.keys(history).forEach(function (key) {
+      var h = history[key];
+      h.ts.forEach(function (ts, i) { push(key, ts, h.util[i], h.mem[i], { util: h.util[i], mem: h.used[i] }); });
+    });
+    scheduleDraw();
+  }
 
   NVKE.socket.open(root.dataset.telemetryWs, {
     onState: function (name) {
