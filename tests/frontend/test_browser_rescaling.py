@@ -27,7 +27,8 @@ def test_an_owner_changes_a_pools_rescaling_policy_on_its_page(owner_page, tenan
     expect(idle).to_have_attribute("aria-invalid", "true")
     expect(idle).to_have_attribute("aria-describedby", re.compile(r"\bid_idle_percent_error\b"))
     expect(page.locator("#field-idle_percent .errorlist")).to_have_text(
-        "idle_percent: 75% must be below pressure_percent (70%)."
+        "“Idle threshold (% of a claim's share)”: 75% must be below "
+        "“Pressure threshold (% of a claim's share)” (70%)."
     )
     expect(page.get_by_label("Pressure threshold")).to_have_value("70")
     assert not PoolRescaling.objects.exists()

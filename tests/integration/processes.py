@@ -31,7 +31,13 @@ def database_url_of_this_run() -> str:
 
 
 def process_env(**overrides: str) -> dict[str, str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "nvke.settings", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "nvke.settings",
+        "PYTHONUNBUFFERED": "1",
+        # the tests' Kubernetes stand-ins listen on loopback, which NVKE's address policy refuses by default
+        "NVKE_OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128",
+    }
     env.update(overrides)
     return {k: v for k, v in env.items() if v is not None}
 

@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
 from catalog.models import DriverRelease
-from claims.models import Claim
+from claims.models import Claim, ClaimGroup
 from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from nvke.routing import websocket_urlpatterns
@@ -110,6 +110,9 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
     claim = Claim.objects.create(
         tenant=tenant, cluster=cluster, name=f"{prefix}-claim", kind="fraction", compute_percent=10
     )
+    group = ClaimGroup.objects.create(
+        tenant=tenant, cluster=cluster, name=f"{prefix}-group", members=1, min_members=1
+    )
     token, _ = ApiToken.issue(tenant=tenant, user=owner, name=f"{prefix}-token")
     node = pool.nodes.order_by("pk").first()
     target = DriverRelease.objects.get(version=UPGRADE_TARGET)
@@ -131,6 +134,7 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
         "node": node.pk,
         "gpu": node.gpus.order_by("pk").first().pk,
         "claim": claim.pk,
+        "claim_group": group.pk,
         "upgrade_run": run.pk,
         "telemetry_event": event.pk,
         "claim_scaling": scaling.pk,

@@ -430,8 +430,19 @@ def test_the_pool_page_shows_the_policy_and_members_change_it(owner, add_pool):
 @pytest.mark.parametrize(
     "change, field, message",
     [
-        ({"idle_percent": "80"}, "idle_percent", "idle_percent: 80% must be below pressure_percent (70%)."),
-        ({"max_growth_percent": "500"}, "max_growth_percent", "max_growth_percent: 500 is out of bounds"),
+        (
+            {"idle_percent": "80"},
+            "idle_percent",
+            (
+                "“Idle threshold (% of a claim's share)”: 80% must be below "
+                "“Pressure threshold (% of a claim's share)” (70%)."
+            ),
+        ),
+        (
+            {"max_growth_percent": "500"},
+            "max_growth_percent",
+            "“Grow up to (% of the request)”: 500 is out of bounds",
+        ),
         ({"pressure_s": ""}, "pressure_s", "This field is required."),
     ],
 )

@@ -121,7 +121,13 @@ def test_without_beat_a_killed_workers_tick_comes_back_within_the_visibility_tim
     acknowledged. Kombu hands it to the next worker once it is older than the broker's visibility
     timeout; with Kombu's default (an hour, and a sweep every 100 s) the run stalled that long."""
     visibility_s = 4.0
-    env = {"NVKE_BROKER_VISIBILITY_TIMEOUT_S": str(visibility_s), "NVKE_UPGRADE_TICK_S": "1"}
+    env = {
+        "NVKE_BROKER_VISIBILITY_TIMEOUT_S": str(visibility_s),
+        "NVKE_UPGRADE_TICK_S": "1",
+        # task limits stay under the visibility timeout (settings refuse otherwise)
+        "NVKE_TASK_SOFT_TIME_LIMIT_S": "2",
+        "NVKE_TASK_TIME_LIMIT_S": "3",
+    }
     pool = make_upgrade_pool(nodes=4)
     worker = start_worker(tmp_path, beat=False, **env)
     try:
