@@ -111,8 +111,16 @@ def manage(server, namespace: str) -> None:
 
 @contextlib.contextmanager
 def published(server, node: str, name: str) -> Iterator[dict]:
-    """A ResourceSlice of one `gpu.nvidia.com` device for the node (its pool named as the node, as
-    NVIDIA's kubelet plugin names it), deleted afterwards."""
+    """The node's `gpu.nvidia.com` ResourceSlice: the one NVIDIA's DRA driver publishes on a GPU cluster
+    (a second slice of its pool would make the pool invalid to kube-scheduler), else one of one device
+    made for the test (its pool named as the node, as NVIDIA's kubelet plugin names it), deleted
+    afterwards."""
+    slices = server.list("resource.k8s.io/v1", "ResourceSlice")
+    if driver := [
+        s for s in slices if s["spec"].get("nodeName") == node and s["spec"]["driver"] == gpus.DRA_DRIVER
+    ]:
+        yield driver[0]
+        return
     body = objects.resource_slice(node, 1)
     body["metadata"]["name"] = f"{name}-{node}"
     body["spec"]["pool"]["name"] = node
