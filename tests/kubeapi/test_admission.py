@@ -1,7 +1,8 @@
 """Admission policies on the stand-in, through the official client: NVKE's policies add to a GPU pod in a
 managed namespace only what it lacks, where MutatingAdmissionPolicy is served (1.36+), and refuse, saying
 what to add, where it is not (1.34); a policy the stand-in cannot evaluate is refused when created. (A
-claim pod held from creation, and only NVKE lifting the gate, run on both targets, the real cluster
+claim pod held from creation, a shared-GPU pod sent to NVKE's scheduler, and only NVKE lifting the gate,
+run on both targets, the real cluster
 included: tests/nvke/providers/kubernetes/test_both_targets_strict.py.)"""
 
 import copy
@@ -56,14 +57,6 @@ def claim_pod(name: str, **spec) -> dict:
     return body
 
 
-def shared_pod(name: str, **spec) -> dict:
-    body = pod(name, namespace="ml")
-    limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "50"}
-    body["spec"]["containers"][0]["resources"] = {"limits": limits}
-    body["spec"].update(spec)
-    return body
-
-
 def created(server: FakeKubeApi, body: dict) -> dict:
     server.core.create_namespaced_pod(body["metadata"]["namespace"], body)
     return server.get("v1", "Pod", body["metadata"]["name"], body["metadata"]["namespace"])
@@ -95,19 +88,6 @@ def test_a_gate_is_appended_to_the_pods_own(cluster):
         assert created(cluster, body)["spec"]["schedulingGates"] == [own, GATE]
     else:
         assert "add spec.schedulingGates" in refusal(cluster, body).body
-
-
-def test_a_shared_gpu_pod_goes_to_nvkes_scheduler(cluster):
-    if mutating(cluster):
-        spec = created(cluster, shared_pod("infer"))["spec"]
-        assert spec["schedulerName"] == "nvke"
-        assert spec["tolerations"] == [TOLERATION]
-        assert "schedulingGates" not in spec, "the scheduler path needs no gate"
-    else:
-        error = refusal(cluster, shared_pod("infer", tolerations=[TOLERATION]))
-        assert "set spec.schedulerName: nvke" in error.body
-        spec = created(cluster, shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke"))["spec"]
-        assert spec["schedulerName"] == "nvke"
 
 
 def test_pods_outside_managed_namespaces_and_without_gpus_are_left_alone(cluster):

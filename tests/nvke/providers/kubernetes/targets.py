@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from nvke.providers.base import ClusterRef, DeviceShare, WorkloadClaim
-from nvke.providers.kubernetes import dra, gpus
+from nvke.providers.kubernetes import dra, gpus, records
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from tests.kubeapi import objects
 from tests.kubeapi.real import ENV, NODE_ENV, RealKubeApi
@@ -134,9 +134,11 @@ def published(server, node: str, name: str) -> Iterator[dict]:
 @contextlib.contextmanager
 def in_pool(server, node: str) -> Iterator[None]:
     """The node in pool POOL for the scenario's length, with the taint NVKE gives a pool's nodes; its
-    labels and taints put back afterwards."""
+    pool label, NVKE's snapshot annotation and its taints put back afterwards."""
     was = server.get("v1", "Node", node)
     labels = {gpus.POOL_LABEL: (was["metadata"].get("labels") or {}).get(gpus.POOL_LABEL)}
+    # NVKE's scheduler path writes its snapshot of the node's GPUs there
+    annotations = {records.SNAPSHOT: (was["metadata"].get("annotations") or {}).get(records.SNAPSHOT)}
     taints = was["spec"].get("taints") or []
     taint = {"key": gpus.POOL_LABEL, "value": POOL, "effect": "NoSchedule"}
     pooled = {"metadata": {"labels": {gpus.POOL_LABEL: POOL}}, "spec": {"taints": [*taints, taint]}}
@@ -144,7 +146,10 @@ def in_pool(server, node: str) -> Iterator[None]:
     try:
         yield
     finally:
-        back = {"metadata": {"labels": labels}, "spec": {"taints": taints or None}}
+        back = {
+            "metadata": {"labels": labels, "annotations": annotations},
+            "spec": {"taints": taints or None},
+        }
         server.patch_merge("v1", "Node", node, back)
 
 

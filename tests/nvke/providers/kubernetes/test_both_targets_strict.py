@@ -2,7 +2,8 @@
 admin's kubeconfig over HTTPS, NVKE with its own service account's token), and, opt-in, the real cluster
 NVKE_K8S_TEST_KUBECONFIG names (skipped with the reason otherwise; docs/operations.md says how to set
 one up). NVKE's admission holds a claim pod from creation (or refuses it saying what to add) and only
-NVKE's service account lifts the gate; NVKE allocates as that account at each minor, and attach refuses a
+NVKE's service account lifts the gate; a shared-GPU pod is sent to NVKE's scheduler (or refused naming it)
+and bound by it; NVKE allocates as that account at each minor, and attach refuses a
 role older than NVKE's, naming the missing rule; kube-scheduler and NVKE on DRA: a pod that
 does not tolerate the pool keeps its gate and NVKE its allocation, a pod that slipped past the gate is
 left to kube-scheduler. A difference between the targets means the stand-in is wrong."""
@@ -11,12 +12,14 @@ import pytest
 import yaml
 from kubernetes.dynamic.exceptions import DynamicApiError
 
-from nvke.providers.base import ClusterRef
-from nvke.providers.kubernetes import admission, attach, dra, rbac
+from nvke.providers.base import ClusterRef, DeviceShare, WorkloadClaim
+from nvke.providers.kubernetes import admission, attach, dra, rbac, scheduler
+from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
 
 from .access import nvke_token
 from .targets import (
+    PAUSE_IMAGE,
     POOL,
     claim_pod,
     eventually,
@@ -213,3 +216,47 @@ def test_a_pod_that_slipped_past_the_gate_is_allocated_by_kube_scheduler_and_nvk
         assert state.state == "conflict" and "Allocated by another scheduler" in state.message
         assert rc["status"]["allocation"] == allocation  # nothing of NVKE's written into it
         eventually(server, lambda: server.get("v1", "Pod", "train", scratch)["spec"].get("nodeName") == node)
+
+
+def test_a_shared_gpu_pod_is_sent_to_nvkes_scheduler_and_bound_by_it(target, scratch):
+    """The scheduler path: a pod asking nvidia.com/gpu-memory and -utilization gets schedulerName nvke
+    and the pool toleration from NVKE's admission (1.36), or is refused naming them (1.34); NVKE's
+    scheduler binds it through pods/binding to its claim's node, ungated."""
+    server, node = target
+    manage(server, scratch)
+    pod = objects.pod("infer", namespace=scratch, image=PAUSE_IMAGE)
+    limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "50"}
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+    if server.minor >= admission.MUTATING_VERSION:
+        spec = server.create(pod)["spec"]
+    else:
+        pod["spec"]["tolerations"] = [dict(dra.POOL_TOLERATION)]
+        with pytest.raises(DynamicApiError) as refused:
+            server.create(pod)
+        assert refused.value.status == 422 and "set spec.schedulerName: nvke" in str(refused.value.body)
+        pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+        spec = server.create(pod)["spec"]
+    assert spec["schedulerName"] == scheduler.SCHEDULER == admission.SCHEDULER
+    assert admission.TOLERATION in spec["tolerations"] and not spec.get("schedulingGates")
+
+    share = DeviceShare(
+        index=0, uuid=objects.gpu_uuid(node, 0), memory_mib=4096, ceiling_percent=50, guaranteed_percent=10
+    )
+    claim = WorkloadClaim(
+        namespace=scratch,
+        name="infer",
+        source="pod",
+        kind="fraction",
+        gpus=1,
+        node=node,
+        shares=(share,),
+        sharing_mode="time-slicing",
+        isolation="none",
+    )
+    with in_pool(server, node):
+        (state,) = ops_for(server).sync_workloads([claim], tenant=scratch).states
+        assert state.state == "allocated", state.message
+        bound = server.get("v1", "Pod", "infer", scratch)
+        assert bound["spec"]["nodeName"] == node
+        assert bound["metadata"]["annotations"][scheduler.ANNOTATIONS["uuids"]] == share.uuid
+    assert refused_to_nvke(server) == set()
