@@ -20,6 +20,7 @@ from nvke.providers.kubernetes.operations import KubernetesOperations
 from tests.kubeapi import objects
 from tests.kubeapi.real import ENV, NODE_ENV, RealKubeApi
 from tests.kubeapi.server import FakeKubeApi
+from tests.kubeapi.tls import client_material
 
 from .access import nvke_token
 
@@ -41,9 +42,9 @@ class ThroughKubeconfig(RealKubeApi):
     """The stand-in behind the real-cluster adapter: every seeding call goes over HTTPS as the cluster's
     admin (admission applies, as on a real cluster); settle() lets the stand-in's clock run."""
 
-    def __init__(self, fake: FakeKubeApi, directory: Path):
+    def __init__(self, fake: FakeKubeApi, directory: Path, *, client_certificate: bool = False):
         path = directory / "kubeconfig"
-        path.write_text(kubeconfig_for(fake))
+        path.write_text(kubeconfig_for(fake, client_certificate=client_certificate))
         configuration = RealKubeApi.from_kubeconfig(str(path)).configuration
         super().__init__(configuration)
         self.fake = fake
@@ -52,14 +53,24 @@ class ThroughKubeconfig(RealKubeApi):
         self.fake.settle(seconds)
 
 
-def kubeconfig_for(server: FakeKubeApi) -> str:
-    ca = base64.b64encode(server.ca_bundle.encode()).decode()
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def kubeconfig_for(server: FakeKubeApi, *, client_certificate: bool = False) -> str:
+    """The stand-in's admin kubeconfig: its token, or (as kind writes one) a client certificate."""
+    if client_certificate:
+        certificate, key = client_material()
+        user = {"client-certificate-data": _b64(certificate), "client-key-data": _b64(key)}
+    else:
+        user = {"token": server.token}
+    cluster = {"server": server.url, "certificate-authority-data": _b64(server.ca_bundle)}
     return yaml.safe_dump(
         {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "c", "cluster": {"server": server.url, "certificate-authority-data": ca}}],
-            "users": [{"name": "u", "user": {"token": server.token}}],
+            "clusters": [{"name": "c", "cluster": cluster}],
+            "users": [{"name": "u", "user": user}],
             "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
             "current-context": "x",
         }
@@ -67,16 +78,16 @@ def kubeconfig_for(server: FakeKubeApi) -> str:
 
 
 def stand_in(fake: FakeKubeApi, directory: Path) -> ThroughKubeconfig:
-    """A GPU cluster on the stand-in as docs/operations.md sets up a test cluster: the GPU Operator, the
-    DRA driver's DeviceClass, NVKE's manifest applied (its service account, role and admission
-    policies), one GPU node `gpu-a`; the server's own token is the admin's, not NVKE's."""
+    """A GPU cluster on the stand-in as docs/operations.md sets up a kind test cluster: the GPU
+    Operator, the DRA driver's DeviceClass, NVKE's manifest applied (its service account, role and
+    admission policies), one GPU node `gpu-a`; reached, as kind's kubeconfig does, with the admin's
+    client certificate."""
     objects.gpu_operator(fake)
     fake.create(objects.device_class())
     fake.create(objects.gpu_node("gpu-a", count=1))
     nvke_token(fake)  # applies NVKE's manifest
-    fake.token_user = "kubernetes-admin"
     fake.settle()
-    return ThroughKubeconfig(fake, directory)
+    return ThroughKubeconfig(fake, directory, client_certificate=True)
 
 
 def ops_for(server) -> KubernetesOperations:
