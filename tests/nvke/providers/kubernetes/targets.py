@@ -123,7 +123,7 @@ def manage(server, namespace: str) -> None:
 @contextlib.contextmanager
 def published(server, node: str, name: str) -> Iterator[dict]:
     """The node's `gpu.nvidia.com` ResourceSlice: the one NVIDIA's DRA driver publishes on a GPU cluster
-    (a second slice of its pool would make the pool invalid to kube-scheduler), else one of one device
+    (a second slice of its pool would leave the pool incomplete to kube-scheduler), else one of one device
     made for the test (its pool named as the node, as NVIDIA's kubelet plugin names it), deleted
     afterwards."""
     slices = server.list("resource.k8s.io/v1", "ResourceSlice")
