@@ -1,38 +1,87 @@
 """A real cluster behind the same seeding surface as FakeKubeApi (create, get, list, patch_merge,
-delete, settle; url, token, ca_bundle), so one scenario runs on either. Named by
-NVKE_K8S_TEST_KUBECONFIG: its current context must use a bearer token (NVKE keeps nothing else), with
-the rights of NVKE's RBAC manifest plus creating and deleting namespaces, pods and PodDisruptionBudgets."""
+delete, settle; url, ca_bundle), so one scenario runs on either. Named by NVKE_K8S_TEST_KUBECONFIG: its
+current context is the test's admin (any credentials the official client loads: a token, kind's client
+certificate); NVKE itself acts with the token of the service account its RBAC manifest creates
+(nvke_token), never with the admin's, so every request NVKE makes is authorized by NVKE's ClusterRole and
+judged by NVKE's admission policies as on a tenant's cluster."""
 
 from __future__ import annotations
 
+import base64
 import os
+import time
 from typing import Any
 
-from kubernetes import client, dynamic
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes import client, config, dynamic
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from clusters.kubeconfig import parse_kubeconfig
+from nvke.providers.kubernetes import rbac
 
 ENV = "NVKE_K8S_TEST_KUBECONFIG"
-NODE_ENV = "NVKE_K8S_TEST_NODE"  # a GPU node the scenarios may cordon and drain
+NODE_ENV = "NVKE_K8S_TEST_NODE"  # a GPU node the scenarios may cordon, drain, taint and publish for
+TOKEN_WAIT_S = 30.0  # the token controller fills a new service-account token Secret within seconds
 
 
 class RealKubeApi:
     real = True
 
-    def __init__(self, kubeconfig: str):
-        with open(kubeconfig) as config:
-            self.url, self.token, self.ca_bundle = parse_kubeconfig(config.read())
-        configuration = client.Configuration(
-            host=self.url, api_key={"BearerToken": self.token}, api_key_prefix={"BearerToken": "Bearer"}
-        )
-        configuration.ca_cert_data = self.ca_bundle or None
-        self.dynamic = dynamic.DynamicClient(client.ApiClient(configuration))
+    def __init__(self, configuration: client.Configuration):
+        self.configuration = configuration
+        self.url = configuration.host
+        self.ca_bundle = ""
+        if configuration.ssl_ca_cert:  # the loader writes certificate-authority-data to a file
+            with open(configuration.ssl_ca_cert) as ca:
+                self.ca_bundle = ca.read()
+        self.api_client = client.ApiClient(configuration)
+        self.dynamic = dynamic.DynamicClient(self.api_client)
+
+    @classmethod
+    def from_kubeconfig(cls, path: str) -> RealKubeApi:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+        return cls(configuration)
 
     @classmethod
     def from_environment(cls) -> RealKubeApi | None:
         path = os.environ.get(ENV)
-        return cls(path) if path else None
+        return cls.from_kubeconfig(path) if path else None
+
+    def as_token(self, token: str) -> RealKubeApi:
+        """The same cluster, acting with a bearer token (a service account's) instead of the admin's."""
+        configuration = client.Configuration(
+            host=self.url, api_key={"BearerToken": token}, api_key_prefix={"BearerToken": "Bearer"}
+        )
+        configuration.ssl_ca_cert = self.configuration.ssl_ca_cert
+        return RealKubeApi(configuration)
+
+    def account_token(self, namespace: str, secret: str) -> str:
+        """The token the token controller put in a service-account token Secret (it fills it soon after
+        the Secret is made, so a just-applied manifest gets a few seconds)."""
+        deadline = time.monotonic() + TOKEN_WAIT_S
+        while True:
+            data = (self.get("v1", "Secret", secret, namespace) or {}).get("data") or {}
+            if data.get("token"):
+                return base64.b64decode(data["token"]).decode()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Secret {namespace}/{secret} got no token within {TOKEN_WAIT_S}s")
+            time.sleep(0.5)
+
+    def nvke_token(self) -> str:
+        """NVKE's service account's token, from the Secret NVKE's RBAC manifest makes (apply it first:
+        docs/operations.md, "Testing against a real cluster")."""
+        return self.account_token(rbac.NAMESPACE, f"{rbac.ACCOUNT}-token")
+
+    @property
+    def minor(self) -> tuple[int, int]:
+        info = client.VersionApi(self.api_client).get_code()
+        return int(info.major), int("".join(ch for ch in info.minor if ch.isdigit()))
+
+    def serves(self, api_version: str, kind: str) -> bool:
+        try:
+            self._resource(api_version, kind)
+        except ResourceNotFoundError:
+            return False
+        return True
 
     def _resource(self, api_version: str, kind: str):
         return self.dynamic.resources.get(api_version=api_version, kind=kind)

@@ -145,8 +145,15 @@ BUILTINS = (
         False,
         verbs=("create",),
     ),
+    # Upstream serves every verb on RBAC objects (kubernetes/kubernetes pkg/registry/rbac/clusterrole/
+    # storage/storage.go, a generic registry Store); the stand-in serves those its tests use.
     ResourceType(
-        "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, verbs=("create", "get")
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterroles",
+        "ClusterRole",
+        False,
+        verbs=("create", "get", "delete"),
     ),
     ResourceType(
         "rbac.authorization.k8s.io",
@@ -154,7 +161,7 @@ BUILTINS = (
         "clusterrolebindings",
         "ClusterRoleBinding",
         False,
-        verbs=("create", "get"),
+        verbs=("create", "get", "delete"),
     ),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, verbs=("create", "get")),
     ResourceType(

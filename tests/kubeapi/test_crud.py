@@ -232,7 +232,7 @@ def test_deleting_a_namespace_deletes_what_is_in_it(kubeapi, kube_client):
     assert kubeapi.list("v1", "Pod", namespace="ml") == [] and kubeapi.get("v1", "Namespace", "ml") is None
 
 
-def test_rbac_kinds_allow_only_create_and_get(kube_client):
+def test_rbac_kinds_serve_create_get_and_delete_and_refuse_the_rest(kube_client):
     rbac = client.RbacAuthorizationV1Api(kube_client)
     role = {
         "metadata": {"name": "nvke"},
@@ -241,8 +241,12 @@ def test_rbac_kinds_allow_only_create_and_get(kube_client):
     rbac.create_cluster_role(role)
     assert rbac.read_cluster_role("nvke").rules[0].resources == ["nodes"]
     with pytest.raises(ApiException) as caught:
-        rbac.delete_cluster_role("nvke")
-    assert caught.value.status == 405
+        rbac.patch_cluster_role("nvke", {"metadata": {"labels": {"a": "b"}}})
+    assert caught.value.status == 405  # a verb the stand-in does not serve, as discovery says
+    rbac.delete_cluster_role("nvke")
+    with pytest.raises(ApiException) as caught:
+        rbac.read_cluster_role("nvke")
+    assert caught.value.status == 404
 
 
 def test_seeding_writes_like_the_api(kubeapi):

@@ -10,10 +10,11 @@ from tests.kubeapi.server import FakeKubeApi
 
 def nvke_token(server, manifest: str | None = None) -> str:
     """Apply NVKE's access manifest (or an older `manifest`) to the fake and return NVKE's service-account
-    token, with which every request NVKE makes is authorized by that manifest's ClusterRole. Anything else
-    (a real cluster) is used with the token it was given."""
+    token, with which every request NVKE makes is authorized by that manifest's ClusterRole. On a real
+    cluster (tests/kubeapi/real.py) the manifest is applied by whoever set it up: the token is read from
+    the Secret it made."""
     if not isinstance(server, FakeKubeApi):
-        return server.token
+        return server.nvke_token()
     accounts.apply(server, yaml.safe_load(manifest or rbac.manifest()))
     return accounts.token(server, rbac.NAMESPACE, f"{rbac.ACCOUNT}-token")
 

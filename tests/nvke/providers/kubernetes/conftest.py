@@ -1,3 +1,5 @@
+import uuid
+
 import pytest
 
 from nvke.tenancy.context import TenantContext
@@ -34,3 +36,14 @@ def sharing_pool(context):
         return pool
 
     return make
+
+
+@pytest.fixture
+def scratch(target):
+    """A namespace of this test's own, deleted afterwards with what was made in it (for the both-targets
+    scenarios: their module defines `target`)."""
+    server, _ = target
+    name = f"nvke-test-{uuid.uuid4().hex[:8]}"
+    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    server.delete("v1", "Namespace", name)

@@ -206,13 +206,3 @@ def test_an_endpoint_that_is_not_kubernetes_is_refused(api, catalog, gpu_cluster
     gpu_cluster.faults.fail("GET", r"^/version/?$", status, times=5)  # 200: a body that is no version
     body = refused(api, gpu_cluster, code)
     assert body["details"]["checks"][0]["check"] == "reachable"
-
-
-def test_a_role_older_than_nvkes_is_refused_naming_the_rule_and_what_to_apply(api, catalog):
-    older = manifest_without(("patch", "resourceclaims/binding"))  # the manifest before 1.36's DRA rule
-    with FakeKubeApi(version="1.36.0") as server:
-        objects.gpu_operator(server)
-        server.create(objects.gpu_node("gpu-a"))
-        body = refused(api, server, "forbidden", "token", manifest=older)
-    assert "patch resourceclaims/binding.resource.k8s.io" in body["message"]
-    assert "/api/v1/clusters/rbac-manifest/" in body["message"] and "kubectl apply" in body["message"]

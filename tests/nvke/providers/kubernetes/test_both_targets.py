@@ -3,23 +3,26 @@ names one (see docs/operations.md): the provider is the same, so a difference me
 The real cluster needs the GPU Operator, GPU feature discovery and a GPU node the tests may cordon and
 drain (NVKE_K8S_TEST_NODE); they leave it uncordoned and delete what they create."""
 
-import base64
 import json
-import os
-import time
-import uuid
 
 import pytest
-import yaml
 
 from nvke.providers.base import ClusterRef, DeviceShare, ProviderError, WorkloadClaim
 from nvke.providers.kubernetes import attach, dra, gpus, records, scheduler
-from nvke.providers.kubernetes.operations import KubernetesOperations
 from tests.kubeapi import objects
-from tests.kubeapi.real import NODE_ENV, RealKubeApi
-from tests.nvke.providers.kubernetes.access import nvke_token
 
-PAUSE_IMAGE = os.environ.get("NVKE_K8S_TEST_IMAGE", "registry.k8s.io/pause:3.10")
+from .access import nvke_token
+from .targets import (
+    PAUSE_IMAGE,
+    ThroughKubeconfig,
+    claim_pod,
+    eventually,
+    manage,
+    ops_for,
+    published,
+    real_target,
+    whole_gpu,
+)
 
 
 @pytest.fixture(
@@ -27,74 +30,16 @@ PAUSE_IMAGE = os.environ.get("NVKE_K8S_TEST_IMAGE", "registry.k8s.io/pause:3.10"
 )
 def target(request, tmp_path):
     """(server, GPU node name) on the fake GPU cluster — seeded directly, or through the real-cluster
-    adapter and a kubeconfig, which checks the adapter itself — or on the real cluster when one is named."""
+    adapter and a kubeconfig as its admin, which checks the adapter itself — or on the real cluster when
+    one is named."""
     if request.param == "fake":
         return request.getfixturevalue("gpu_cluster"), "gpu-a"
     if request.param == "fake-through-kubeconfig":
         fake = request.getfixturevalue("gpu_cluster")
-        path = tmp_path / "kubeconfig"
-        path.write_text(kubeconfig_for(fake))
-        return RealKubeApi(str(path)), "gpu-a"
-    real = RealKubeApi.from_environment()
-    if real is None:
-        pytest.skip("opt-in: set NVKE_K8S_TEST_KUBECONFIG (and NVKE_K8S_TEST_NODE) to run on a real cluster")
-    if not os.environ.get(NODE_ENV):
-        pytest.skip(f"{NODE_ENV} names the GPU node the scenarios may cordon and drain")
-    return real, os.environ[NODE_ENV]
-
-
-def kubeconfig_for(server) -> str:
-    ca = base64.b64encode(server.ca_bundle.encode()).decode()
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "c", "cluster": {"server": server.url, "certificate-authority-data": ca}}],
-            "users": [{"name": "u", "user": {"token": server.token}}],
-            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-            "current-context": "x",
-        }
-    )
-
-
-def ops_for(server) -> KubernetesOperations:
-    return KubernetesOperations(
-        ClusterRef(
-            name="t",
-            endpoint=server.url,
-            token=nvke_token(server),
-            ca_bundle=server.ca_bundle,
-            provider="kubernetes",
-        )
-    )
-
-
-def eventually(server, check, timeout: float = 120.0):
-    """The fake settles at once; a real cluster gets time (pods start, evictions finish)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        server.settle(31)
-        if result := check():
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s")
-        time.sleep(0.5)
-
-
-@pytest.fixture
-def scratch(target):
-    """A namespace of this test's own, deleted afterwards (with what was made in it)."""
-    server, _ = target
-    name = f"nvke-test-{uuid.uuid4().hex[:8]}"
-    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    server.delete("v1", "Namespace", name)
-
-
-def manage(server, namespace: str) -> None:
-    """The test's namespace, managed by NVKE for a tenant of the test's own (named as the namespace)."""
-    labels = {dra.MANAGED: "true", dra.TENANT: namespace}
-    server.patch_merge("v1", "Namespace", namespace, {"metadata": {"labels": labels}})
+        nvke_token(fake)  # NVKE's manifest, whose token Secret the adapter reads
+        fake.token_user = "kubernetes-admin"  # the kubeconfig's token is the admin's, not NVKE's
+        return ThroughKubeconfig(fake, tmp_path), "gpu-a"
+    return real_target()
 
 
 def test_the_cluster_passes_attach(target):
@@ -168,57 +113,28 @@ def test_an_allocation_nvke_writes_is_accepted_and_its_gated_pod_scheduled(targe
     binding is the check). The pod is made as NVKE's admission lets it in: gated, tolerating the pools."""
     server, node = target
     manage(server, scratch)
-    published = objects.resource_slice(node, 1)
-    published["metadata"]["name"] = f"{scratch}-{node}"
-    published["spec"]["pool"]["name"] = node
-    server.create(published)
-    share = DeviceShare(
-        index=0,
-        uuid=objects.gpu_uuid(node, 0),
-        memory_mib=81559,
-        ceiling_percent=100,
-        guaranteed_percent=100,
-        exclusive=True,
-    )
-    claim = WorkloadClaim(
-        namespace=scratch,
-        name="train",
-        source="api",
-        kind="whole",
-        gpus=1,
-        node=node,
-        shares=(share,),
-        sharing_mode="exclusive",
-        isolation="exclusive",
-    )
-    pod = objects.pod("train", namespace=scratch, image=PAUSE_IMAGE)
-    pod["spec"].update(dra.admitted_pod_fields())
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "train"}]
-    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-    server.create(pod)
-    try:
+    claim = whole_gpu(scratch, "train", node)
+    server.create(claim_pod("train", scratch, "train", **dra.admitted_pod_fields()))
+    with published(server, node, scratch):
         ops = ops_for(server)
         (state,) = ops.sync_workloads([claim], tenant=scratch).states
         assert state.state == "allocated", state.message
-        allocation = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)["status"][
-            "allocation"
-        ]
-        assert allocation["devices"]["results"] == [
+        rc = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)
+        assert rc["status"]["allocation"]["devices"]["results"] == [
             {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node, "device": "gpu-0"}
         ]
-        assert not server.get("v1", "Pod", "train", scratch)["spec"].get("schedulingGates")
-        status = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)["status"]
         # reserved for the pod: the kubelet starts no pod a claim is not reserved for
-        assert [r["name"] for r in status["reservedFor"]] == ["train"]
+        assert [r["name"] for r in rc["status"]["reservedFor"]] == ["train"]
+        assert not server.get("v1", "Pod", "train", scratch)["spec"].get("schedulingGates")
         eventually(server, lambda: server.get("v1", "Pod", "train", scratch)["spec"].get("nodeName") == node)
+        # NVKE's own finalizer only: kube-scheduler binds to an allocated claim and adds none of its own
+        # (resource.kubernetes.io/delete-protection is upstream's, for the claims it allocates)
+        rc = server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch)
+        assert rc["metadata"]["finalizers"] == [dra.FINALIZER] == ["nvke.io/allocation"]
         server.delete("v1", "Pod", "train", scratch)
         eventually(server, lambda: server.get("v1", "Pod", "train", scratch) is None)
-        ops.sync_workloads(
-            [], tenant=scratch
-        )  # released: the allocation withdrawn, the ResourceClaim deleted
+        ops.sync_workloads([], tenant=scratch)  # released: the allocation withdrawn, the claim deleted
         assert server.get("resource.k8s.io/v1", "ResourceClaim", "train", scratch) is None
-    finally:
-        server.delete("resource.k8s.io/v1", "ResourceSlice", published["metadata"]["name"])
 
 
 def test_four_pods_share_one_gpu_through_nvkes_scheduler(target, scratch):
@@ -239,7 +155,8 @@ def test_four_pods_share_one_gpu_through_nvkes_scheduler(target, scratch):
     claims = []
     for name, (memory, mib, percent) in asked.items():
         pod = objects.pod(name, namespace=scratch, image=PAUSE_IMAGE)
-        pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+        # as NVKE's admission lets it in at every minor: NVKE's scheduler, tolerating the pools' taint
+        pod["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
         limits = {"nvidia.com/gpu-memory": memory, "nvidia.com/gpu-utilization": str(percent)}
         pod["spec"]["containers"][0]["resources"] = {"limits": limits}
         server.create(pod)

@@ -16,8 +16,8 @@ from .rbac_usage import USAGE_ENV
 
 ROOT = Path(__file__).resolve().parents[4]
 NVKE = f"system:serviceaccount:{rbac.NAMESPACE}:{rbac.ACCOUNT}"
-# attach (every scenario attaches), sync and placement on DRA at 1.34 and 1.36 (test_rbac), placement on
-# DRA and on the scheduler path, drains, driver upgrades
+# attach (every scenario attaches), kube_sync at 1.34 and 1.36 (test_rbac), placement on DRA and on the
+# scheduler path, drains, driver upgrades, and the both-targets DRA scenarios at 1.34 and 1.36
 SCENARIOS = [
     "tests/nvke/providers/kubernetes/test_rbac.py",
     "tests/nvke/providers/kubernetes/test_workloads.py",
@@ -25,6 +25,7 @@ SCENARIOS = [
     "tests/nvke/providers/kubernetes/test_operations.py",
     "tests/nvke/providers/kubernetes/test_upgrades.py",
     "tests/nvke/providers/kubernetes/test_attach_admission_and_driver.py",
+    "tests/nvke/providers/kubernetes/test_both_targets_strict.py",
 ]
 
 

@@ -1,20 +1,15 @@
 """NVKE's access manifest against a stand-in that authorizes every request as kube-apiserver's RBAC does:
-NVKE's service account can do its work at each Kubernetes minor, and attach refuses a role older than
-NVKE's."""
+kube_sync lists and watches as NVKE's service account at each Kubernetes minor. (Allocating as that
+account, and attach refusing a role older than NVKE's, run on both targets: test_both_targets_strict.py.)"""
 
 import pytest
 
-from claims.workloads import sync_workloads
 from nodepools import kube_sync
 from tests.kubeapi import objects
 from tests.kubeapi.fixtures import wait_until
 from tests.kubeapi.server import FakeKubeApi
 
-from .test_workloads import a10_cluster, fraction, gated_pod, resource_claim
-
 pytestmark = pytest.mark.django_db
-
-NVKE = "system:serviceaccount:nvke-system:nvke"
 
 
 @pytest.fixture(params=["1.34.2", "1.36.0"])
@@ -27,20 +22,6 @@ def refused(server: FakeKubeApi) -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb) for user, group, resource, verb, allowed in server.decisions if not allowed
     }
-
-
-def test_nvke_allocates_a_claim_as_its_service_account(kubeapi, attach, sharing_pool, context):
-    a10_cluster(kubeapi)
-    cluster = attach(kubeapi)
-    sharing_pool(cluster, "time-slicing")
-    fraction(context, cluster, "train", "8Gi", 70)
-    kubeapi.create(gated_pod("train-pod", "train"))
-
-    sync_workloads(cluster.pk)
-
-    assert resource_claim(kubeapi, "train")["status"]["allocation"]["devices"]["results"]
-    assert refused(kubeapi) == set()
-    assert {user for user, *_ in kubeapi.decisions} == {NVKE}
 
 
 def used(server: FakeKubeApi) -> set[tuple[str, str, str]]:

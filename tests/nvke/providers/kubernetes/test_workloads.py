@@ -122,43 +122,6 @@ def test_an_admitted_pod_is_reserved_bound_and_started_on_its_claims_node(kubeap
     assert resource_claim(kubeapi, "train") is None
 
 
-def test_a_pod_that_does_not_tolerate_the_pool_keeps_its_gate_and_nvke_its_allocation(
-    kubeapi, a10_pool, context
-):
-    cluster = a10_pool(consumable=True)
-    fraction(context, cluster, "train", "8Gi", 70)
-    pod = gated_pod("train-pod", "train")
-    del pod["spec"]["tolerations"]
-    kubeapi.create(pod)
-
-    sync_workloads(cluster.pk)
-    kubeapi.settle()
-
-    assert resource_claim(kubeapi, "train")["status"]["allocation"]  # not cleared by kube-scheduler
-    assert pod_of(kubeapi, "train-pod")["spec"]["schedulingGates"] == [{"name": dra.GATE}]
-    ((reason, message),) = [(r, m) for r, m in events(kubeapi, "train-pod") if r == "FailedScheduling"]
-    assert "a10-0 (nvke.io/pool=infer:NoSchedule)" in message and "nvke.io/pool:NoSchedule" in message
-
-
-def test_a_pod_that_slipped_past_the_gate_is_allocated_by_kube_scheduler_and_nvke_leaves_it(
-    kubeapi, a10_pool, context
-):
-    cluster = a10_pool(consumable=True)
-    fraction(context, cluster, "train", "8Gi", 70)
-    pod = gated_pod("train-pod", "train")
-    del pod["spec"]["schedulingGates"]  # as if NVKE's admission were not there
-    kubeapi.create(pod)
-
-    sync_workloads(cluster.pk)  # NVKE makes the ResourceClaim; kube-scheduler allocates it at once
-
-    rc = resource_claim(kubeapi, "train")
-    assert rc["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
-    assert [r["name"] for r in rc["status"]["reservedFor"]] == ["train-pod"]
-    state = Claim.objects.get(name="train").workload
-    assert state["state"] == "conflict" and "Allocated by another scheduler" in state["message"]
-    assert "config" not in rc["status"]["allocation"]["devices"]  # nothing of NVKE's written into it
-
-
 def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, context):
     cluster = a10_pool(consumable=True)
     fraction(context, cluster, "train", "8Gi", 70)
