@@ -18,6 +18,7 @@ from .objects import namespace, pod
 from .server import FakeKubeApi
 
 GATE = {"name": dra.GATE}
+SLOT = "nvke.io/gpu-share"
 TOLERATION = {"key": "nvke.io/pool", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -61,6 +62,11 @@ def shared_pod(name: str, **spec) -> dict:
     limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "50"}
     body["spec"]["containers"][0]["resources"] = {"limits": limits}
     body["spec"].update(spec)
+    return body
+
+
+def slotted(body: dict) -> dict:
+    body["spec"]["containers"][0]["resources"]["limits"][SLOT] = "1"
     return body
 
 
@@ -116,11 +122,38 @@ def test_a_shared_gpu_pod_goes_to_nvkes_scheduler(cluster):
         assert spec["schedulerName"] == "nvke"
         assert spec["tolerations"] == [TOLERATION]
         assert "schedulingGates" not in spec, "the scheduler path needs no gate"
+        assert spec["containers"][0]["resources"]["limits"][SLOT] == "1"
     else:
         error = refusal(cluster, shared_pod("infer", tolerations=[TOLERATION]))
         assert "set spec.schedulerName: nvke" in error.body
-        spec = created(cluster, shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke"))["spec"]
+        error = refusal(cluster, shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke"))
+        assert "add nvke.io/gpu-share: 1 to the resources.limits of the container that asks" in error.body
+        spec = created(cluster, slotted(shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke")))[
+            "spec"
+        ]
         assert spec["schedulerName"] == "nvke"
+
+
+def test_the_slot_goes_to_the_container_that_asks_for_the_share(cluster):
+    """The device plugin answers the container that holds the slot: the GPU container, not the first."""
+    body = shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke")
+    sidecar = {"name": "proxy", "image": "envoyproxy/envoy:v1.31.0"}
+    body["spec"]["containers"].insert(0, sidecar)
+    if mutating(cluster):
+        sidecar, gpu = created(cluster, body)["spec"]["containers"]
+        assert "resources" not in sidecar
+        assert gpu["resources"]["limits"] == {
+            **shared_pod("x")["spec"]["containers"][0]["resources"]["limits"],
+            SLOT: "1",
+        }
+    else:
+        body["spec"]["containers"][0]["resources"] = {"limits": {SLOT: "1"}}
+        assert "add nvke.io/gpu-share: 1" in refusal(cluster, body).body, "a slot on the sidecar is no slot"
+
+
+def test_a_pod_that_brings_its_slot_keeps_it(cluster):
+    body = slotted(shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke"))
+    assert created(cluster, body)["spec"]["containers"][0]["resources"]["limits"][SLOT] == "1"
 
 
 def test_pods_outside_managed_namespaces_and_without_gpus_are_left_alone(cluster):
