@@ -346,3 +346,11 @@ def test_an_expression_that_errs_follows_the_failure_policy(kubeapi, failure_pol
             in json.loads(raised.value.body)["message"]
         )
     assert (kubeapi.get("v1", "Pod", "p") is not None) is admitted
+
+
+def test_a_gpu_container_past_the_sixteenth_is_told_to_bring_its_slot(cluster):
+    """The mutation looks among the first MAX_CONTAINERS containers; the validation sees them all."""
+    body = shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke")
+    sidecars = [{"name": f"side-{i}", "image": "busybox:1.37"} for i in range(admission.MAX_CONTAINERS)]
+    body["spec"]["containers"][:0] = sidecars
+    assert "add nvke.io/gpu-share: 1" in refusal(cluster, body).body
