@@ -1,8 +1,9 @@
 """How a workload uses a claim, as a pod to copy. Where the cluster serves DRA (and on a simulated
 cluster, whose attached twin would), the pod references the claim's ResourceClaim and waits on NVKE's
 scheduling gate; without DRA a pod cannot use a claim made elsewhere: it asks for the same with
-`schedulerName: nvke` and becomes its own claim. Either way it tolerates NVKE's pool taint, as NVKE's
-admission policies require in a managed namespace."""
+`schedulerName: nvke` and becomes its own claim; a fraction's container also holds one slot of NVKE's
+device plugin (`nvke.io/gpu-share`), through which its GPU and limits reach it. Either way it
+tolerates NVKE's pool taint, as NVKE's admission policies require in a managed namespace."""
 
 import yaml
 
@@ -51,4 +52,4 @@ def limits(claim: Claim) -> dict[str, str]:
         asked[scheduler.MEMORY] = format_mib(claim.gpu_memory_mib)
     if claim.compute_percent:
         asked[scheduler.COMPUTE] = str(claim.compute_percent)
-    return asked
+    return {**asked, admission.SLOT: "1"}

@@ -41,6 +41,7 @@ ALLOCATION_COLUMNS = {
     "sharing_mode": F("allocation__node__pool__sharing_mode"),
     "card_mib": F("allocation__node__pool__gpu_model__memory_mib"),
     "isolation": F("allocation__isolation"),
+    "node_preflight": F("allocation__node__preflight"),  # what the node enforces (nodepools.preflight)
 }
 
 

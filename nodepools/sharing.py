@@ -10,6 +10,7 @@ oversubscribe: a whole GPU or a MIG slice is all of what it holds."""
 from catalog.models import SharingMode
 from claims.allocation.state import MILLI
 from nodepools.models import NodePool
+from nodepools.preflight import enforced_isolation
 from nvke.errors import DomainError
 
 MAX_OVERSUBSCRIPTION_PERCENT = 400
@@ -105,3 +106,21 @@ _ISOLATION = {
 def isolation_detail(isolation: str, sharing_mode: str) -> str:
     """In plain words, what holds a placed claim's memory and compute on a pool of `sharing_mode`."""
     return _ISOLATION.get(isolation) or _FRACTION_ISOLATION.get(sharing_mode, "")
+
+
+NOT_ENFORCED = (
+    "None enforced: a pod's share of a GPU reaches its container only through NVKE's device plugin (and, on "
+    "an MPS pool, the node's MPS daemons), which this node's nvke-agent does not report up; until it does, "
+    "the container runs with no GPU memory or compute limit."
+)
+
+
+def held_isolation(
+    isolation: str, *, kind: str, source: str, sharing_mode: str, facts: dict
+) -> tuple[str, str]:
+    """A placed claim's isolation as its node enforces it (preflight.enforced_isolation) and what holds
+    it, in plain words. `isolation`: as the allocator recorded it; `facts`: the node's preflight."""
+    enforced = enforced_isolation(isolation, kind=kind, source=source, sharing_mode=sharing_mode, facts=facts)
+    if enforced != isolation:
+        return enforced, NOT_ENFORCED
+    return isolation, isolation_detail(isolation, sharing_mode)

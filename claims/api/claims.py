@@ -13,7 +13,7 @@ from claims.models import Claim
 from claims.sizing import fraction_hints
 from clusters.models import Cluster
 from nodepools.models import NodePool
-from nodepools.sharing import isolation_detail
+from nodepools.sharing import held_isolation
 from nvke.api.documents import document_type, encode
 from nvke.api.rendering import JSONRenderer, WrittenJSON
 from nvke.api.viewsets import TenantScopedViewSet
@@ -127,12 +127,19 @@ class ClaimSerializer(serializers.ModelSerializer):
         shares = _placed_shares(claim)
         if shares is None:
             return None
+        isolation, detail = held_isolation(
+            claim["isolation"],
+            kind=claim["kind"],
+            source=claim["source"],
+            sharing_mode=claim["sharing_mode"],
+            facts=claim["node_preflight"] or {},
+        )
         return {
             "node": claim["node_id"],
             "node_name": claim["node_name"],
             "pool": claim["pool_name"],
-            "isolation": claim["isolation"],
-            "isolation_detail": isolation_detail(claim["isolation"], claim["sharing_mode"]),
+            "isolation": isolation,  # as the node enforces it, not only as allocated
+            "isolation_detail": detail,
             "gpus": [
                 {
                     "gpu_index": share["gpu_index"],

@@ -14,7 +14,7 @@ from claims.models import Allocation, Claim, GpuShare
 from claims.pod_templates import pod_template, serves_dra
 from claims.sizing import sizing_hints
 from clusters.models import Cluster
-from nodepools.sharing import isolation_detail
+from nodepools.sharing import held_isolation
 from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from telemetry.models import ClaimScaling, TelemetryEvent
@@ -28,11 +28,27 @@ CLAIMS_PER_PAGE = 100
 def _claims_page(request: HttpRequest, cluster: Cluster, claims) -> dict:
     namespaces = list(cluster.claims.order_by("namespace").values_list("namespace", flat=True).distinct())
     filterset = claim_filter(request.GET or None, claims, namespaces)
+    page = Paginator(filterset.qs, CLAIMS_PER_PAGE).get_page(request.GET.get("page"))
+    for claim in page:
+        claim.isolation_held = _isolation_of(claim, getattr(claim, "allocation", None))[0]
     return {
         "filters": filterset.form,
         "filtered": any(request.GET.get(name) for name in filterset.form.fields),
-        "page_obj": Paginator(filterset.qs, CLAIMS_PER_PAGE).get_page(request.GET.get("page")),
+        "page_obj": page,
     }
+
+
+def _isolation_of(claim: Claim, allocation) -> tuple[str, str]:
+    """The placed claim's isolation as its node enforces it, and in words (("", "") when not placed)."""
+    if allocation is None:
+        return "", ""
+    return held_isolation(
+        allocation.isolation,
+        kind=claim.kind,
+        source=claim.source,
+        sharing_mode=allocation.node.pool.sharing_mode,
+        facts=allocation.node.preflight,
+    )
 
 
 @tenant_view
@@ -42,7 +58,7 @@ def claim_list(request: HttpRequest, context: TenantContext, pk: int) -> HttpRes
     claims = (
         Claim.objects.restrict(context)
         .filter(cluster=cluster)
-        .select_related("allocation__node")
+        .select_related("allocation__node__pool")
         .annotate(
             memory_held=Sum("allocation__shares__memory_mib", filter=allocated),
             compute_held=Sum("allocation__shares__compute_milli", filter=allocated),
@@ -107,9 +123,9 @@ RECENT_DECISIONS = 10  # rescaling decisions shown on a claim's page (telemetry/
 def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpResponse:
     claim = _get_claim(context, pk)
     allocation = _allocation_of(claim)
-    pool = allocation.node.pool if allocation else None
     shares = list(allocation.shares.all()) if allocation else []
     scaling = ClaimScaling.objects.filter(claim=claim).first()
+    isolation, isolation_words = _isolation_of(claim, allocation)
     return render(
         request,
         "frontend/claim_detail.html",
@@ -125,7 +141,8 @@ def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
                 "idle_s": settings.TELEMETRY_IDLE_S,
             },
             "allocation": allocation,
-            "isolation": isolation_detail(allocation.isolation, pool.sharing_mode) if allocation else "",
+            "isolation": isolation,
+            "isolation_detail": isolation_words,
             "shares": shares,
             "sizing": sizing_hints(claim, allocation),
             "pod_template": pod_template(claim),

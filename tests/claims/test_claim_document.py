@@ -13,7 +13,7 @@ from claims.api.claims import ClaimSerializer
 from claims.models import Claim
 from claims.sizing import sizing_hints
 from nodepools.services import reconcile
-from nodepools.sharing import isolation_detail
+from nodepools.sharing import held_isolation
 from nvke.quantity import human_mib
 from nvke.tenancy.context import TenantContext
 
@@ -43,12 +43,24 @@ class AllocationSerializer(serializers.Serializer):
     node = serializers.IntegerField(source="node_id")
     node_name = serializers.CharField(source="node.name")
     pool = serializers.CharField(source="node.pool.name")
-    isolation = serializers.CharField()
+    isolation = serializers.SerializerMethodField()
     isolation_detail = serializers.SerializerMethodField()
     gpus = serializers.SerializerMethodField()
 
+    def _held(self, allocation) -> tuple[str, str]:
+        return held_isolation(
+            allocation.isolation,
+            kind=allocation.claim.kind,
+            source=allocation.claim.source,
+            sharing_mode=allocation.node.pool.sharing_mode,
+            facts=allocation.node.preflight,
+        )
+
+    def get_isolation(self, allocation) -> str:
+        return self._held(allocation)[0]
+
     def get_isolation_detail(self, allocation) -> str:
-        return isolation_detail(allocation.isolation, allocation.node.pool.sharing_mode)
+        return self._held(allocation)[1]
 
     def get_gpus(self, allocation) -> list:
         shares = allocation.shares.order_by("gpu__index", "mig_start")

@@ -36,7 +36,7 @@ def test_where_dra_is_served_the_pod_references_the_claims_resource_claim(cluste
         ({"kind": "mig", "mig_profile": "1g.10gb"}, {"nvidia.com/mig-1g.10gb": "1"}),
         (
             {"kind": "fraction", "gpu_memory_mib": 8192, "compute_percent": 70},
-            {"nvidia.com/gpu-memory": "8Gi", "nvidia.com/gpu-utilization": "70"},
+            {"nvidia.com/gpu-memory": "8Gi", "nvidia.com/gpu-utilization": "70", "nvke.io/gpu-share": "1"},
         ),
     ],
 )
@@ -49,13 +49,15 @@ def test_without_dra_the_pod_asks_nvkes_scheduler_for_the_same(cluster, fields, 
     assert pod["spec"]["containers"][0]["resources"] == {"limits": limits}
 
 
+@pytest.mark.parametrize("dra", [True, False])
 @pytest.mark.parametrize(
     "fields",
     [{"kind": "whole", "gpus": 2}, {"kind": "fraction", "gpu_memory_mib": 8192, "compute_percent": 70}],
 )
-def test_the_template_passes_nvkes_admission_where_nothing_mutates_it(cluster, fields):
+def test_the_template_passes_nvkes_admission_where_nothing_mutates_it(cluster, fields, dra):
     """On 1.34 NVKE's ValidatingAdmissionPolicy alone guards managed namespaces: a template that lacked
-    the gate, the pool taint's toleration or the scheduler would be refused as the user applies it."""
+    the gate, the pool taint's toleration, the scheduler or the device plugin's slot would be refused as
+    the user applies it."""
     import kubernetes
 
     from tests.conftest import install_nvke_policies
@@ -63,6 +65,8 @@ def test_the_template_passes_nvkes_admission_where_nothing_mutates_it(cluster, f
     from tests.kubeapi.objects import namespace
     from tests.kubeapi.server import FakeKubeApi
 
+    cluster.attached = not dra
+    cluster.observed = {"features": {"dra": dra}}
     pod = yaml.safe_load(pod_template(claim_on(cluster, **fields)))
     with FakeKubeApi(version="1.34.2") as server:
         install_nvke_policies(server)

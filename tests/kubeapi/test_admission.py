@@ -19,6 +19,7 @@ from .objects import namespace, pod
 from .server import FakeKubeApi
 
 GATE = {"name": dra.GATE}
+SLOT = "nvke.io/gpu-share"
 TOLERATION = {"key": "nvke.io/pool", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -57,6 +58,19 @@ def claim_pod(name: str, **spec) -> dict:
     return body
 
 
+def shared_pod(name: str, **spec) -> dict:
+    body = pod(name, namespace="ml")
+    limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "50"}
+    body["spec"]["containers"][0]["resources"] = {"limits": limits}
+    body["spec"].update(spec)
+    return body
+
+
+def slotted(body: dict) -> dict:
+    body["spec"]["containers"][0]["resources"]["limits"][SLOT] = "1"
+    return body
+
+
 def created(server: FakeKubeApi, body: dict) -> dict:
     server.core.create_namespaced_pod(body["metadata"]["namespace"], body)
     return server.get("v1", "Pod", body["metadata"]["name"], body["metadata"]["namespace"])
@@ -88,6 +102,28 @@ def test_a_gate_is_appended_to_the_pods_own(cluster):
         assert created(cluster, body)["spec"]["schedulingGates"] == [own, GATE]
     else:
         assert "add spec.schedulingGates" in refusal(cluster, body).body
+
+
+def test_the_slot_goes_to_the_container_that_asks_for_the_share(cluster):
+    """The device plugin answers the container that holds the slot: the GPU container, not the first."""
+    body = shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke")
+    sidecar = {"name": "proxy", "image": "envoyproxy/envoy:v1.31.0"}
+    body["spec"]["containers"].insert(0, sidecar)
+    if mutating(cluster):
+        sidecar, gpu = created(cluster, body)["spec"]["containers"]
+        assert "resources" not in sidecar
+        assert gpu["resources"]["limits"] == {
+            **shared_pod("x")["spec"]["containers"][0]["resources"]["limits"],
+            SLOT: "1",
+        }
+    else:
+        body["spec"]["containers"][0]["resources"] = {"limits": {SLOT: "1"}}
+        assert "add nvke.io/gpu-share: 1" in refusal(cluster, body).body, "a slot on the sidecar is no slot"
+
+
+def test_a_pod_that_brings_its_slot_keeps_it(cluster):
+    body = slotted(shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke"))
+    assert created(cluster, body)["spec"]["containers"][0]["resources"]["limits"][SLOT] == "1"
 
 
 def test_pods_outside_managed_namespaces_and_without_gpus_are_left_alone(cluster):
@@ -261,3 +297,11 @@ def test_an_expression_that_errs_follows_the_failure_policy(kubeapi, failure_pol
             in json.loads(raised.value.body)["message"]
         )
     assert (kubeapi.get("v1", "Pod", "p") is not None) is admitted
+
+
+def test_a_gpu_container_past_the_sixteenth_is_told_to_bring_its_slot(cluster):
+    """The mutation looks among the first MAX_CONTAINERS containers; the validation sees them all."""
+    body = shared_pod("infer", tolerations=[TOLERATION], schedulerName="nvke")
+    sidecars = [{"name": f"side-{i}", "image": "busybox:1.37"} for i in range(admission.MAX_CONTAINERS)]
+    body["spec"]["containers"][:0] = sidecars
+    assert "add nvke.io/gpu-share: 1" in refusal(cluster, body).body

@@ -1,7 +1,9 @@
 """The admission policies NVKE needs on an attached cluster, so that a GPU pod in a namespace it manages
 waits for it from creation: a pod with ResourceClaims gets NVKE's scheduling gate and the pool taint's
-toleration; a pod asking `nvidia.com/gpu-memory` / `nvidia.com/gpu-utilization` gets `schedulerName: nvke`
-and the toleration. Scheduling gates can only be added when a pod is created (kubernetes/kubernetes
+toleration; a pod asking `nvidia.com/gpu-memory` / `nvidia.com/gpu-utilization` gets `schedulerName: nvke`,
+the toleration and, on the container that asks, one slot of NVKE's device plugin (`nvke.io/gpu-share: 1`
+in its limits: without it the kubelet calls no Allocate, and the container starts with no GPU limit).
+Scheduling gates can only be added when a pod is created (kubernetes/kubernetes
 pkg/apis/core/validation/validation.go, ValidatePodUpdate: gates may be removed, never added), so a
 mutating webhook or policy is the only way to hold a pod NVKE did not write.
 
@@ -21,6 +23,7 @@ import json
 
 from kubernetes import client
 
+from nvke.agent import allocation
 from nvke.providers.base import ProviderError
 
 from . import dra, gpus
@@ -36,11 +39,21 @@ SHARED_RESOURCES = ("nvidia.com/gpu-memory", "nvidia.com/gpu-utilization")
 # The pool taint NVKE puts on its GPU nodes (operations.py); until dra.py owns the shape, here.
 TOLERATION = dra.POOL_TOLERATION  # the toleration admitted_pod_fields() gives a GPU pod
 SERVICE_ACCOUNT = USERNAME
+SLOT = allocation.RESOURCE  # the device plugin's share slot: one per container that asks for a share
+# CEL has no list index without the two-variable comprehensions (1.33+), which cel-python lacks: the
+# mutation looks for the container that asks among the first MAX_CONTAINERS; one further down is refused
+# by the validation, which says what to add.
+MAX_CONTAINERS = 16
 
 
-def _asks(field: str) -> str:
-    keys = " || ".join(f'"{name}" in c.resources.{field}' for name in SHARED_RESOURCES)
-    return f"(has(c.resources.{field}) && ({keys}))"
+def _asks(field: str, c: str = "c") -> str:
+    keys = " || ".join(f'"{name}" in {c}.resources.{field}' for name in SHARED_RESOURCES)
+    return f"(has({c}.resources.{field}) && ({keys}))"
+
+
+def _asking(c: str) -> str:
+    """CEL: container `c` asks for a share of a GPU."""
+    return f"(has({c}.resources) && ({_asks('limits', c)} || {_asks('requests', c)}))"
 
 
 # CEL shared by both policies; a pod's fields that are empty are absent from the object, hence has().
@@ -51,8 +64,18 @@ VARIABLES = [
     },
     {
         "name": "shared",
-        "expression": "object.spec.containers.exists(c, has(c.resources) && "
-        f"({_asks('limits')} || {_asks('requests')}))",
+        "expression": f"object.spec.containers.exists(c, {_asking('c')})",
+    },
+    {
+        # The indexes of the containers that ask for a share (among the first MAX_CONTAINERS).
+        "name": "sharing",
+        "expression": f"{list(range(MAX_CONTAINERS))}.filter(i, i < size(object.spec.containers) && "
+        f"{_asking('object.spec.containers[i]')})",
+    },
+    {
+        "name": "slotted",
+        "expression": f"object.spec.containers.exists(c, {_asking('c')} && has(c.resources.limits) && "
+        f'"{SLOT}" in c.resources.limits)',
     },
     {
         "name": "gated",
@@ -91,6 +114,12 @@ def _append(field: str, value: str) -> str:
 
 
 GATE_VALUE = f'Object.spec.schedulingGates{{name: "{dra.GATE}"}}'
+SLOT_PATH = "/spec/containers/' + string(variables.sharing[0]) + '/resources/limits"
+SLOT_PATCH = (
+    "has(object.spec.containers[variables.sharing[0]].resources.limits) ? "
+    f'[JSONPatch{{op: "add", path: \'{SLOT_PATH}/{SLOT.replace("/", "~1")}\', value: "1"}}] : '
+    f'[JSONPatch{{op: "add", path: \'{SLOT_PATH}\', value: {{"{SLOT}": "1"}}}}]'
+)
 TOLERATION_VALUE = "Object.spec.tolerations{" + ", ".join(f'{k}: "{v}"' for k, v in TOLERATION.items()) + "}"
 
 MUTATIONS = [
@@ -103,6 +132,7 @@ MUTATIONS = [
         "expression": "variables.shared && !variables.ours ? "
         f'[JSONPatch{{op: "add", path: "/spec/schedulerName", value: "{SCHEDULER}"}}] : []'
     },
+    {"expression": f"size(variables.sharing) > 0 && !variables.slotted ? ({SLOT_PATCH}) : []"},
 ]
 
 TOLERATION_TEXT = "{" + ", ".join(f"{k}: {v}" for k, v in TOLERATION.items()) + "}"
@@ -123,6 +153,11 @@ VALIDATIONS = [
         "expression": 'request.operation != "CREATE" || !variables.shared || variables.ours',
         "message": f"{' and '.join(SHARED_RESOURCES)} are placed by NVKE's scheduler: set "
         f"spec.schedulerName: {SCHEDULER}",
+    },
+    {
+        "expression": 'request.operation != "CREATE" || !variables.shared || variables.slotted',
+        "message": f"a GPU share reaches its container through NVKE's device plugin: add {SLOT}: 1 to the "
+        f"resources.limits of the container that asks for {' or '.join(SHARED_RESOURCES)}",
     },
     {
         "expression": 'request.operation != "UPDATE" || variables.gated || '

@@ -7,6 +7,7 @@ from kubernetes import client
 
 from claims.models import Claim
 from claims.workloads import sync_workloads
+from nvke.agent import allocation
 from nvke.providers.kubernetes import admission, dra
 from tests.kubeapi import objects
 from tests.kubeapi.fixtures import client_configuration
@@ -52,3 +53,37 @@ def test_a_users_pod_is_held_from_creation_and_released_by_nvke(cluster_1_36, at
     released = cluster_1_36.get("v1", "Pod", "notebook", "ml")["spec"]
     assert "schedulingGates" not in released, "NVKE's service account lifted the gate past the policy"
     assert released["tolerations"] == [admission.TOLERATION]
+
+
+def test_a_users_shared_gpu_pod_gets_a_device_plugin_slot_and_the_plugin_finds_it(
+    cluster_1_36, attach, sharing_pool
+):
+    """A pod asking a GPU share, created as a user writes it, is sent to NVKE's scheduler with one slot of
+    NVKE's device plugin on its GPU container; once NVKE binds it, the plugin's Allocate for one slot on
+    that node resolves to it, with its GPU."""
+    a10_cluster(cluster_1_36)
+    cluster = attach(cluster_1_36)
+    sharing_pool(cluster, "time-slicing")
+    pod = objects.pod("infer", namespace="ml")
+    limits = {"nvidia.com/gpu-memory": "2Gi", "nvidia.com/gpu-utilization": "20"}
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+    with client.ApiClient(client_configuration(cluster_1_36)) as api:
+        client.CoreV1Api(api).create_namespaced_pod("ml", pod)
+    admitted = cluster_1_36.get("v1", "Pod", "infer", "ml")
+    assert admitted["spec"]["schedulerName"] == admission.SCHEDULER
+    assert admitted["spec"]["containers"][0]["resources"]["limits"] == {**limits, allocation.RESOURCE: "1"}
+
+    sync_workloads(cluster.pk)
+
+    bound = cluster_1_36.get("v1", "Pod", "infer", "ml")
+    node = bound["spec"]["nodeName"]
+    # As the plugin lists them when the kubelet calls Allocate: bound, not yet started (the stand-in's
+    # kubelet has since started the pod, having no device plugin to ask).
+    on_node = [
+        {**p, "status": {"phase": "Pending"}}
+        for p in cluster_1_36.list("v1", "Pod")
+        if p["spec"].get("nodeName") == node
+    ]
+    grant = allocation.resolve(on_node, 1, set(), str)
+    assert grant.pod == "ml/infer"
+    assert dict(grant.envs)["NVIDIA_VISIBLE_DEVICES"] == bound["metadata"]["annotations"][allocation.UUIDS]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nvke.providers.base import ClusterRef, DeviceShare, ProviderError, WorkloadClaim
-from nvke.providers.kubernetes import attach, dra, gpus, records, scheduler
+from nvke.providers.kubernetes import admission, attach, dra, gpus, records, scheduler
 from tests.kubeapi import objects
 
 from .access import nvke_token
@@ -157,7 +157,11 @@ def test_four_pods_share_one_gpu_through_nvkes_scheduler(target, scratch):
         pod = objects.pod(name, namespace=scratch, image=PAUSE_IMAGE)
         # as NVKE's admission lets it in at every minor: NVKE's scheduler, tolerating the pools' taint
         pod["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
-        limits = {"nvidia.com/gpu-memory": memory, "nvidia.com/gpu-utilization": str(percent)}
+        limits = {
+            "nvidia.com/gpu-memory": memory,
+            "nvidia.com/gpu-utilization": str(percent),
+            admission.SLOT: "1",
+        }
         pod["spec"]["containers"][0]["resources"] = {"limits": limits}
         server.create(pod)
         share = DeviceShare(index=0, uuid=gpu, memory_mib=mib, ceiling_percent=percent, guaranteed_percent=10)
@@ -174,9 +178,15 @@ def test_four_pods_share_one_gpu_through_nvkes_scheduler(target, scratch):
                 isolation="none",
             )
         )
-    try:
+
+    def all_placed() -> bool:
+        # NVKE binds one of these pods per pass until the kubelet has admitted it: the device plugin's
+        # Allocate could not tell them apart otherwise (nvke/agent/allocation.py `ahead`)
         states = ops_for(server).sync_workloads(claims, tenant=scratch).states
-        assert {s.state for s in states} == {"allocated"}, states
+        return {s.state for s in states} == {"allocated"}
+
+    try:
+        eventually(server, all_placed)
         for name in asked:
             bound = server.get("v1", "Pod", name, scratch)
             assert bound["spec"]["nodeName"] == node

@@ -235,8 +235,13 @@ def test_a_shared_gpu_pod_is_sent_to_nvkes_scheduler_and_bound_by_it(target, scr
             server.create(pod)
         assert refused.value.status == 422 and "set spec.schedulerName: nvke" in str(refused.value.body)
         pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+        with pytest.raises(DynamicApiError) as refused:
+            server.create(pod)
+        assert refused.value.status == 422 and f"add {admission.SLOT}: 1" in str(refused.value.body)
+        limits[admission.SLOT] = "1"
         spec = server.create(pod)["spec"]
     assert spec["schedulerName"] == scheduler.SCHEDULER == admission.SCHEDULER
+    assert spec["containers"][0]["resources"]["limits"][admission.SLOT] == "1"
     assert admission.TOLERATION in spec["tolerations"] and not spec.get("schedulingGates")
 
     share = DeviceShare(
