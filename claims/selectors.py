@@ -25,6 +25,8 @@ CLAIM_COLUMNS = (
     "allowed_models",
     "priority",
     "training",
+    "preemptible",
+    "preempted_at",
     "status",
     "pending_reason",
     "source",
@@ -42,13 +44,20 @@ ALLOCATION_COLUMNS = {
     "card_mib": F("allocation__node__pool__gpu_model__memory_mib"),
     "isolation": F("allocation__isolation"),
 }
+# Who took its GPUs last (null if none, or deleted since).
+PREEMPTED_BY = F("preempted_by__namespace"), F("preempted_by__name")
 
 
 def claim_rows(claims: QuerySet[Claim]) -> QuerySet:
     """The claims as plain rows, each with its allocation's node, pool and GPU model columns (one query
     with the joins). Plain rows, not model instances: a page of claims with their allocations, nodes,
     pools and GPU models was hundreds of instances, most of the request's time."""
-    return claims.values(*CLAIM_COLUMNS, **ALLOCATION_COLUMNS)
+    return claims.values(
+        *CLAIM_COLUMNS,
+        **ALLOCATION_COLUMNS,
+        preempted_by_namespace=PREEMPTED_BY[0],
+        preempted_by_name=PREEMPTED_BY[1],
+    )
 
 
 # What a claim's document shows of each of its shares, and the keys `attach_claim_shares` gives them.

@@ -86,7 +86,9 @@ def claim_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
 
 
 def _get_claim(context: TenantContext, pk: int) -> Claim:
-    return get_object_or_404(Claim.objects.restrict(context).select_related("cluster", "pool"), pk=pk)
+    return get_object_or_404(
+        Claim.objects.restrict(context).select_related("cluster", "pool", "preempted_by"), pk=pk
+    )
 
 
 def _allocation_of(claim: Claim) -> Allocation | None:
