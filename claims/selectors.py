@@ -1,5 +1,8 @@
 """Reads of claims that more than one entry point needs (the claims API, the UI, the benchmarks)."""
 
+import datetime
+
+from django.conf import settings
 from django.db.models import F, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
@@ -119,3 +122,14 @@ def allocation_violations(cluster_id: int) -> list[str]:
         if node.cpu > node.cpu_millicores or node.memory > node.memory_mib:
             problems.append(f"{node}: host CPU {node.cpu}/{node.cpu_millicores}, memory {node.memory}")
     return problems
+
+
+def preemption_notice(claim: Claim) -> datetime.datetime | None:
+    """When a placed claim told it is preempted loses its GPUs (its grace period's end), while its
+    preemptor still waits; None otherwise (claims.allocator.preemption). Select `preempted_by`."""
+    by = claim.preempted_by
+    if claim.status != Claim.Status.ALLOCATED or by is None or by.status != Claim.Status.PENDING:
+        return None
+    if claim.preempted_at < claim.allocated_at:  # told in an earlier placement
+        return None
+    return claim.preempted_at + datetime.timedelta(seconds=settings.NVKE_PREEMPTION_GRACE_S)

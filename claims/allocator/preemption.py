@@ -5,10 +5,16 @@ pending again with the reason, `preempted_by`/`preempted_at` say who took its GP
 allocator queue tries it again after commit. A group is taken as a unit (every placed member), and a
 group preempts as a unit: only when its whole minimum then fits.
 
-Each preemption is told to the victim's watchers (a `claim.preempted` event) and written to the audit
-log. On a real cluster the victim's workload is a claim gone back to pending, so its pods are evicted
-the way a drain's are (the provider's workloads pass evicts the holders of a claim taken back)."""
+With a grace period (`NVKE_PREEMPTION_GRACE_S`) the victims are told first (`preempted_by`, a
+`claim.preempting` event, an audit entry) and keep their GPUs until it ends; the preemptor waits with
+the reason, and the pass after the grace takes them, if it still needs them. Each preemption is told
+to the victim's watchers (a `claim.preempted` event) and written to the audit log. On a real cluster
+the victim's workload is a claim gone back to pending, so its pods are evicted the way a drain's are
+(the provider's workloads pass evicts the holders of a claim taken back)."""
 
+import datetime
+
+from django.conf import settings
 from django.utils import timezone
 
 from audit.recorder import record
@@ -21,23 +27,27 @@ from claims.allocator.queue import request_placement
 from claims.allocator.shapes import request_of
 from claims.events import publish_claim
 from claims.models import Allocation, Claim
+from nvke import jobs
 
 
 def preempt_for(waiting: list[Claim], passed: set[int], snap: Snapshot) -> list[tuple[Claim, core.Placement]]:
     """Place what still waits (highest priority first) by preempting, where it can; `passed`: the claims
-    of this pass, never victims (their rows are not written yet). Sets the status of each claim it
-    places; returns their placements, applied to the snapshot."""
+    of this pass, never victims (their rows are not written yet). With a grace period, victims are told
+    first and taken by a later pass once it ends; the preemptor waits, saying so. Sets the status of
+    each claim it places; returns their placements, applied to the snapshot."""
     top = max(claim.priority for claim in waiting)
     rows = (
         Claim.objects.filter(
             cluster_id=snap.cluster_id, status=Claim.Status.ALLOCATED, preemptible=True, priority__lt=top
         )
         .exclude(pk__in=passed)
-        .values_list("pk", "priority", "created_at", "group_id")
+        .values_list(*VICTIM_COLUMNS)
     )
-    victims = _victims(rows, snap)
+    victims, notices = _victims(rows, snap)
     if not victims:
         return []
+    grace = datetime.timedelta(seconds=settings.NVKE_PREEMPTION_GRACE_S)
+    now = timezone.now()
     placed = []
     groups_seen = set()
     for claim in sorted(waiting, key=lambda c: -c.priority):
@@ -58,47 +68,101 @@ def preempt_for(waiting: list[Claim], passed: set[int], snap: Snapshot) -> list[
             def fits(claim=claim) -> bool:
                 return _fits(claim, snap)
 
-        lower = [v for v in victims if v.priority < claim.priority]
-        on_nodes = None if claim.group_id is not None else lambda v: _nodes(snap, v)
-        chosen = choose_victims(lower, fits, lambda v: _lift(snap, v), lambda v: _put_back(snap, v), on_nodes)
+        told = [v for v in victims if notices.get(v, (None,))[0] == claim.pk]
+        if told and (ends := max(notices[v][1] for v in told) + grace) > now:
+            _wait(members, told, ends)
+            continue
+        free = [v for v in victims if v not in notices and v.priority < claim.priority]
+        chosen = _choose([*told, *free], told, fits, snap, whole_group=claim.group_id is not None)
         if chosen is None:
             continue
         for victim in chosen:
             victims.remove(victim)
+        fresh = [v for v in chosen if v not in told]
+        if grace and fresh:
+            _tell(claim, fresh, now, snap)
+            _wait(members, fresh, now + grace)
+            jobs.enqueue(
+                "claims.tasks.place_pending_claims", snap.cluster_id, countdown=grace.total_seconds()
+            )
+            continue
         _preempt(claim, [pk for v in chosen for pk in v.claims], snap)
         if claim.group_id is not None:
             placed += place_group(claim.group, members, snap)
         else:
             placement, _ = find_placement(claim, snap)
             snap.apply(claim.pk, placement)
-            claim.status, claim.pending_reason, claim.allocated_at = (
-                Claim.Status.ALLOCATED,
-                "",
-                timezone.now(),
-            )
+            claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
             placed.append((claim, placement))
     return placed
 
 
-def _victims(rows, snap: Snapshot) -> list[Victim]:
-    """The placed claims as units: one per claim, one per group (its members that are placed)."""
-    singles, groups = [], {}
-    for pk, priority, created, group_id in rows:
-        placement = snap.inventory.placements.get(pk)
-        if placement is None:
-            continue
-        if group_id is None:
-            singles.append(Victim((pk,), len(placement.gpu_indexes), priority, created.timestamp()))
-        else:
-            groups.setdefault(group_id, []).append((pk, priority, created, placement))
-    for members in groups.values():
-        gpus = len({(p.node_id, i) for _, _, _, p in members for i in p.gpu_indexes})
-        newest = max(created for _, _, created, _ in members)
-        singles.append(Victim(tuple(pk for pk, *_ in members), gpus, members[0][1], newest.timestamp()))
-    return singles
+# A victim's row; a notice is live while its preemptor waits and it was told in its current placement.
+VICTIM_COLUMNS = (
+    *("pk", "priority", "created_at", "group_id"),
+    *("preempted_by_id", "preempted_at", "allocated_at", "preempted_by__status"),
+)
+
+
+def _choose(
+    candidates: list[Victim], told: list[Victim], fits, snap: Snapshot, *, whole_group: bool
+) -> list[Victim] | None:
+    """The victims told already, if the preemptor fits once they go; else the fewest of all."""
+    if told:
+        for victim in told:
+            _lift(snap, victim)
+        enough = fits()
+        for victim in told:
+            _put_back(snap, victim)
+        if enough:
+            return told
+    on_nodes = None if whole_group else lambda v: _nodes(snap, v)
+    return choose_victims(candidates, fits, lambda v: _lift(snap, v), lambda v: _put_back(snap, v), on_nodes)
+
+
+def _victims(rows, snap: Snapshot) -> tuple[list[Victim], dict[Victim, tuple[int, datetime.datetime]]]:
+    """The placed claims as units (one per claim, one per group: its members that are placed), and the
+    live notices: victim → (the waiting preemptor that told it, when)."""
+    units: dict[object, list[tuple]] = {}
+    for row in rows:
+        if row[0] in snap.inventory.placements:
+            units.setdefault(row[3] or ("claim", row[0]), []).append(row)
+    victims, notices = [], {}
+    for members in units.values():
+        placements = [snap.inventory.placements[row[0]] for row in members]
+        gpus = len({(p.node_id, i) for p in placements for i in p.gpu_indexes})
+        newest = max(row[2] for row in members)
+        victim = Victim(tuple(row[0] for row in members), gpus, members[0][1], newest.timestamp())
+        victims.append(victim)
+        by, told_at, allocated_at, by_status = members[0][4:8]
+        if by is not None and by_status == Claim.Status.PENDING and told_at >= allocated_at:
+            notices[victim] = (by, told_at)
+    return victims, notices
+
+
+def _wait(members: list[Claim], victims: list[Victim], ends: datetime.datetime) -> None:
+    count = sum(len(v.claims) for v in victims)
+    reason = (
+        f"Preempting {count} claim{'s' if count > 1 else ''} of lower priority: their GPUs are taken at "
+        f"{ends:%Y-%m-%d %H:%M:%S} UTC, when their grace period ends."
+    )
+    for member in members:
+        member.status, member.pending_reason, member.allocated_at = Claim.Status.PENDING, reason, None
+
+
+def _tell(preemptor: Claim, victims: list[Victim], now: datetime.datetime, snap: Snapshot) -> None:
+    """The grace period starts: the victims keep their GPUs until it ends, and are told."""
+    ids = [pk for v in victims for pk in v.claims]
+    Claim.objects.filter(pk__in=ids).update(preempted_by=preemptor.pk, preempted_at=now)
+    for victim in Claim.objects.filter(pk__in=ids):
+        record(victim, {"preempted_by": [None, str(preemptor)]}, tenant_id=victim.tenant_id)
+        publish_claim(
+            victim, "claim.preempting", pool=snap.pool_holding(victim.pk), preempted_by=preemptor.pk
+        )
 
 
 def _fits(claim: Claim, snap: Snapshot) -> bool:
+    """Whether the claim would be placed now (reads only; no pending reason worked out)."""
     request = request_of(claim)
     workload = CACHE.workload(claim.cluster_id)
     return any(

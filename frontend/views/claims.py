@@ -12,6 +12,7 @@ from django.urls import reverse
 from claims import allocator
 from claims.models import Allocation, Claim, GpuShare
 from claims.pod_templates import pod_template, serves_dra
+from claims.selectors import preemption_notice
 from claims.sizing import sizing_hints
 from clusters.models import Cluster
 from nodepools.sharing import isolation_detail
@@ -127,6 +128,7 @@ def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
                 "idle_s": settings.TELEMETRY_IDLE_S,
             },
             "allocation": allocation,
+            "grace_ends": preemption_notice(claim),
             "isolation": isolation_detail(allocation.isolation, pool.sharing_mode) if allocation else "",
             "shares": shares,
             "sizing": sizing_hints(claim, allocation),

@@ -2,7 +2,10 @@
 lower-priority claims, never non-preemptible ones; victims go back to pending (not deleted), say who
 took their GPUs, and are in the audit log; groups are taken and take as units."""
 
+import datetime
+
 import pytest
+from django.db.models import F
 
 from audit.models import AuditEntry
 from claims.allocator import place_pending, release_claim
@@ -130,3 +133,45 @@ def test_the_claim_page_says_who_preempted_it(api, client, owner, cluster, make_
     page = client.get(f"/claims/{victim.pk}/").content.decode()
     assert f'Preempted by <a href="/claims/{preemptor.pk}/">default/infer</a> (priority 10)' in page
     assert "Preempted by" not in client.get(f"/claims/{preemptor.pk}/").content.decode()
+
+
+def back(name: str, seconds: float) -> None:
+    """Time passes for the claim (no sleep): it was placed and told `seconds` earlier."""
+    shift = datetime.timedelta(seconds=seconds)
+    Claim.objects.filter(name=name).update(
+        preempted_at=F("preempted_at") - shift, allocated_at=F("allocated_at") - shift
+    )
+
+
+def test_with_a_grace_period_the_victim_is_told_and_keeps_its_gpus_until_it_ends(
+    api, client, owner, cluster, make_h100, settings
+):
+    settings.NVKE_PREEMPTION_GRACE_S = 60
+    make_h100(1)
+    claim(api, cluster, "train", 8)
+    data = claim(api, cluster, "infer", 8, priority=10).data
+    assert data["status"] == "pending"
+    assert data["pending_reason"].startswith("Preempting 1 claim of lower priority: their GPUs are taken at ")
+    victim = api.get(f"/api/v1/claims/{Claim.objects.get(name='train').pk}/").data
+    assert (victim["status"], victim["preempted_by"]) == ("allocated", "default/infer")
+    client.force_login(owner)
+    page = client.get(f"/claims/{victim['id']}/").content.decode()
+    assert "To be preempted by" in page and "when its grace period ends at" in page
+    place_pending(cluster.pk)  # within the grace: nothing moves
+    assert (status("train"), status("infer")) == ("allocated", "pending")
+    back("train", 61)
+    place_pending(cluster.pk)
+    assert (status("train"), status("infer")) == ("pending", "allocated")
+    assert Claim.objects.get(name="train").pending_reason.startswith("Preempted by claim default/infer")
+
+
+def test_a_notice_lapses_with_its_preemptor(api, cluster, make_h100, settings):
+    settings.NVKE_PREEMPTION_GRACE_S = 60
+    make_h100(1)
+    claim(api, cluster, "train", 8)
+    claim(api, cluster, "infer", 8, priority=10)
+    release_claim(Claim.objects.get(name="infer"))  # it no longer waits: train keeps its GPUs
+    back("train", 61)
+    assert claim(api, cluster, "urgent", 8, priority=10).data["status"] == "pending"  # a fresh notice
+    assert Claim.objects.get(name="train").preempted_by.name == "urgent"
+    assert status("train") == "allocated"
