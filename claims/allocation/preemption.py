@@ -64,6 +64,13 @@ def _minimal(
     take: Callable[[Victim], None],
     give_back: Callable[[Victim], None],
 ) -> list[Victim] | None:
+    for victim in victims:  # all of them first: where even that would not do, nothing will
+        take(victim)
+    enough = fits()
+    for victim in victims:
+        give_back(victim)
+    if not enough:
+        return None
     ordered = sorted(victims, key=cost)
     for victim in ordered:  # one victim is the fewest there can be: the cheapest that does
         take(victim)
@@ -72,15 +79,11 @@ def _minimal(
         if enough:
             return [victim]
     taken: list[Victim] = []
-    for victim in ordered:
+    for victim in ordered:  # all of them do: take the cheapest until enough
         take(victim)
         taken.append(victim)
         if fits():
             break
-    else:
-        for victim in taken:
-            give_back(victim)
-        return None
     for victim in reversed(taken):  # the costliest first: reprieved if the preemptor fits without it
         give_back(victim)
         if fits():
