@@ -2,15 +2,19 @@
 lower-priority claims, never non-preemptible ones; victims go back to pending (not deleted), say who
 took their GPUs, and are in the audit log; groups are taken and take as units."""
 
+import asyncio
 import datetime
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.db.models import F
 
 from audit.models import AuditEntry
 from claims.allocator import place_pending, release_claim
 from claims.models import Claim
 from nodepools.services import reconcile
+from nvke import realtime
 
 pytestmark = pytest.mark.django_db
 
@@ -175,3 +179,23 @@ def test_a_notice_lapses_with_its_preemptor(api, cluster, make_h100, settings):
     assert claim(api, cluster, "urgent", 8, priority=10).data["status"] == "pending"  # a fresh notice
     assert Claim.objects.get(name="train").preempted_by.name == "urgent"
     assert status("train") == "allocated"
+
+
+def test_each_preemption_is_an_event_on_the_claims_stream(
+    api, owner, cluster, make_h100, django_capture_on_commit_callbacks
+):
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(realtime.tenant_group(cluster.tenant_id), channel)
+    make_h100(1)
+    with django_capture_on_commit_callbacks(execute=True):
+        claim(api, cluster, "train", 8)
+        claim(api, cluster, "infer", 8, priority=10)
+    realtime.flush()
+    events = []
+    while not any(e["type"] == "claim.preempted" for e in events):  # each message: a batch of events
+        message = async_to_sync(asyncio.wait_for)(layer.receive(channel), timeout=10)
+        events += message["events"]
+    (preempted,) = [e for e in events if e["type"] == "claim.preempted"]
+    assert (preempted["name"], preempted["status"]) == ("train", "pending")
+    assert preempted["preempted_by"] == Claim.objects.get(name="infer").pk
