@@ -73,6 +73,8 @@ def preempt_for(waiting: list[Claim], passed: set[int], snap: Snapshot) -> list[
             _wait(members, told, ends)
             continue
         free = [v for v in victims if v not in notices and v.priority < claim.priority]
+        if not told and not free:
+            continue
         chosen = _choose([*told, *free], told, fits, snap, whole_group=claim.group_id is not None)
         if chosen is None:
             continue
