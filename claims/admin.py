@@ -34,9 +34,17 @@ class ClaimAdmin(admin.ModelAdmin):
         "status",
         "created_at",
     ]
-    list_filter = ["status", "kind", "tenant"]
+    list_filter = ["status", "kind", "preemptible", "tenant"]
     search_fields = ["name", "namespace", "cluster__name", "tenant__name"]
-    readonly_fields = ["status", "pending_reason", "created_at", "allocated_at"]
+    # Who took its GPUs is the allocator's to write, as its status is.
+    readonly_fields = [
+        "status",
+        "pending_reason",
+        "created_at",
+        "allocated_at",
+        "preempted_by",
+        "preempted_at",
+    ]
     list_select_related = ["cluster", "tenant"]
 
 

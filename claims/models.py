@@ -95,6 +95,11 @@ class Claim(models.Model):
         default=False,
         help_text="A training job: a pool's upgrade deferral policy keeps its node from draining under it",
     )
+    preemptible = models.BooleanField(
+        default=True,
+        help_text="A pending claim of higher priority may take its GPUs (it goes back to pending); "
+        "false: never",
+    )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
     pending_reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -110,6 +115,15 @@ class Claim(models.Model):
         blank=True,
         help_text="Where the cluster's workload stands (claims.workloads): state and message",
     )
+    preempted_by = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The claim of higher priority that last took its GPUs (claims.allocator.preemption)",
+    )
+    preempted_at = models.DateTimeField(null=True, blank=True)
     group = models.ForeignKey(
         ClaimGroup,
         on_delete=models.CASCADE,

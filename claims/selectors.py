@@ -1,5 +1,8 @@
 """Reads of claims that more than one entry point needs (the claims API, the UI, the benchmarks)."""
 
+import datetime
+
+from django.conf import settings
 from django.db.models import F, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
@@ -25,6 +28,8 @@ CLAIM_COLUMNS = (
     "allowed_models",
     "priority",
     "training",
+    "preemptible",
+    "preempted_at",
     "status",
     "pending_reason",
     "source",
@@ -43,13 +48,20 @@ ALLOCATION_COLUMNS = {
     "isolation": F("allocation__isolation"),
     "node_preflight": F("allocation__node__preflight"),  # what the node enforces (nodepools.preflight)
 }
+# Who took its GPUs last (null if none, or deleted since).
+PREEMPTED_BY = F("preempted_by__namespace"), F("preempted_by__name")
 
 
 def claim_rows(claims: QuerySet[Claim]) -> QuerySet:
     """The claims as plain rows, each with its allocation's node, pool and GPU model columns (one query
     with the joins). Plain rows, not model instances: a page of claims with their allocations, nodes,
     pools and GPU models was hundreds of instances, most of the request's time."""
-    return claims.values(*CLAIM_COLUMNS, **ALLOCATION_COLUMNS)
+    return claims.values(
+        *CLAIM_COLUMNS,
+        **ALLOCATION_COLUMNS,
+        preempted_by_namespace=PREEMPTED_BY[0],
+        preempted_by_name=PREEMPTED_BY[1],
+    )
 
 
 # What a claim's document shows of each of its shares, and the keys `attach_claim_shares` gives them.
@@ -111,3 +123,14 @@ def allocation_violations(cluster_id: int) -> list[str]:
         if node.cpu > node.cpu_millicores or node.memory > node.memory_mib:
             problems.append(f"{node}: host CPU {node.cpu}/{node.cpu_millicores}, memory {node.memory}")
     return problems
+
+
+def preemption_notice(claim: Claim) -> datetime.datetime | None:
+    """When a placed claim told it is preempted loses its GPUs (its grace period's end), while its
+    preemptor still waits; None otherwise (claims.allocator.preemption). Select `preempted_by`."""
+    by = claim.preempted_by
+    if claim.status != Claim.Status.ALLOCATED or by is None or by.status != Claim.Status.PENDING:
+        return None
+    if claim.preempted_at < claim.allocated_at:  # told in an earlier placement
+        return None
+    return claim.preempted_at + datetime.timedelta(seconds=settings.NVKE_PREEMPTION_GRACE_S)

@@ -202,6 +202,8 @@ CELERY_TASK_ROUTES = {
 # The pool autoscaler (nodepools/autoscaler) steps through every cluster with an autoscaling pool this
 # often (beat; a timer thread in the embedded default), besides when a claim is left pending.
 NVKE_AUTOSCALER_INTERVAL_S = float(os.environ.get("NVKE_AUTOSCALER_INTERVAL_S", "15"))
+# Preemption (claims/allocator/preemption.py): a victim keeps its GPUs this long after it is told.
+NVKE_PREEMPTION_GRACE_S = float(os.environ.get("NVKE_PREEMPTION_GRACE_S", "0"))
 CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "nodepools.tasks.reconcile_all_pools", "schedule": 60.0},
     "place-pending-claims": {"task": "claims.tasks.place_all_pending_claims", "schedule": 30.0},

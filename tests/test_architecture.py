@@ -171,6 +171,10 @@ UNAUDITED_UPDATES = {
     ("nodepools/services.py", "complete_upgrade", "NodePool"): "the upgrade run's entry records it",
     ("claims/allocator/rows.py", "_write_with_orm", "Claim"): "placement status (ignored fields)",
     ("claims/allocator/service.py", "nodes_removed", "Claim"): "placement status (ignored fields)",
+    ("claims/allocator/preemption.py", "_preempt", "Claim"): "a preemption: record() writes one entry "
+    "per victim",
+    ("claims/allocator/preemption.py", "_tell", "Claim"): "a preemption's notice: record() writes one "
+    "entry per victim",
     ("claims/allocator/service.py", "resize_claim", "Claim"): "the rescaler's resize: a telemetry event "
     "records it, as every rescaling step",
     ("claims/workloads.py", "record", "Claim"): "the workload's state seen on the cluster, a reading",

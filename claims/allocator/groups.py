@@ -109,21 +109,11 @@ def place_group(
     """Place the group's pending members as a unit, applied to the snapshot: at least as many as take it
     to its minimum, in the tightest domain; else none, each member left pending with the group's reason.
     Sets each member's status; the caller writes the rows."""
-    member_ids = Claim.objects.filter(group_id=group.pk).values_list("pk", flat=True)
-    placed_already = sum(1 for pk in member_ids if pk in snap.inventory.placements)
+    placed_already = placed_members(group, snap)
     minimum = max(0, group.min_members - placed_already)
     first = pending[0]
     request = request_of(first)
-    best: core.gangs.GangPlacement | core.gangs.GangShortfall | None = None
-    for pool in candidate_pools(first, snap.inventory):
-        fleet = snap.fleets[pool.pk]
-        found = core.gangs.place_gang(
-            request, len(pending), minimum, fleet, snap.inventory.topology, _on_node
-        )
-        if _more(found, best):
-            best = found
-        if isinstance(found, core.gangs.GangPlacement) and len(found.placements) == len(pending):
-            break
+    best = _best_gang(pending, minimum, snap)
     now = timezone.now()
     if not isinstance(best, core.gangs.GangPlacement):
         fits = best.fits if best else 0
@@ -144,6 +134,34 @@ def place_group(
     for claim in pending[len(placed) :]:
         claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, rest, None
     return placed
+
+
+def placed_members(group: ClaimGroup, snap: Snapshot) -> int:
+    member_ids = Claim.objects.filter(group_id=group.pk).values_list("pk", flat=True)
+    return sum(1 for pk in member_ids if pk in snap.inventory.placements)
+
+
+def gang_fits(pending: list[Claim], minimum: int, snap: Snapshot) -> bool:
+    """Whether at least `minimum` of the pending members would be placed now (reads only)."""
+    return isinstance(_best_gang(pending, minimum, snap), core.gangs.GangPlacement)
+
+
+def _best_gang(
+    pending: list[Claim], minimum: int, snap: Snapshot
+) -> core.gangs.GangPlacement | core.gangs.GangShortfall | None:
+    """The most members of the pool that places the most (all of them in the first that can)."""
+    request = request_of(pending[0])
+    best: core.gangs.GangPlacement | core.gangs.GangShortfall | None = None
+    for pool in candidate_pools(pending[0], snap.inventory):
+        fleet = snap.fleets[pool.pk]
+        found = core.gangs.place_gang(
+            request, len(pending), minimum, fleet, snap.inventory.topology, _on_node
+        )
+        if _more(found, best):
+            best = found
+        if isinstance(found, core.gangs.GangPlacement) and len(found.placements) == len(pending):
+            break
+    return best
 
 
 def _on_node(fleet: core.Fleet, request: core.Request) -> core.Placement | None:

@@ -14,7 +14,7 @@ from audit import recorder as audit
 from claims import allocation as core
 from claims import quotas
 from claims.allocation.state import fraction_fits
-from claims.allocator import metering, moves
+from claims.allocator import metering, moves, preemption
 from claims.allocator.groups import place_group
 from claims.allocator.inventory import CACHE, Snapshot, placement_json
 from claims.allocator.locks import allocation_lock, allocation_lock_if_free, claim_after_holder
@@ -50,6 +50,7 @@ def create_claim(
     allowed_models: list[str] | None = None,
     priority: int = 0,
     training: bool = False,
+    preemptible: bool = True,
     place: bool = True,
     source: str = Claim.Source.API,
 ) -> Claim:
@@ -75,6 +76,7 @@ def create_claim(
         allowed_models=allowed_models or [],
         priority=priority,
         training=training,
+        preemptible=preemptible,
         source=source,
     )
     validate_claim(claim)
@@ -309,9 +311,10 @@ def nodes_removed(nodes: QuerySet[Node]) -> None:
 
 
 def _place_all(claims: list[Claim], snap: Snapshot) -> int:
-    """Place what fits, in order (each placement counts for the next), record why the rest wait, and
-    write it all in a handful of statements. A group's members are placed together, as a unit, where
-    the first of them comes. Returns how many were placed."""
+    """Place what fits, in order (each placement counts for the next), let what still waits preempt
+    claims of lower priority (`preemption`), record why the rest wait, and write it all in a handful of
+    statements. A group's members are placed together, as a unit, where the first of them comes.
+    Returns how many were placed."""
     placed = []
     now = timezone.now()
     groups_seen = set()
@@ -329,5 +332,8 @@ def _place_all(claims: list[Claim], snap: Snapshot) -> int:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
         else:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
+    waiting = [claim for claim in claims if claim.status == Claim.Status.PENDING]
+    if waiting:
+        placed += preemption.preempt_for(waiting, {claim.pk for claim in claims}, snap)
     write_outcomes(claims, placed, snap)
     return len(placed)

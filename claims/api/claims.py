@@ -75,6 +75,10 @@ class ClaimSerializer(serializers.ModelSerializer):
     workload = serializers.SerializerMethodField(
         help_text="On a real cluster: where the claim's workload stands there; null on a simulated one"
     )
+    preempted_by = serializers.SerializerMethodField(
+        help_text="namespace/name of the claim of higher priority that last took its GPUs (it went back "
+        "to pending); null if none (or that claim is gone: the audit log keeps it)"
+    )
     gpu_memory_display = serializers.SerializerMethodField(help_text="GPU-MEMORY column: total held")
     gpu_util_display = serializers.SerializerMethodField(
         help_text="GPU-UTIL column: compute ceiling held, as guaranteed/ceiling when they differ"
@@ -100,6 +104,7 @@ class ClaimSerializer(serializers.ModelSerializer):
             "allowed_models",
             "priority",
             "training",
+            "preemptible",
             "status",
             "pending_reason",
             "allocation",
@@ -108,10 +113,12 @@ class ClaimSerializer(serializers.ModelSerializer):
             "sizing",
             "source",
             "workload",
+            "preempted_by",
+            "preempted_at",
             "created_at",
             "allocated_at",
         ]
-        read_only_fields = ["status", "pending_reason", "allocated_at", "source"]
+        read_only_fields = ["status", "pending_reason", "allocated_at", "source", "preempted_at"]
         validators = []  # uniqueness is the service's, answered with 409 naming the field
 
     def get_fields(self) -> dict:
@@ -154,6 +161,11 @@ class ClaimSerializer(serializers.ModelSerializer):
                 for share in shares
             ],
         }
+
+    @extend_schema_field({"type": "string", "nullable": True, "example": "default/infer"})
+    def get_preempted_by(self, claim: dict) -> str | None:
+        name = claim["preempted_by_name"]
+        return None if name is None else f"{claim['preempted_by_namespace']}/{name}"
 
     @extend_schema_field(WorkloadSerializer(allow_null=True))
     def get_workload(self, claim: dict) -> dict | None:
@@ -208,6 +220,7 @@ def claim_document(claim: dict) -> ClaimDocument:
         allowed_models=[str(model) for model in claim["allowed_models"]],
         priority=claim["priority"],
         training=claim["training"],
+        preemptible=claim["preemptible"],
         status=claim["status"],
         pending_reason=claim["pending_reason"],
         allocation=_METHOD_FIELDS.get_allocation(claim),
@@ -216,6 +229,8 @@ def claim_document(claim: dict) -> ClaimDocument:
         sizing=_METHOD_FIELDS.get_sizing(claim),
         source=claim["source"],
         workload=_METHOD_FIELDS.get_workload(claim),
+        preempted_by=_METHOD_FIELDS.get_preempted_by(claim),
+        preempted_at=claim["preempted_at"],
         created_at=claim["created_at"],  # UTC from the database: msgspec writes it as DateTimeField does
         allocated_at=claim["allocated_at"],
     )

@@ -29,6 +29,7 @@ MEMBER_FIELDS = [
     "host_memory_mib",
     "allowed_models",
     "training",
+    "preemptible",
 ]
 
 

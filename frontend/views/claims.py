@@ -12,6 +12,7 @@ from django.urls import reverse
 from claims import allocator
 from claims.models import Allocation, Claim, GpuShare
 from claims.pod_templates import pod_template, serves_dra
+from claims.selectors import preemption_notice
 from claims.sizing import sizing_hints
 from clusters.models import Cluster
 from nodepools.sharing import held_isolation
@@ -102,7 +103,9 @@ def claim_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
 
 
 def _get_claim(context: TenantContext, pk: int) -> Claim:
-    return get_object_or_404(Claim.objects.restrict(context).select_related("cluster", "pool"), pk=pk)
+    return get_object_or_404(
+        Claim.objects.restrict(context).select_related("cluster", "pool", "preempted_by"), pk=pk
+    )
 
 
 def _allocation_of(claim: Claim) -> Allocation | None:
@@ -141,6 +144,7 @@ def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
                 "idle_s": settings.TELEMETRY_IDLE_S,
             },
             "allocation": allocation,
+            "grace_ends": preemption_notice(claim),
             "isolation": isolation,
             "isolation_detail": isolation_words,
             "shares": shares,

@@ -80,6 +80,9 @@ class ModelWalk(ClaimSerializer):
     def get_workload(self, claim: Claim) -> dict | None:
         return claim.workload or None
 
+    def get_preempted_by(self, claim: Claim) -> str | None:
+        return str(claim.preempted_by) if claim.preempted_by else None
+
     def get_sizing(self, claim: Claim) -> dict | None:
         return sizing_hints(claim, placed(claim))
 
@@ -111,7 +114,8 @@ def document(data: dict) -> str:
 def cluster(owner, make_cluster, make_pool):
     """Claims of every kind: whole GPUs, MIG slices, fractions on fractional, MPS and time-slicing
     pools (with and without memory, a ceiling over its guarantee), a pending one, one marked pending
-    that still has its allocation row, one with a workload, allowed models and a priority."""
+    that still has its allocation row, one with a workload, allowed models and a priority, one preempted
+    by another that is not preemptible."""
     tenant = owner.memberships.get().tenant
     cluster = make_cluster(tenant, "prod")
     pools = {
@@ -139,6 +143,8 @@ def cluster(owner, make_cluster, make_pool):
         ),
         ("mps", "mps", {"kind": "fraction", "gpu_memory_mib": 10240, "compute_percent": 10}),
         ("ts", "time-slicing", {"kind": "fraction", "compute_percent": 30, "host_memory_mib": 2048}),
+        ("bumped", "exclusive", {"kind": "whole", "gpus": 2}),
+        ("urgent", "exclusive", {"kind": "whole", "gpus": 2, "priority": 9, "preemptible": False}),
         (
             "wait",
             None,
@@ -158,7 +164,9 @@ def cluster(owner, make_cluster, make_pool):
         "burst",
         "mps",
         "ts",
+        "urgent",
     }
+    assert Claim.objects.get(name="bumped").preempted_by.name == "urgent"
     return cluster
 
 

@@ -132,7 +132,9 @@ def test_a_pods_priority_orders_it_as_any_claims_when_capacity_frees(
     server, cluster, django_capture_on_commit_callbacks
 ):
     attached = cluster()
-    server.create(gpu_pod("big", "20Gi", 50))
+    big = gpu_pod("big", "20Gi", 50)
+    big["metadata"]["annotations"] = {dra.PRIORITY: "10"}  # as high as urgent's: it cannot preempt big
+    server.create(big)
     server.create(gpu_pod("low", "12Gi", 50))
     urgent = gpu_pod("urgent", "12Gi", 50)
     urgent["metadata"]["annotations"] = {dra.PRIORITY: "10"}
