@@ -510,7 +510,6 @@ class Actors:
         status = {
             "state": state,
             "namespace": OPERATOR_NAMESPACE,
-            "assignedNodeCount": len(nodes),
             "conditions": conditions,
         }
         if status != old:

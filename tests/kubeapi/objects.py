@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from . import crds
+
 OPERATOR_NAMESPACE = "gpu-operator"
 VALIDATOR_IMAGE = "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.10.0"
 FAMILIES = {
@@ -253,230 +255,15 @@ def nvidia_driver(
     }
 
 
-# ---- the GPU Operator's CRDs: the fields NVKE uses are typed; the others are declared but left open -----
-
-_OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-_STRINGS = {"type": "array", "items": {"type": "string"}}
-_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
-_INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
-_CONDITIONS = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "required": ["lastTransitionTime", "message", "reason", "status", "type"],
-        "properties": {
-            "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "message": {"type": "string", "maxLength": 32768},
-            "observedGeneration": {"type": "integer", "minimum": 0},
-            "reason": {"type": "string", "minLength": 1},
-            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-            "type": {"type": "string"},
-        },
-    },
-}
-_UPGRADE_POLICY = {
-    "type": "object",
-    "properties": {
-        "autoUpgrade": {"type": "boolean", "default": True},
-        "maxParallelUpgrades": {"type": "integer", "minimum": 0, "default": 1},
-        "maxUnavailable": {**_INT_OR_STRING, "default": "25%"},
-        "podDeletion": {
-            "type": "object",
-            "properties": {
-                "force": {"type": "boolean", "default": False},
-                "timeoutSeconds": {"type": "integer", "minimum": 0, "default": 300},
-                "deleteEmptyDir": {"type": "boolean", "default": False},
-            },
-        },
-        "waitForCompletion": {
-            "type": "object",
-            "properties": {
-                "podSelector": {"type": "string"},
-                "timeoutSeconds": {"type": "integer", "minimum": 0, "default": 0},
-            },
-        },
-        "drain": {
-            "type": "object",
-            "properties": {
-                "enable": {"type": "boolean", "default": False},
-                "force": {"type": "boolean", "default": False},
-                "podSelector": {"type": "string"},
-                "timeoutSeconds": {"type": "integer", "minimum": 0, "default": 300},
-                "deleteEmptyDir": {"type": "boolean", "default": False},
-            },
-        },
-    },
-}
-_OPEN_DRIVER_FIELDS = (
-    "manager",
-    "startupProbe",
-    "livenessProbe",
-    "readinessProbe",
-    "rdma",
-    "gds",
-    "gdrcopy",
-    "resources",
-    "repoConfig",
-    "certConfig",
-    "licensingConfig",
-    "virtualTopologyConfig",
-    "kernelModuleConfig",
-    "nodeAffinity",
-    "podSecurityContext",
-)
-NVIDIADRIVER_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "spec": {
-            "type": "object",
-            "required": ["default", "driverType", "image"],
-            "properties": {
-                "driverType": {
-                    "type": "string",
-                    "enum": ["gpu", "vgpu", "vgpu-host-manager"],
-                    "default": "gpu",
-                },
-                "default": {"type": "boolean", "default": False},
-                "version": {"type": "string"},
-                "repository": {"type": "string"},
-                "image": {"type": "string", "default": "nvcr.io/nvidia/driver"},
-                "imagePullPolicy": {"type": "string"},
-                "imagePullSecrets": _STRINGS,
-                "kernelModuleType": {
-                    "type": "string",
-                    "enum": ["auto", "open", "proprietary"],
-                    "default": "auto",
-                },
-                "usePrecompiled": {"type": "boolean"},
-                "useOpenKernelModules": {"type": "boolean"},
-                "hostNetwork": {"type": "boolean"},
-                "nodeSelector": _STRING_MAP,
-                "labels": _STRING_MAP,
-                "annotations": _STRING_MAP,
-                "tolerations": {"type": "array", "items": _OPEN},
-                "priorityClassName": {"type": "string"},
-                "secretEnv": {"type": "string"},
-                "args": _STRINGS,
-                "env": {"type": "array", "items": _OPEN},
-                "upgradePolicy": _UPGRADE_POLICY,
-                **{field: _OPEN for field in _OPEN_DRIVER_FIELDS},
-            },
-        },
-        "status": {
-            "type": "object",
-            "required": ["state"],
-            "properties": {
-                "state": {"type": "string", "enum": ["ignored", "ready", "notReady", "disabled"]},
-                "namespace": {"type": "string"},
-                "assignedNodeCount": {"type": "integer"},
-                "conditions": _CONDITIONS,
-            },
-        },
-    },
-}
-_CLUSTER_POLICY_COMPONENTS = (
-    "operator",
-    "daemonsets",
-    "toolkit",
-    "devicePlugin",
-    "dcgm",
-    "dcgmExporter",
-    "gfd",
-    "migManager",
-    "mig",
-    "nodeStatusExporter",
-    "validator",
-    "psp",
-    "psa",
-    "cdi",
-    "sandboxWorkloads",
-    "vgpuManager",
-    "vgpuDeviceManager",
-    "vfioManager",
-    "sandboxDevicePlugin",
-    "kataManager",
-    "ccManager",
-    "gds",
-    "gdrcopy",
-    "hostPaths",
-    "dra",
-)
-CLUSTERPOLICY_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "spec": {
-            "type": "object",
-            "properties": {
-                "driver": {
-                    "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                    "properties": {
-                        "enabled": {"type": "boolean"},
-                        "useNvidiaDriverCRD": {"type": "boolean"},
-                        "version": {"type": "string"},
-                        "repository": {"type": "string"},
-                        "image": {"type": "string"},
-                        "upgradePolicy": _UPGRADE_POLICY,
-                    },
-                },
-                **{component: _OPEN for component in _CLUSTER_POLICY_COMPONENTS},
-            },
-        },
-        "status": {
-            "type": "object",
-            "required": ["state"],
-            "properties": {
-                "state": {"type": "string", "enum": ["ignored", "ready", "notReady", "disabled"]},
-                "namespace": {"type": "string"},
-                "conditions": _CONDITIONS,
-            },
-        },
-    },
-}
-
-
-def crd(
-    plural: str, kind: str, version: str, schema: dict[str, Any], short_names: tuple[str, ...] = ()
-) -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.nvidia.com"},
-        "spec": {
-            "group": "nvidia.com",
-            "names": {
-                "plural": plural,
-                "singular": kind.lower(),
-                "kind": kind,
-                "listKind": f"{kind}List",
-                "shortNames": list(short_names),
-            },
-            "scope": "Cluster",
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
-                    "subresources": {"status": {}},
-                }
-            ],
-        },
-    }
-
-
 def gpu_operator(
     server, *, use_nvidia_driver_crd: bool = True, driver_version: str = "570.133.20"
 ) -> dict[str, Any]:
     """Install the GPU Operator's objects into a FakeKubeApi; returns the ClusterPolicy. With the operator
     actor on, NVIDIADrivers then get driver pods (ClusterPolicy spec.driver.useNvidiaDriverCRD must be
     true)."""
-    server.create(crd("clusterpolicies", "ClusterPolicy", "v1", CLUSTERPOLICY_SCHEMA))
-    server.create(
-        crd(
-            "nvidiadrivers", "NVIDIADriver", "v1alpha1", NVIDIADRIVER_SCHEMA, ("nvd", "nvdriver", "nvdrivers")
-        )
-    )
+    crds.require()
+    for path in crds.GPU_OPERATOR:
+        server.create(crds.load(path))
     server.create(namespace(OPERATOR_NAMESPACE))
     labels = {"app": "gpu-operator", "app.kubernetes.io/component": "gpu-operator"}
     container = {"name": "gpu-operator", "image": "nvcr.io/nvidia/gpu-operator:v25.10.0"}
@@ -511,6 +298,6 @@ def gpu_operator(
         "apiVersion": "nvidia.com/v1",
         "kind": "ClusterPolicy",
         "metadata": {"name": "cluster-policy"},
-        "spec": {"driver": driver},
+        "spec": {"driver": driver, "toolkit": {"enabled": True}, **{n: {} for n in ("operator", "daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "gfd", "nodeStatusExporter")}},
     }
     return server.create(policy)
