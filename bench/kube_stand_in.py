@@ -3,10 +3,16 @@ FakeKubeApi, NVKE's own access to it (its service account's token, every request
 ClusterRole of NVKE's access manifest), a user's token, and the time each object first reached a state."""
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+# Settings for the benchmarks' processes, before django.setup(): a development setup on local services,
+# and the stand-in on loopback allowed, as an operator's allowance for a local demo sets it.
+os.environ.setdefault("NVKE_DEV", "1")
+os.environ.setdefault("NVKE_OUTBOUND_ALLOWED_NETWORKS", "127.0.0.0/8")
 
 
 def gpu_fleet(

@@ -31,9 +31,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
-os.environ.setdefault("NVKE_DEV", "1")
-# The stand-in listens on loopback: an operator's allowance, as a local demo sets it.
-os.environ.setdefault("NVKE_OUTBOUND_ALLOWED_NETWORKS", "127.0.0.0/8")
 
 from bench.bench_db import ensure_database, fresh_catalog  # noqa: E402
 from bench.kube_stand_in import (  # noqa: E402

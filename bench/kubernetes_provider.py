@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 
+from bench.kube_stand_in import gpu_fleet, nvke_ref  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -34,7 +36,6 @@ def main() -> None:
     import django
 
     django.setup()
-    from bench.kube_stand_in import gpu_fleet, nvke_ref
     from nvke.providers.kubernetes import attach
     from nvke.providers.kubernetes.operations import KubernetesOperations
     from nvke.providers.kubernetes.watch import ClusterWatch
