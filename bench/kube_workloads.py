@@ -338,6 +338,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    # One pool of every node: an operator's limit (100 by default), raised as the operator would
+    os.environ.setdefault("NVKE_MAX_POOL_NODES", str(max(100, args.nodes, args.upgrade_nodes)))
     ensure_database(os.environ["DATABASE_URL"])
     import django
 
