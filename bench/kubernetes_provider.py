@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 
+from bench.kube_stand_in import gpu_fleet, nvke_ref  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -34,7 +36,6 @@ def main() -> None:
     import django
 
     django.setup()
-    from nvke.providers.base import ClusterRef
     from nvke.providers.kubernetes import attach
     from nvke.providers.kubernetes.operations import KubernetesOperations
     from nvke.providers.kubernetes.watch import ClusterWatch
@@ -44,13 +45,11 @@ def main() -> None:
     results = {"nodes": args.nodes}
     with FakeKubeApi() as server:
         objects.gpu_operator(server)
-        for i in range(args.nodes):
-            node = server.create(objects.gpu_node(f"gpu-{i:04d}", labels={"nvke.io/pool": "train"}))
-            server.create(objects.resource_slice(node))
+        gpu_fleet(server, args.nodes, slices=True, labels={"nvke.io/pool": "train"})
         for i in range(10):
             server.create(objects.pod(f"job-{i}", node="gpu-0001", labels={"app": "train"}))
         server.settle()
-        ref = ClusterRef(name="b", endpoint=server.url, token=server.token, ca_bundle=server.ca_bundle)
+        ref = nvke_ref(server)  # every request authorized as NVKE's service account
         ops = KubernetesOperations(ref)
 
         def measure(name: str, function, repeat: int) -> None:
