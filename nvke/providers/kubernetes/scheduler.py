@@ -14,6 +14,7 @@ deleted releases its claim.
 Only the node choice is enforced by Kubernetes here: the GPU, memory and compute in the annotations
 hold only where a node component honours them (see docs/operations.md)."""
 
+import datetime
 import re
 
 from kubernetes import client
@@ -22,7 +23,7 @@ from nvke import quantity
 from nvke.agent import allocation
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
 
-from . import dra
+from . import dra, fit
 from .client import call
 
 SCHEDULER = "nvke"
@@ -100,8 +101,9 @@ class PodScheduler:
     """One pass over the pods that name NVKE as their scheduler. `say(obj, kind, reason, message)`
     records an Event on a pod once per change."""
 
-    def __init__(self, ops, say, managed: set[str]):
+    def __init__(self, ops, say, managed: set[str], nodes: list[dict] | None = None):
         self.ops, self.core, self.say, self.managed = ops, ops.core, say, managed
+        self.nodes = {n["metadata"]["name"]: n for n in nodes or []}  # NVKE's pool nodes, as listed
 
     def run(
         self, claims: list[WorkloadClaim], pods: list[dict], refused: dict[tuple[str, str], str]
@@ -112,6 +114,11 @@ class PodScheduler:
             if p.get("spec", {}).get("schedulerName") == SCHEDULER
         }
         self.unadmitted = [p for p in mine.values() if allocation.waiting(p, set())]  # + those bound now
+        self.bound: dict[str, list[dict]] = {}  # active pods by node (+ those bound now), for the fit
+        for pod in pods:
+            if (node := pod.get("spec", {}).get("nodeName")) and fit.active(pod):
+                self.bound.setdefault(node, []).append(pod)
+        self.refusals = fit.refusals(pods, datetime.datetime.now(datetime.UTC))
         states = [self._claim(claim, mine.get((claim.namespace, claim.name))) for claim in claims]
         known = {(c.namespace, c.name) for c in claims}
         found = []
@@ -134,6 +141,8 @@ class PodScheduler:
 
     def _claim(self, claim: WorkloadClaim, pod: dict | None) -> WorkloadState:
         state = lambda kind, message="": WorkloadState(claim.namespace, claim.name, kind, message)  # noqa: E731
+        if pod is not None and fit.refused_by_kubelet(pod):
+            return state("gone", self._refused(pod))
         if (
             pod is None
             or pod["metadata"].get("deletionTimestamp")
@@ -154,6 +163,9 @@ class PodScheduler:
             return state("waiting", claim.pending_reason)
         if ahead := allocation.ahead(pod, claim.node, annotations(claim), self.unadmitted):
             return state("waiting", f"Waiting for the kubelet on {claim.node} to admit {ahead} first.")
+        if why := self._unfit(pod, claim):
+            self.say(pod, "Warning", "FailedScheduling", why)
+            return state("waiting", why)
         meta = pod["metadata"]
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations(claim)}}
         try:
@@ -174,6 +186,7 @@ class PodScheduler:
                 return state("waiting", error.message)
             raise
         self.unadmitted.append(allocation.bound(pod, claim.node, annotations(claim)))
+        self.bound.setdefault(claim.node, []).append(pod)
         devices = ", ".join(f"GPU {share.index}" for share in claim.shares)
         self.say(
             pod,
@@ -182,6 +195,34 @@ class PodScheduler:
             f"Successfully assigned {meta['namespace']}/{meta['name']} to {claim.node} ({devices}).",
         )
         return state("allocated")
+
+    def _unfit(self, pod: dict, claim: WorkloadClaim) -> str:
+        """Why the kubelet of the node holding the pod's claim would refuse the pod now, or has refused
+        its predecessor lately (the pod then waits, its claim held there, rather than fail in a loop)."""
+        where = holding(claim)
+        if refused := self.refusals.get(fit.owner(pod), {}).get(claim.node):
+            return (
+                f"NVKE placed its GPU claim on {where}, but the kubelet there refused {refused}: NVKE "
+                f"binds no pod of the same owner to {claim.node} for {fit.HOLD_S // 60} minutes after that."
+            )
+        node = self.nodes.get(claim.node)
+        if node is None:
+            return ""  # not listed as NVKE's (a test's partial view): the kubelet is the judge
+        if why := fit.misfit(pod, node, self.bound.get(claim.node, [])):
+            return f"NVKE placed its GPU claim on {where}, but the node cannot take the pod: {why}."
+        return ""
+
+    def _refused(self, pod: dict) -> str:
+        """The claim of a pod the kubelet refused is released; the pod says so, and its replacement is
+        kept off that node for a while (`_unfit`)."""
+        status, node = pod["status"], pod["spec"]["nodeName"]
+        message = (
+            f"The kubelet on {node} refused the pod ({status['reason']}: {status.get('message', '')}); "
+            f"NVKE released its GPU claim and binds no pod of the same owner to {node} for "
+            f"{fit.HOLD_S // 60} minutes."
+        )
+        self.say(pod, "Warning", "GPUClaimReleased", message)
+        return message
 
 
 def uuids(claim: WorkloadClaim) -> str:
