@@ -4,7 +4,10 @@ at admission it calls the plugin's Allocate for each container asking `nvke.io/g
 the answer on the pod (annotation kubeapi.test/allocated.<container>) as the container's environment.
 One A10 shared as 8Gi+70% and three 2Gi+20% ends with four pods Running on the one GPU, each started
 with its GPU and limits from the plugin; a pod NVKE did not place is refused by the plugin, and the
-kubelet fails its admission as a device manager does."""
+kubelet fails its admission as a device manager does. On an MPS pool whose daemon is down, the plugin's
+refusal fails the pod (UnexpectedAdmissionError), NVKE releases its claim and does not bind its
+replacement to that node again; once the daemon is up, a pod starts with its MPS limits, pipes and
+shared memory."""
 
 import json
 import shutil
@@ -16,7 +19,7 @@ import pytest
 from claims.models import Claim
 from claims.workloads import sync_workloads
 from nodepools.models import Gpu
-from nvke.agent import allocation
+from nvke.agent import allocation, mps
 from nvke.agent.device_plugin import DevicePlugin, PluginServer
 from nvke.agent.node_side import node_pods
 from nvke.providers.kubernetes import records
@@ -32,20 +35,34 @@ SLOTS = 16
 
 
 @pytest.fixture
-def plugin(server, attached):  # noqa: F811
-    """nvke-agent's device plugin on the A10 node, registered with that node's kubelet."""
-    directory = tempfile.mkdtemp(prefix="dm-", dir="/tmp")  # a unix socket's path is short
-    manager = server.actors.device_manager(NODE, directory)
-    uuid = f"GPU-{Gpu.objects.get(node__name=NODE).uuid}"
-    with kubernetes.client.ApiClient(client_configuration(server)) as api:
-        served = PluginServer(DevicePlugin([uuid], node_pods(api, NODE), SLOTS), directory)
+def plugin_on(server):  # noqa: F811
+    """plugin_on(**options) -> the GPU's UUID: nvke-agent's device plugin on the A10 node (DevicePlugin's
+    options), registered with that node's kubelet, whose node then advertises its slots."""
+    started = []
+
+    def start(**options) -> str:
+        directory = tempfile.mkdtemp(prefix="dm-", dir="/tmp")  # a unix socket's path is short
+        manager = server.actors.device_manager(NODE, directory)
+        uuid = f"GPU-{Gpu.objects.get(node__name=NODE).uuid}"
+        api = kubernetes.client.ApiClient(client_configuration(server))
+        served = PluginServer(DevicePlugin([uuid], node_pods(api, NODE), SLOTS, **options), directory)
+        started.append((served, manager, api, directory))
         served.step()
-        try:
-            yield uuid
-        finally:
-            served.stop()
-            manager.stop()
-            shutil.rmtree(directory, ignore_errors=True)
+        node = lambda: server.get("v1", "Node", NODE)["status"]["allocatable"]  # noqa: E731
+        assert wait_until(lambda: node().get(allocation.RESOURCE), timeout=20) == str(SLOTS)
+        return uuid
+
+    yield start
+    for served, manager, api, directory in started:
+        served.stop()
+        manager.stop()
+        api.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def plugin(attached, plugin_on):  # noqa: F811
+    return plugin_on()
 
 
 def share_pod(name: str, memory: str, percent: int) -> dict:
@@ -61,10 +78,7 @@ def started(server, name: str) -> bool:  # noqa: F811 (the fixture's name)
 
 
 def test_four_pods_share_one_a10_each_started_with_its_share_from_the_plugin(server, attached, plugin):  # noqa: F811
-    advertised = wait_until(
-        lambda: server.get("v1", "Node", NODE)["status"]["allocatable"].get(allocation.RESOURCE), timeout=20
-    )
-    assert advertised == str(SLOTS)  # the device manager's capacity, from ListAndWatch
+    # the node advertises the plugin's slots (the device manager's capacity, from ListAndWatch): plugin_on
     server.create(share_pod("train", "8Gi", 70))
     for i in range(3):
         server.create(share_pod(f"infer-{i}", "2Gi", 20))
@@ -98,7 +112,6 @@ def test_four_pods_share_one_a10_each_started_with_its_share_from_the_plugin(ser
 
 
 def test_a_pod_nvke_did_not_place_is_refused_by_the_plugin_at_admission(server, attached, plugin):  # noqa: F811
-    wait_until(lambda: server.get("v1", "Node", NODE)["status"]["allocatable"].get(allocation.RESOURCE), 20)
     stray = objects.pod("stray", namespace="ml", node=NODE)  # bound by hand, past NVKE
     stray["spec"]["containers"][0]["resources"] = {"limits": {allocation.RESOURCE: "1"}}
     server.create(stray)
@@ -112,3 +125,65 @@ def test_a_pod_nvke_did_not_place_is_refused_by_the_plugin_at_admission(server, 
         f"to this node by NVKE waits for 1 {allocation.RESOURCE}: was it scheduled with schedulerName: "
         "nvke?, which is unexpected"
     )
+
+
+def test_an_mps_pod_refused_for_want_of_its_daemon_is_not_bound_there_again_and_one_later_gets_mps(
+    server,  # noqa: F811
+    attach,
+    sharing_pool,
+    plugin_on,
+    django_capture_on_commit_callbacks,
+):
+    cluster = attach(server)
+    sharing_pool(cluster, "mps")
+    daemon = {"up": False}
+    uuid = plugin_on(pipe_directory=lambda u: f"/run/nvke/mps/{u}/pipe", mps_up=lambda u: daemon["up"])
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "web",
+        "uid": "rs-web",
+        "controller": True,
+    }
+    web = share_pod("web-1", "6Gi", 40)
+    web["metadata"]["ownerReferences"] = [owner]
+    server.create(web)
+
+    sync_workloads(cluster.pk)
+    reason = wait_until(lambda: pod(server, "web-1")["status"].get("reason"), timeout=20)
+
+    assert reason == "UnexpectedAdmissionError"  # the plugin refused: no MPS daemon on that GPU
+    refusal = (
+        "Allocate failed due to rpc error: code = FailedPrecondition desc = ml/web-1: the MPS control "
+        f"daemon of {uuid} is not running., which is unexpected"
+    )
+    assert pod(server, "web-1")["status"]["message"] == f"Pod was rejected: {refusal}"
+    with django_capture_on_commit_callbacks(execute=True):
+        sync_workloads(cluster.pk)
+    assert not Claim.objects.filter(name="web-1").exists()
+    replacement = share_pod("web-2", "6Gi", 40)  # its ReplicaSet makes another
+    replacement["metadata"]["ownerReferences"] = [owner]
+    server.create(replacement)
+    sync_workloads(cluster.pk)
+    sync_workloads(cluster.pk)
+    assert not pod(server, "web-2")["spec"].get("nodeName")  # not bound there again: no Failed loop
+    assert (
+        f"the kubelet there refused web-1 (UnexpectedAdmissionError: Pod was rejected: {refusal})"
+        in (Claim.objects.get(name="web-2").workload["message"])
+    )
+
+    daemon["up"] = True  # the agent started it
+    server.create(share_pod("serve", "2Gi", 20))
+    sync_workloads(cluster.pk)
+    wait_until(lambda: started(server, "serve"), timeout=20)
+    answer = json.loads(pod(server, "serve")["metadata"]["annotations"][ALLOCATED + "main"])
+    pipes = f"/run/nvke/mps/{uuid}/pipe"
+    assert {k: v for k, v in answer["envs"].items() if k.startswith("CUDA_MPS_")} == {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "20",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2048M",
+        "CUDA_MPS_PIPE_DIRECTORY": pipes,
+    }
+    assert answer["mounts"] == [
+        {"hostPath": pipes, "containerPath": pipes},
+        {"hostPath": mps.SHM, "containerPath": "/dev/shm"},
+    ]
