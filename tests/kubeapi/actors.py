@@ -183,11 +183,12 @@ class Actors:
                 and "startTime" in p.get("status", {})
                 and p["status"].get("phase") not in ("Succeeded", "Failed")
             ]
+            # the device manager's admit handler runs before the predicates' (kubelet.go NewMainKubelet)
+            if (devices := kubelet.device_outcome(pod, self.device_managers.get(node_name))) is not None:
+                return devices
             if refused := kubelet.admission(pod, node, admitted):
                 reason, message = refused
                 return {"phase": "Failed", "reason": reason, "message": f"Pod was rejected: {message}"}
-            if (devices := kubelet.device_outcome(pod, self.device_managers.get(node_name))) is not None:
-                return devices
         if not pod["spec"].get("resourceClaims"):
             return None
         namespace = pod["metadata"]["namespace"]

@@ -8,7 +8,8 @@ Preparing DRA claims follows pkg/kubelet/cm/dra/manager.go (PrepareResources): e
 and list the pod in `reservedFor`, and its driver's kubelet plugin must prepare it; until then the pod
 stays Pending (ContainerCreating) and an event FailedPrepareDynamicResources says why. Device plugins'
 resources are allocated at admission by the node's device manager (device_manager.py), where a test
-started one."""
+started one, before the checks above (pkg/kubelet/kubelet.go NewMainKubelet adds the container
+manager's resource-allocating admit handler before the predicate one)."""
 
 from __future__ import annotations
 
