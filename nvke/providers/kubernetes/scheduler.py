@@ -5,11 +5,13 @@ limits — `nvidia.com/gpu: N` (whole GPUs), `nvidia.com/mig-<profile>: 1` (a MI
 ceiling in percent; a quantity cannot carry "%") — and adopted as a claim named after the pod, with the
 priority of its `nvke.io/priority` annotation. Once the
 allocator has placed it, the pod is annotated with what it holds (GPU UUIDs, memory, compute ceiling and
-guarantee, isolation, and on MPS pools the MPS limits) and bound through `pods/binding`; a pod that cannot
-be placed gets a `FailedScheduling` Event with the allocator's reason. A pod whose claim the allocator
-moved or took back (a drain, a failed GPU, a defrag) is evicted through the Eviction API, so its
-PodDisruptionBudget holds; its controller makes a new pod, which NVKE places. A pod that finished or was
-deleted releases its claim.
+guarantee, isolation, and on MPS pools the MPS limits) and bound through `pods/binding`, once its node
+will take it as the kubelet checks (fit.py); a pod that cannot be placed or does not fit gets a
+`FailedScheduling` Event with the reason. A pod the kubelet refused anyway releases its claim, and no
+pod of the same owner is bound to that node for a while, so a controller's replacements do not loop.
+A pod whose claim the allocator moved or took back (a drain, a failed GPU, a defrag) is evicted through
+the Eviction API, so its PodDisruptionBudget holds; its controller makes a new pod, which NVKE places. A
+pod that finished or was deleted releases its claim.
 
 Only the node choice is enforced by Kubernetes here: the GPU, memory and compute in the annotations
 hold only where a node component honours them (see docs/operations.md)."""
@@ -215,7 +217,7 @@ class PodScheduler:
     def _refused(self, pod: dict) -> str:
         """The claim of a pod the kubelet refused is released; the pod says so, and its replacement is
         kept off that node for a while (`_unfit`)."""
-        status, node = pod["status"], pod["spec"]["nodeName"]
+        status, node = pod["status"], pod["spec"].get("nodeName", "its node")
         message = (
             f"The kubelet on {node} refused the pod ({status['reason']}: {status.get('message', '')}); "
             f"NVKE released its GPU claim and binds no pod of the same owner to {node} for "
