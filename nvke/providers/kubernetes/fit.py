@@ -15,6 +15,8 @@ Reasons are kube-scheduler's ("Insufficient cpu", "node(s) had untolerated taint
 admission reasons for the same checks are in REFUSALS."""
 
 import datetime
+import hashlib
+import json
 
 from nvke import quantity
 
@@ -171,7 +173,18 @@ def _say(name: str, amount: float) -> str:
 
 # ---- nodes whose kubelet refused a pod, remembered for its replacement ---------------------------------
 
-HOLD_S = 600  # a node that refused a pod takes no pod of the same owner for this long
+HOLD_S = 600  # a node that refused a pod takes no pod of the same owner for this long, or until it changes
+NODE_STATE = "nvke.io/refused-node-state"  # on a refused pod: its node as NVKE saw it then (node_state)
+
+
+def node_state(node: dict) -> str:
+    """What of a node its kubelet's admission reads (allocatable, taints, labels), as a short digest."""
+    seen = {
+        "allocatable": (node.get("status") or {}).get("allocatable") or {},
+        "taints": (node.get("spec") or {}).get("taints") or [],
+        "labels": node["metadata"].get("labels") or {},
+    }
+    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def owner(pod: dict) -> tuple[str, str]:
@@ -184,10 +197,12 @@ def owner(pod: dict) -> tuple[str, str]:
     return meta["namespace"], meta["name"]
 
 
-def refusals(pods: list[dict], now: datetime.datetime) -> dict[tuple[str, str], dict[str, str]]:
+def refusals(
+    pods: list[dict], nodes: dict[str, dict], now: datetime.datetime
+) -> dict[tuple[str, str], dict[str, str]]:
     """{owner: {node: what its kubelet said}} for the pods a kubelet refused in the last HOLD_S seconds
-    (a refusal comes within moments of the pod's binding, so its creation dates it). The refused pod
-    itself is the record: nothing is stored beside the cluster."""
+    (a refusal comes within moments of the pod's binding, so its creation dates it) on a node that has
+    not changed since NVKE saw the refusal (NODE_STATE). The refused pod itself is the record."""
     held: dict[tuple[str, str], dict[str, str]] = {}
     for pod in pods:
         node, meta = (pod.get("spec") or {}).get("nodeName"), pod["metadata"]
@@ -196,6 +211,9 @@ def refusals(pods: list[dict], now: datetime.datetime) -> dict[tuple[str, str], 
             continue
         if (now - datetime.datetime.fromisoformat(created)).total_seconds() >= HOLD_S:
             continue
+        seen = (meta.get("annotations") or {}).get(NODE_STATE)
+        if seen and node in nodes and node_state(nodes[node]) != seen:
+            continue  # the node changed since: it may take the pod now
         status = pod["status"]
         said = f"{meta['name']} ({status['reason']}: {status.get('message', '')})"
         held.setdefault(owner(pod), {})[node] = said

@@ -120,7 +120,7 @@ class PodScheduler:
         for pod in pods:
             if (node := pod.get("spec", {}).get("nodeName")) and fit.active(pod):
                 self.bound.setdefault(node, []).append(pod)
-        self.refusals = fit.refusals(pods, datetime.datetime.now(datetime.UTC))
+        self.refusals = fit.refusals(pods, self.nodes, datetime.datetime.now(datetime.UTC))
         states = [self._claim(claim, mine.get((claim.namespace, claim.name))) for claim in claims]
         known = {(c.namespace, c.name) for c in claims}
         found = []
@@ -205,7 +205,8 @@ class PodScheduler:
         if refused := self.refusals.get(fit.owner(pod), {}).get(claim.node):
             return (
                 f"NVKE placed its GPU claim on {where}, but the kubelet there refused {refused}: NVKE "
-                f"binds no pod of the same owner to {claim.node} for {fit.HOLD_S // 60} minutes after that."
+                f"binds no pod of the same owner to {claim.node} for {fit.HOLD_S // 60} minutes after that, "
+                "or until the node changes."
             )
         node = self.nodes.get(claim.node)
         if node is None:
@@ -215,14 +216,24 @@ class PodScheduler:
         return ""
 
     def _refused(self, pod: dict) -> str:
-        """The claim of a pod the kubelet refused is released; the pod says so, and its replacement is
-        kept off that node for a while (`_unfit`)."""
-        status, node = pod["status"], pod["spec"].get("nodeName", "its node")
+        """The claim of a pod the kubelet refused is released; the pod says so and records its node's
+        state, and its replacement is kept off that node for a while or until the node changes
+        (`_unfit`)."""
+        meta, status, node = pod["metadata"], pod["status"], pod["spec"].get("nodeName", "its node")
         message = (
             f"The kubelet on {node} refused the pod ({status['reason']}: {status.get('message', '')}); "
             f"NVKE released its GPU claim and binds no pod of the same owner to {node} for "
-            f"{fit.HOLD_S // 60} minutes."
+            f"{fit.HOLD_S // 60} minutes, or until the node changes."
         )
+        if node in self.nodes and fit.NODE_STATE not in (meta.get("annotations") or {}):
+            seen = {"metadata": {"annotations": {fit.NODE_STATE: fit.node_state(self.nodes[node])}}}
+            try:
+                call(
+                    self.core.patch_namespaced_pod, meta["name"], meta["namespace"], seen, _content_type=MERGE
+                )
+            except ProviderError as error:
+                if error.status != 404:  # gone: nothing to remember it by
+                    raise
         self.say(pod, "Warning", "GPUClaimReleased", message)
         return message
 

@@ -106,22 +106,27 @@ def test_a_pod_the_kubelet_refused_releases_its_claim_and_its_replacement_keeps_
     ((released,),) = [(m,) for r, m in reasons(server, "web-1") if r == "GPUClaimReleased"]
     assert f"The kubelet on {NODE} refused the pod (OutOfcpu: Pod was rejected: Node didn't have" in released
 
-    # The node is back as it was, so the fit passes: the refusal still keeps the replacement off it.
-    node = server.get("v1", "Node", NODE)
-    server.update({**node, "status": {**node["status"], "allocatable": allocatable}})
-    server.create(with_cpu(gpu_pod("web-2", "2Gi", 20), "8", owner))
-    sync_workloads(attached.pk)
-    sync_workloads(attached.pk)
+    assert fit.NODE_STATE in pod(server, "web-1")["metadata"]["annotations"]  # the node as it was seen
 
+    # The node has not changed since: its ReplicaSet's next pod is kept off it, whatever it asks.
+    server.create(with_cpu(gpu_pod("web-2", "2Gi", 20), "1", owner))
+    sync_workloads(attached.pk)
+    sync_workloads(attached.pk)
     assert not pod(server, "web-2")["spec"].get("nodeName") and failed(server) == ["web-1"]
     message = Claim.objects.get(name="web-2").workload["message"]
     assert "the kubelet there refused web-1 (OutOfcpu: Pod was rejected:" in message
+    assert message.endswith("or until the node changes.")
     assert [m for r, m in reasons(server, "web-2") if r == "FailedScheduling"] == [message]
-
-    other = with_cpu(gpu_pod("batch", "2Gi", 20), "8")  # another owner: that node is fine for it
-    server.create(other)
+    server.create(with_cpu(gpu_pod("batch", "2Gi", 20), "1"))  # another owner: the node is fine for it
     sync_workloads(attached.pk)
     assert pod(server, "batch")["spec"]["nodeName"] == NODE
+
+    # The node is back as it was: changed since the refusal, it may take web-2.
+    node = server.get("v1", "Node", NODE)
+    server.update({**node, "status": {**node["status"], "allocatable": allocatable}})
+    sync_workloads(attached.pk)
+    assert pod(server, "web-2")["spec"]["nodeName"] == NODE
+    assert pod(server, "web-2")["status"]["phase"] == "Running"
 
 
 # ---- the checks themselves -----------------------------------------------------------------------------
@@ -189,7 +194,12 @@ def test_a_refusal_is_remembered_for_a_while_by_the_pods_owner():
     )
     refused["status"] = {"phase": "Failed", "reason": "OutOfcpu", "message": "Pod was rejected: no cpu"}
     evicted = {**refused, "status": {"phase": "Failed", "reason": "Evicted"}}  # ran, then evicted: no refusal
-    held = fit.refusals([refused, evicted], now)
+    nodes = {"n": node()}
+    held = fit.refusals([refused, evicted], nodes, now)
     assert held == {("ml", "rs-1"): {"n": "web-1 (OutOfcpu: Pod was rejected: no cpu)"}}
     later = now + datetime.timedelta(seconds=fit.HOLD_S)
-    assert fit.refusals([refused], later) == {}
+    assert fit.refusals([refused], nodes, later) == {}
+    refused["metadata"]["annotations"] = {fit.NODE_STATE: fit.node_state(nodes["n"])}  # as NVKE saw it
+    assert fit.refusals([refused], nodes, now) == held
+    grown = {"n": node(cpu="16")}  # its allocatable changed since
+    assert fit.refusals([refused], grown, now) == {}
