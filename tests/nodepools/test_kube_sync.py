@@ -266,7 +266,7 @@ def test_claims_reach_their_resource_claims_while_kube_sync_runs(attach, gpu_clu
 def test_a_namespace_labelled_managed_has_its_waiting_pods_placed(attach, gpu_cluster, syncing, make_pool):
     gpu_cluster.create(objects.namespace("late"))
     pod = objects.pod("train", namespace="late")
-    pod["spec"]["schedulerName"] = "nvke"
+    pod["spec"].update(schedulerName="nvke", tolerations=[dict(dra.POOL_TOLERATION)])  # NVKE's pool taint
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     gpu_cluster.create(pod)
     cluster = attach(gpu_cluster)

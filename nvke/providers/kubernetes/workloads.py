@@ -59,7 +59,7 @@ class WorkloadSync:
         self.managed = self.tenancy.own
         self.pool_nodes = self.ops.nodes(gpus.POOL_LABEL)
         pods = listed(read(self.core.list_pod_for_all_namespaces), "Pod")
-        scheduler = PodScheduler(self.ops, self._say, self.managed)
+        scheduler = PodScheduler(self.ops, self._say, self.managed, self.pool_nodes)
         states, found = scheduler.run([c for c in claims if c.source == "pod"], pods, refused)
         dra_claims = [c for c in claims if c.source != "pod"]
         try:
