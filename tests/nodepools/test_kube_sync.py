@@ -14,7 +14,7 @@ from clusters.models import Cluster
 from clusters.services import cluster_ref
 from nodepools import kube_sync
 from nodepools.models import Node
-from nvke.providers.kubernetes import dra
+from nvke.providers.kubernetes import dra, streams
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch
 from nvke.tenancy.context import TenantContext
@@ -124,7 +124,7 @@ def test_a_watch_from_a_forgotten_resource_version_lists_again(attach, gpu_clust
         stop=stop,
         watch_timeout_s=2,
     )
-    watch._list()
+    streams.hub().call(watch.list())
     gpu_cluster.create(objects.gpu_node("gpu-d"))
     gpu_cluster.compact()  # the list's resourceVersion is forgotten: the watch gets 410 Gone
     thread = threading.Thread(target=watch.run, daemon=True)
@@ -209,16 +209,16 @@ def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attac
     cluster = attach(gpu_cluster)
     pool = make_pool(cluster, 4)
     stop = threading.Event()
-    thread = threading.Thread(target=kube_sync.run, args=(stop,), kwargs={"poll_s": 0.2, **FAST}, daemon=True)
+    supervisor = kube_sync.Supervisor(poll_s=0.2, **FAST)
+    thread = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
     thread.start()
     try:
         gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
         wait_until(lambda: pool_status(pool) == "ready", timeout=15)
-        assert f"kube-sync-{cluster.pk}" in {t.name for t in threading.enumerate()}
+        sync = supervisor.syncs[cluster.pk][1]
         Cluster.objects.filter(pk=cluster.pk).update(status=Cluster.Status.DELETING)
-        wait_until(
-            lambda: f"kube-sync-{cluster.pk}" not in {t.name for t in threading.enumerate()}, timeout=15
-        )
+        wait_until(lambda: cluster.pk not in supervisor.syncs, timeout=15)
+        assert sync.closed and all(task.done() for task in sync.watch.tasks), "its streams are closed"
     finally:
         stop.set()
         thread.join(15)
