@@ -145,6 +145,8 @@ class ClusterSync:
         self._dirty = self._drivers = self._allocations = False
         self._queued = self._running = self.closed = False
         self._next_at = 0.0
+        self._idle = threading.Event()  # clear while a pass runs: `close` waits for it
+        self._idle.set()
         self.seen_log: int | None = -1  # the allocation log's position the last workloads pass saw
         self.watch = ClusterWatch(
             cluster_operations(cluster),
@@ -166,6 +168,7 @@ class ClusterSync:
         self.closed = True
         self.passes.following.discard(self)
         self.watch.close(timeout)
+        self._idle.wait(timeout)
 
     def poke(self, *, drivers: bool = False, allocations: bool = False) -> None:
         """A change seen: a full pass (and with `drivers` an upgrade tick) or, for `allocations` alone,
@@ -184,6 +187,7 @@ class ClusterSync:
     def _pass(self) -> None:
         with self._lock:
             self._queued, self._running = False, True
+            self._idle.clear()
             dirty, drivers, allocations = self._dirty, self._drivers, self._allocations
             self._dirty = self._drivers = self._allocations = False
         try:
@@ -198,6 +202,7 @@ class ClusterSync:
         finally:
             with self._lock:
                 self._running = False
+                self._idle.set()
                 if dirty:  # events meanwhile coalesce into one more pass, after the debounce
                     self._next_at = time.monotonic() + self.debounce_s
                 if self._dirty or self._drivers or self._allocations:
