@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import urllib3
+import uvloop
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -91,7 +92,9 @@ class Hub:
     """The loop's thread, the shared session, and a way in from other threads (`call`)."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        # uvloop: asyncio's own TLS transport fills a 256 KiB read buffer per connection (sslproto's
+        # max_size), 750 MiB resident at 3,000 streams; uvloop's is allocated, touched only as it fills.
+        self.loop = uvloop.new_event_loop()
         # Name resolution (for an endpoint given by name) runs on the loop's default executor: two threads.
         self.loop.set_default_executor(
             concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="kube-resolve")
