@@ -93,7 +93,10 @@ class Passes:
                 while not self._due or self._due[0][0] > time.monotonic():
                     self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
                 job = heapq.heappop(self._due)[2]
-            job()
+            try:
+                job()
+            except Exception:  # a job's bug must not cost the process one of its few workers
+                log.exception("kube_sync: a pass failed")
 
     def _follow_allocations(self) -> None:
         """A workloads pass for every cluster whose allocation log moved (a claim placed, moved or

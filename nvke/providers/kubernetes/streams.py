@@ -33,6 +33,7 @@ from .client import CALL_DEADLINE_S, TIMEOUT, api_error, transport_error
 LISTS_AT_ONCE = 32  # lists in flight per process: a restart of many clusters queues, not floods
 MAX_LINE_BYTES = 8 * 1024 * 1024  # one watch event (the API server stores objects up to ~1.5 MiB)
 ERROR_BODY_BYTES = 64 * 1024  # of a refusal's Status, for its message
+PARSE_ON_LOOP_BYTES = 1024 * 1024  # a larger list is decoded off the loop, which every stream shares
 
 T = TypeVar("T")
 
@@ -53,12 +54,17 @@ class _Recorder(client.ApiClient):
 _recorders: "weakref.WeakKeyDictionary[client.ApiClient, _Recorder]" = weakref.WeakKeyDictionary()
 
 
+def _method(list_fn: Callable) -> tuple[Callable, tuple, dict]:
+    """The client API method of `list_fn` (itself or a functools.partial of it), and its bound arguments."""
+    if isinstance(list_fn, functools.partial):
+        return list_fn.func, list_fn.args, list_fn.keywords
+    return list_fn, (), {}
+
+
 def request(list_fn: Callable, **params: Any) -> Request:
     """The request `list_fn(**params)` would send: `list_fn` is a method of a client API object (such as
     CoreV1Api.list_node), or a functools.partial of one."""
-    fn, args, kwargs = list_fn, (), {}
-    if isinstance(fn, functools.partial):
-        fn, args, kwargs = fn.func, fn.args, fn.keywords
+    fn, args, kwargs = _method(list_fn)
     api = fn.__self__
     recorder = _recorders.get(api.api_client)
     if recorder is None:
@@ -169,7 +175,7 @@ def _timeouts(read_s: float) -> aiohttp.ClientTimeout:
 async def _open(list_fn: Callable, read_s: float, params: dict[str, Any]) -> aiohttp.ClientResponse:
     """GET the request `list_fn(**params)` would send; a refusal raises its ProviderError."""
     built = request(list_fn, **params)
-    context, server_name = tls_of(list_fn_client(list_fn).configuration)
+    context, server_name = tls_of(_method(list_fn)[0].__self__.api_client.configuration)
     try:
         response = await hub().session.get(
             built.url,
@@ -190,11 +196,6 @@ async def _open(list_fn: Callable, read_s: float, params: dict[str, Any]) -> aio
     )
 
 
-def list_fn_client(list_fn: Callable) -> client.ApiClient:
-    fn = list_fn.func if isinstance(list_fn, functools.partial) else list_fn
-    return fn.__self__.api_client
-
-
 async def get_json(list_fn: Callable, **params: Any) -> dict:
     """A list as the API's JSON, within CALL_DEADLINE_S (connect, answer and body); no retry here: the
     list-watch's backoff is the retry."""
@@ -207,7 +208,9 @@ async def get_json(list_fn: Callable, **params: Any) -> dict:
             raise ProviderError("Timeout", "The API server did not answer in time.") from None
         except (aiohttp.ClientError, OSError) as error:
             raise _transport(error) from None
-    return json.loads(body)
+    if len(body) < PARSE_ON_LOOP_BYTES:
+        return json.loads(body)
+    return await asyncio.get_running_loop().run_in_executor(None, json.loads, body)
 
 
 async def watch_events(list_fn: Callable, read_s: float, **params: Any) -> AsyncIterator[dict]:
