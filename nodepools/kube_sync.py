@@ -399,7 +399,16 @@ class Supervisor:
                 continue
             if pk in self.syncs:
                 self.syncs.pop(pk)[1].close(CLOSE_S)
-            self.syncs[pk] = (key, ClusterSync(cluster, **self.options).start())
+            try:
+                sync = ClusterSync(cluster, **self.options)
+            except (
+                ProviderError
+            ) as error:  # this cluster only (a token that no longer decrypts): try next poll
+                in_own_connection(
+                    record_observation, pk, reachable=False, reason=error.reason, message=error.message
+                )
+                continue
+            self.syncs[pk] = (key, sync.start())
             log.info("kube_sync: watching cluster %s (%s)", cluster.name, pk)
         for pk in set(self.syncs) - set(wanted):
             self.syncs.pop(pk)[1].close(CLOSE_S)

@@ -360,3 +360,33 @@ def test_threads_stay_the_same_as_clusters_are_attached(attach, gpu_cluster, syn
         assert all(len(sync.watch.watches) <= 6 for sync in syncs), "six streams per cluster at most"
         for sync in syncs:
             sync.close(timeout=10)
+
+
+def reachable(cluster) -> tuple[str, str]:
+    cluster.refresh_from_db()
+    condition = next(c for c in cluster.conditions if c["type"] == "Reachable")
+    return condition["status"], condition["reason"]
+
+
+def test_a_cluster_whose_token_does_not_decrypt_stops_only_itself(attach, gpu_cluster, make_pool):
+    from nvke.encryption import MARK, Undecryptable
+
+    cluster = attach(gpu_cluster)
+    pool = make_pool(cluster, 4)
+    broken = Cluster.objects.get(pk=cluster.pk)  # a second attached cluster, saved under a lost key
+    broken.pk, broken.name, broken.endpoint = None, "broken", "https://broken.example:6443"
+    broken.admin_token = Undecryptable(MARK + "not-a-fernet-token")
+    broken.save()
+    stop = threading.Event()
+    supervisor = kube_sync.Supervisor(poll_s=0.2, **FAST)
+    thread = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
+        wait_until(lambda: pool_status(pool) == "ready", timeout=15)  # the readable cluster is served
+        wait_until(lambda: reachable(broken) == ("False", "SecretUndecryptable"), timeout=15)
+        assert broken.pk not in supervisor.syncs and thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
