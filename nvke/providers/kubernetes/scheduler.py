@@ -22,7 +22,7 @@ from nvke import quantity
 from nvke.agent import allocation
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
 
-from . import dra
+from . import dra, gangs
 from .client import call
 
 SCHEDULER = "nvke"
@@ -93,6 +93,10 @@ def annotations(claim: WorkloadClaim) -> dict[str, str]:
         ANNOTATIONS["isolation"]: claim.isolation,
     }
     held.update({f"nvke.io/env.{name}": value for name, value in claim.environment})
+    if claim.group:  # the gang it belongs to, and who last preempted it (claims.allocator.preemption)
+        held[gangs.GROUP_ANNOTATION] = claim.group
+    if claim.preempted_by:
+        held[gangs.PREEMPTED_ANNOTATION] = claim.preempted_by
     return held
 
 
@@ -102,6 +106,7 @@ class PodScheduler:
 
     def __init__(self, ops, say, managed: set[str]):
         self.ops, self.core, self.say, self.managed = ops, ops.core, say, managed
+        self.held: dict[tuple[str, str], str] = {}  # pods of gangs below their minimum: not bound yet, why
 
     def run(
         self, claims: list[WorkloadClaim], pods: list[dict], refused: dict[tuple[str, str], str]
@@ -149,6 +154,9 @@ class PodScheduler:
         if bound:
             refresh(self.core, self.say, pod, annotations(claim))
             return state("allocated")
+        if why := self.held.get((claim.namespace, claim.name)):
+            self.say(pod, "Warning", "FailedScheduling", why)
+            return state("waiting", why)
         if not claim.node:
             self.say(pod, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
             return state("waiting", claim.pending_reason)
