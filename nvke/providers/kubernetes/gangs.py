@@ -130,7 +130,7 @@ def held_back(
             continue
         why = gang.problem or (
             f"Pod group {gang.key} has {placed} of its minimum {gang.minimum} pods placed ({len(its_pods)} "
-            "pods): NVKE keeps every member waiting until the minimum can start together."
+            "found): NVKE keeps every member waiting until the minimum can start together."
         )
         reasons = sorted({s.message for p in its_pods if (s := states.get(key_of(p))) and s.message})
         if reasons:

@@ -91,7 +91,7 @@ def test_a_podgroup_on_dra_is_held_below_its_minimum_then_released_together(kube
 
     assert ungranted(kubeapi.requests) == set()  # NVKE's access manifest lets it read PodGroups
     assert not Claim.objects.exists() and gated(kubeapi, "train-0")  # one pod of two: nothing is held
-    assert "Pod group ml/train has 0 of its minimum 2 pods placed (1 pods)" in last_wait(kubeapi, "train-0")
+    assert "Pod group ml/train has 0 of its minimum 2 pods placed (1 found)" in last_wait(kubeapi, "train-0")
 
     dra_member(kubeapi, "train-1", label)
     sync_workloads(cluster.pk)
