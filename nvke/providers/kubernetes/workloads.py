@@ -63,8 +63,9 @@ class WorkloadSync:
         self.gangs = gangs.Gangs(self.ops.custom)
         scheduler = PodScheduler(self.ops, self._say, self.managed)
         scheduled = [p for p in ours if p.get("spec", {}).get("schedulerName") == SCHEDULER]
-        scheduler.held = gangs.binding_holds(self.gangs, scheduled, [c for c in claims if c.source == "pod"])
-        states, found = scheduler.run([c for c in claims if c.source == "pod"], pods, refused)
+        pod_claims = [c for c in claims if c.source == "pod"]
+        scheduler.held = gangs.binding_holds(self.gangs, scheduled, pod_claims)
+        states, found = scheduler.run(pod_claims, pods, refused)
         found = self._in_gangs(found, {gangs.key_of(p): p for p in scheduled}, scheduler.held, refused)
         dra_claims = [c for c in claims if c.source != "pod"]
         try:
@@ -84,10 +85,8 @@ class WorkloadSync:
         enforced = {
             (c.namespace, c.name): dra.as_enforced(c, self.devices.get(c.node, {})) for c in dra_claims
         }
-        dra_found = [
-            self.gangs.tag(f, gangs.pods_by_claim(ours, claim_names).get((f.namespace, f.name)))
-            for f in dra_found
-        ]
+        users = gangs.pods_by_claim(ours, claim_names)
+        dra_found = [self.gangs.tag(f, users.get((f.namespace, f.name))) for f in dra_found]
         held = self._gang_gates(ours, dra_states, enforced)
         self._lift_gates([p for p in pods if gangs.key_of(p) not in held], dra_states, enforced)
         states += dra_states
