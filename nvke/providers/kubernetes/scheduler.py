@@ -222,7 +222,8 @@ def moved(claim: WorkloadClaim, was: str) -> tuple[str, str]:
 
 def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
     """A running pod whose claim was resized on the same GPUs: its annotations say the new memory and
-    compute, and a Resized event says so (a node component honouring them applies it)."""
+    compute, and a Resized event says so (a node component honouring them applies it). Its group and
+    its preemptor (told during a grace period) are brought up to date the same way, silently."""
     meta = pod["metadata"]
     held = meta.get("annotations") or {}
     if held.get(ANNOTATIONS["uuids"]) != wanted[ANNOTATIONS["uuids"]]:
@@ -236,6 +237,8 @@ def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
         if error.status in (404, 409):  # gone or changed: the next pass sees it as it is
             return
         raise
+    if all(held.get(ANNOTATIONS[k]) == wanted[ANNOTATIONS[k]] for k in ("memory", "ceiling", "guaranteed")):
+        return  # only its group or preemptor was written: nothing was resized
     memory, guaranteed = wanted[ANNOTATIONS["memory"]], wanted[ANNOTATIONS["guaranteed"]]
     share = share_words(memory, guaranteed, wanted[ANNOTATIONS["ceiling"]])
     say(pod, "Normal", "Resized", f"NVKE resized its GPU claim: {share}.")
