@@ -186,6 +186,11 @@ def test_a_gang_on_the_scheduler_path_is_bound_only_once_its_minimum_is_placed(k
     assert ClaimGroup.objects.get(name="sched").members == 3
     assert pod_of(kubeapi, "sched-2")["spec"]["nodeName"] in NODES
 
+    for i in range(3):  # the job is done: its pods go, and so do their claims and the group
+        kubeapi.delete("v1", "Pod", f"sched-{i}", "ml")
+    sync_workloads(cluster.pk)
+    assert not Claim.objects.exists() and not ClaimGroup.objects.exists()
+
 
 def test_pods_of_one_gang_asking_for_different_gpus_are_refused_together(kubeapi, cluster):
     labels = {gangs.POD_GROUP_LABEL: "mixed", gangs.MIN_MEMBER_LABEL: "2"}
