@@ -25,7 +25,7 @@ from nvke import quantity
 from nvke.agent import allocation
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
 
-from . import dra, fit
+from . import dra, fit, gangs
 from .client import call
 
 SCHEDULER = "nvke"
@@ -96,6 +96,10 @@ def annotations(claim: WorkloadClaim) -> dict[str, str]:
         ANNOTATIONS["isolation"]: claim.isolation,
     }
     held.update({f"nvke.io/env.{name}": value for name, value in claim.environment})
+    if claim.group:  # the gang it belongs to, and who last preempted it (claims.allocator.preemption)
+        held[gangs.GROUP_ANNOTATION] = claim.group
+    if claim.preempted_by:
+        held[gangs.PREEMPTED_ANNOTATION] = claim.preempted_by
     return held
 
 
@@ -106,6 +110,7 @@ class PodScheduler:
     def __init__(self, ops, say, managed: set[str], nodes: list[dict] | None = None):
         self.ops, self.core, self.say, self.managed = ops, ops.core, say, managed
         self.nodes = {n["metadata"]["name"]: n for n in nodes or []}  # NVKE's pool nodes, as listed
+        self.held: dict[tuple[str, str], str] = {}  # pods of gangs below their minimum: not bound yet, why
 
     def run(
         self, claims: list[WorkloadClaim], pods: list[dict], refused: dict[tuple[str, str], str]
@@ -160,6 +165,9 @@ class PodScheduler:
         if bound:
             refresh(self.core, self.say, pod, annotations(claim))
             return state("allocated")
+        if why := self.held.get((claim.namespace, claim.name)):
+            self.say(pod, "Warning", "FailedScheduling", why)
+            return state("waiting", why)
         if not claim.node:
             self.say(pod, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
             return state("waiting", claim.pending_reason)
@@ -268,7 +276,8 @@ def moved(claim: WorkloadClaim, was: str) -> tuple[str, str]:
 
 def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
     """A running pod whose claim was resized on the same GPUs: its annotations say the new memory and
-    compute, and a Resized event says so (a node component honouring them applies it)."""
+    compute, and a Resized event says so (a node component honouring them applies it). Its group and
+    its preemptor (told during a grace period) are brought up to date the same way, silently."""
     meta = pod["metadata"]
     held = meta.get("annotations") or {}
     if held.get(ANNOTATIONS["uuids"]) != wanted[ANNOTATIONS["uuids"]]:
@@ -282,6 +291,8 @@ def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
         if error.status in (404, 409):  # gone or changed: the next pass sees it as it is
             return
         raise
+    if all(held.get(ANNOTATIONS[k]) == wanted[ANNOTATIONS[k]] for k in ("memory", "ceiling", "guaranteed")):
+        return  # only its group or preemptor was written: nothing was resized
     memory, guaranteed = wanted[ANNOTATIONS["memory"]], wanted[ANNOTATIONS["guaranteed"]]
     share = share_words(memory, guaranteed, wanted[ANNOTATIONS["ceiling"]])
     say(pod, "Normal", "Resized", f"NVKE resized its GPU claim: {share}.")
