@@ -65,7 +65,7 @@ def dra_member(kubeapi, name: str, labels: dict[str, str], **spec) -> None:
 def scheduled_member(kubeapi, name: str, labels: dict[str, str]) -> None:
     """A gang member on the scheduler path: 8 whole GPUs asked of NVKE's scheduler."""
     pod = objects.pod(name, namespace="ml", labels=labels, gpus=8)
-    pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+    pod["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
     kubeapi.create(pod)
 
 
