@@ -54,7 +54,7 @@ def test_a_pod_told_it_will_be_preempted_names_its_preemptor(
     cluster = attach(gpu_cluster)
     make_attached_pool(cluster, 1)
     pod = objects.pod("train", namespace="ml", gpus=8)
-    pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+    pod["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
     gpu_cluster.create(pod)
     sync_workloads(cluster.pk)
     assert gpu_cluster.get("v1", "Pod", "train", "ml")["spec"]["nodeName"] == "gpu-a"
