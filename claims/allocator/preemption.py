@@ -10,19 +10,28 @@ With a grace period (`NVKE_PREEMPTION_GRACE_S`) the victims are told first (`pre
 the reason, and the pass after the grace takes them, if it still needs them. Each preemption is told
 to the victim's watchers (a `claim.preempted` event) and written to the audit log. On a real cluster
 the victim's workload is a claim gone back to pending, so its pods are evicted the way a drain's are
-(the provider's workloads pass evicts the holders of a claim taken back)."""
+(the provider's workloads pass evicts the holders of a claim taken back).
+
+With queues (`admission`), priority counts within a queue only (claims without one are a queue of
+their own), and a claim whose queue asks back its nominal quota reclaims it: it may take claims of
+any priority from queues of its cohort that borrow on that GPU model (Kueue's reclaimWithinCohort:
+Any). It fits only where its queue then admits it, and takes the fewest victims as ever."""
 
 import datetime
+from collections import defaultdict
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.recorder import record
 from claims import allocation as core
 from claims.allocation.preemption import Victim, choose_victims
+from claims.allocation.queues import Book, Use
+from claims.allocator import admission
 from claims.allocator.groups import gang_fits, place_group, placed_members
 from claims.allocator.inventory import CACHE, Snapshot
-from claims.allocator.placing import candidate_pools, find_placement
+from claims.allocator.placing import candidate_pools
 from claims.allocator.queue import request_placement
 from claims.allocator.shapes import request_of
 from claims.events import publish_claim
@@ -30,22 +39,41 @@ from claims.models import Allocation, Claim
 from nvke import jobs
 
 
-def preempt_for(waiting: list[Claim], passed: set[int], snap: Snapshot) -> list[tuple[Claim, core.Placement]]:
+def preempt_for(
+    waiting: list[Claim], passed: set[int], snap: Snapshot, book: Book | None = None
+) -> list[tuple[Claim, core.Placement]]:
     """Place what still waits (highest priority first) by preempting, where it can; `passed`: the claims
     of this pass, never victims (their rows are not written yet). With a grace period, victims are told
     first and taken by a later pass once it ends; the preemptor waits, saying so. Sets the status of
-    each claim it places; returns their placements, applied to the snapshot."""
+    each claim it places; returns their placements, applied to the snapshot (and charged to `book`)."""
     top = max(claim.priority for claim in waiting)
+    candidates = Q(priority__lt=top)
+    if book is not None:  # reclaim: any claim of a queue in a cohort may be a borrowed one
+        candidates |= Q(queue_id__in=[q for q, cohort in book.cohort_of.items() if cohort])
     rows = (
         Claim.objects.filter(
-            cluster_id=snap.cluster_id, status=Claim.Status.ALLOCATED, preemptible=True, priority__lt=top
+            candidates, cluster_id=snap.cluster_id, status=Claim.Status.ALLOCATED, preemptible=True
         )
         .exclude(pk__in=passed)
         .values_list(*VICTIM_COLUMNS)
     )
-    victims, notices = _victims(rows, snap)
+    victims, notices, queue_of = _victims(rows, snap)
     if not victims:
         return []
+    holds = {v: _holds(snap, v) for v in victims}
+
+    def take(victim: Victim) -> None:
+        _lift(snap, victim)
+        for model, use in holds[victim].items():
+            if book is not None and queue_of[victim] is not None:
+                book.refund(queue_of[victim], model, use)
+
+    def give_back(victim: Victim) -> None:
+        _put_back(snap, victim)
+        for model, use in holds[victim].items():
+            if book is not None and queue_of[victim] is not None:
+                book.charge(queue_of[victim], model, use)
+
     grace = datetime.timedelta(seconds=settings.NVKE_PREEMPTION_GRACE_S)
     now = timezone.now()
     placed = []
@@ -66,16 +94,20 @@ def preempt_for(waiting: list[Claim], passed: set[int], snap: Snapshot) -> list[
         else:
 
             def fits(claim=claim) -> bool:
-                return _fits(claim, snap)
+                return _fits(claim, snap, book)
 
         told = [v for v in victims if notices.get(v, (None,))[0] == claim.pk]
         if told and (ends := max(notices[v][1] for v in told) + grace) > now:
             _wait(members, told, ends)
             continue
-        free = [v for v in victims if v not in notices and v.priority < claim.priority]
+        free = [
+            v for v in victims if v not in notices and _may_take(claim, v, queue_of[v], holds[v], book, snap)
+        ]
         if not told and not free:
             continue
-        chosen = _choose([*told, *free], told, fits, snap, whole_group=claim.group_id is not None)
+        chosen = _choose(
+            [*told, *free], told, fits, take, give_back, snap, whole_group=claim.group_id is not None
+        )
         if chosen is None:
             continue
         for victim in chosen:
@@ -88,11 +120,14 @@ def preempt_for(waiting: list[Claim], passed: set[int], snap: Snapshot) -> list[
                 "claims.tasks.place_pending_claims", snap.cluster_id, countdown=grace.total_seconds()
             )
             continue
+        for victim in chosen:  # out of the books for good: _preempt takes their placements
+            take(victim)
+            _put_back(snap, victim)
         _preempt(claim, [pk for v in chosen for pk in v.claims], snap)
         if claim.group_id is not None:
-            placed += place_group(claim.group, members, snap)
+            placed += place_group(claim.group, members, snap, book)
         else:
-            placement, _ = find_placement(claim, snap)
+            placement, _ = admission.place(claim, snap, book)
             snap.apply(claim.pk, placement)
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now
             placed.append((claim, placement))
@@ -102,44 +137,76 @@ def preempt_for(waiting: list[Claim], passed: set[int], snap: Snapshot) -> list[
 # A victim's row; a notice is live while its preemptor waits and it was told in its current placement.
 VICTIM_COLUMNS = (
     *("pk", "priority", "created_at", "group_id"),
-    *("preempted_by_id", "preempted_at", "allocated_at", "preempted_by__status"),
+    *("preempted_by_id", "preempted_at", "allocated_at", "preempted_by__status", "queue_id"),
 )
 
 
+def _may_take(
+    claim: Claim, victim: Victim, queue: int | None, holds: dict[str, Use], book: Book | None, snap: Snapshot
+) -> bool:
+    """In its own queue (or among claims with none): a victim of lower priority. Across queues of one
+    cohort: a victim whose queue borrows on a GPU model where the claim's queue is asking back its
+    nominal quota (it would borrow nothing), whatever its priority. A group reclaims nothing."""
+    if queue == claim.queue_id:
+        return victim.priority < claim.priority
+    if book is None or queue is None or claim.queue_id is None or claim.group_id is not None:
+        return False
+    cohort = book.cohort_of[claim.queue_id]
+    if not cohort or book.cohort_of[queue] != cohort:
+        return False
+    return any(
+        book.borrowing(queue, model)
+        and book.within_nominal(claim.queue_id, model, admission.ask(claim, book, model))
+        for model in holds
+    )
+
+
 def _choose(
-    candidates: list[Victim], told: list[Victim], fits, snap: Snapshot, *, whole_group: bool
+    candidates: list[Victim], told: list[Victim], fits, take, give_back, snap: Snapshot, *, whole_group: bool
 ) -> list[Victim] | None:
     """The victims told already, if the preemptor fits once they go; else the fewest of all."""
     if told:
         for victim in told:
-            _lift(snap, victim)
+            take(victim)
         enough = fits()
         for victim in told:
-            _put_back(snap, victim)
+            give_back(victim)
         if enough:
             return told
     on_nodes = None if whole_group else lambda v: _nodes(snap, v)
-    return choose_victims(candidates, fits, lambda v: _lift(snap, v), lambda v: _put_back(snap, v), on_nodes)
+    return choose_victims(candidates, fits, take, give_back, on_nodes)
 
 
-def _victims(rows, snap: Snapshot) -> tuple[list[Victim], dict[Victim, tuple[int, datetime.datetime]]]:
-    """The placed claims as units (one per claim, one per group: its members that are placed), and the
-    live notices: victim → (the waiting preemptor that told it, when)."""
+def _victims(
+    rows, snap: Snapshot
+) -> tuple[list[Victim], dict[Victim, tuple[int, datetime.datetime]], dict[Victim, int | None]]:
+    """The placed claims as units (one per claim, one per group: its members that are placed), the
+    live notices: victim → (the waiting preemptor that told it, when), and each victim's queue."""
     units: dict[object, list[tuple]] = {}
     for row in rows:
         if row[0] in snap.inventory.placements:
             units.setdefault(row[3] or ("claim", row[0]), []).append(row)
-    victims, notices = [], {}
+    victims, notices, queue_of = [], {}, {}
     for members in units.values():
         placements = [snap.inventory.placements[row[0]] for row in members]
         gpus = len({(p.node_id, i) for p in placements for i in p.gpu_indexes})
         newest = max(row[2] for row in members)
         victim = Victim(tuple(row[0] for row in members), gpus, members[0][1], newest.timestamp())
         victims.append(victim)
+        queue_of[victim] = members[0][8]
         by, told_at, allocated_at, by_status = members[0][4:8]
         if by is not None and by_status == Claim.Status.PENDING and told_at >= allocated_at:
             notices[victim] = (by, told_at)
-    return victims, notices
+    return victims, notices, queue_of
+
+
+def _holds(snap: Snapshot, victim: Victim) -> dict[str, Use]:
+    """What the victim holds, per GPU model."""
+    held: dict[str, Use] = defaultdict(Use)
+    for pk in victim.claims:
+        placement = snap.inventory.placements[pk]
+        held[admission.model_of(snap, placement)] += admission.use_of(placement)
+    return held
 
 
 def _wait(members: list[Claim], victims: list[Victim], ends: datetime.datetime) -> None:
@@ -163,15 +230,22 @@ def _tell(preemptor: Claim, victims: list[Victim], now: datetime.datetime, snap:
         )
 
 
-def _fits(claim: Claim, snap: Snapshot) -> bool:
-    """Whether the claim would be placed now (reads only; no pending reason worked out)."""
+def _fits(claim: Claim, snap: Snapshot, book: Book | None) -> bool:
+    """Whether the claim would be placed now, where its queue admits it (reads only; no pending reason
+    worked out)."""
     request = request_of(claim)
     workload = CACHE.workload(claim.cluster_id)
-    return any(
-        snap.fleets[pool.pk].place(request, pool.placement_policy, workload)
-        for pool in candidate_pools(claim, snap.inventory)
-        if snap.inventory.pool_nodes[pool.pk]
-    )
+    for pool in candidate_pools(claim, snap.inventory):
+        if not snap.inventory.pool_nodes[pool.pk]:
+            continue
+        found = snap.fleets[pool.pk].place(request, pool.placement_policy, workload)
+        if found and (
+            book is None
+            or claim.queue_id is None
+            or not book.refusal(claim.queue_id, pool.gpu_model.name, admission.use_of(found))
+        ):
+            return True
+    return False
 
 
 def _nodes(snap: Snapshot, victim: Victim) -> set[int]:
