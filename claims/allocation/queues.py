@@ -131,12 +131,19 @@ class Book:
         """Whether admitting `use` keeps the queue within its own nominal quota (it borrows nothing)."""
         return all(self.used(queue, model, r) + use.of(r) <= self.nominal(queue, model, r) for r in RESOURCES)
 
-    def share(self, queue: int) -> float:
+    def share(self, queue: int, adding: tuple[str, Use] | None = None) -> float:
         """The dominant share of what the queue borrows: over GPUs and GPU memory, what it uses past its
         nominal over what it could reach in its cohort, the larger of the two (0 when it borrows
-        nothing); Kueue's dominantResourceShare with every weight 1."""
+        nothing); with `adding` (model, use), as it would be once that is admitted too. Kueue's
+        dominantResourceShare (which counts the workload asking) with every weight 1."""
         if not self.cohort_of[queue]:
             return 0.0
+        if adding is not None:
+            self.charge(queue, *adding)
+            try:
+                return self.share(queue)
+            finally:
+                self.refund(queue, *adding)
         borrowed: dict[str, int] = defaultdict(int)
         reach: dict[str, int] = defaultdict(int)
         models = {m for member in self.members(queue) for m in self.quotas[member]}

@@ -99,9 +99,10 @@ def admits_group(
 
 
 def in_fair_order(claims: list[Claim], book: Book | None) -> Iterator[Claim]:
-    """The claims in their order, except that across queues the one whose queue holds the smallest
-    dominant share of what it borrows goes next (Kueue's fair sharing); re-asked after each, as each
-    placement moves the shares. Claims without a queue keep their place, at share 0."""
+    """The claims in their order, except that across queues the next is the first claim of the queue
+    whose dominant share of what it borrows would be smallest once that claim is admitted (Kueue's
+    fair sharing); asked again after each, as each placement moves the shares. Claims without a queue
+    keep their place, at share 0."""
     if book is None:
         yield from claims
         return
@@ -109,10 +110,18 @@ def in_fair_order(claims: list[Claim], book: Book | None) -> Iterator[Claim]:
     for i, claim in enumerate(reversed(claims)):  # each line popped from its end: its first claim
         lines[claim.queue_id].append((len(claims) - 1 - i, claim))
     while lines:
-        queue = min(lines, key=lambda q: (book.share(q) if q is not None else 0.0, lines[q][-1][0]))
+        queue = min(lines, key=lambda q: (_share_with(book, lines[q][-1][1]), lines[q][-1][0]))
         yield lines[queue].pop()[1]
         if not lines[queue]:
             del lines[queue]
+
+
+def _share_with(book: Book, claim: Claim) -> float:
+    """The queue's dominant share once the claim is admitted, on the GPU model where it would be least."""
+    if claim.queue_id is None:
+        return 0.0
+    models = book.quotas[claim.queue_id] or {"": None}
+    return min(book.share(claim.queue_id, (model, ask(claim, book, model))) for model in models)
 
 
 def ask(claim: Claim, book: Book, model: str) -> Use:

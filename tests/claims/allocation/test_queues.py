@@ -61,3 +61,6 @@ def test_within_nominal_and_the_dominant_share_of_what_is_borrowed():
     assert b.within_nominal(3, H100, gpus(2)) and not b.within_nominal(3, H100, gpus(9))
     b.refund(1, H100, gpus(4))
     assert b.share(1) == 0.0 and not b.borrowing(1, H100)
+    # Fair order asks what the share would be with the claim: at its nominal, one more GPU borrows.
+    assert b.share(1, (H100, gpus(2))) == 2 / 24 and b.share(3, (H100, gpus(2))) == 0.0
+    assert b.share(1) == 0.0  # asking changes nothing

@@ -6,7 +6,7 @@ validation (400 naming the field), 409 on a duplicate, and other tenants' queues
 import pytest
 
 from audit.models import AuditEntry
-from claims.allocator import place_pending
+from claims.allocator import place_pending, release_claim
 from claims.models import Claim, Queue
 from nodepools.services import reconcile
 
@@ -175,3 +175,21 @@ def test_another_tenants_queue_is_a_404(api, cluster, make_member, client_for):
     response = claim(stranger, cluster, "x", 1, queue=data["id"])
     assert response.status_code == 400
     assert api.delete(f"/api/v1/queues/{data['id']}/").status_code == 204
+
+
+def test_freed_gpus_go_to_the_queue_that_would_borrow_least(api, cluster, make_h100):
+    make_h100(3)
+    a = queue(api, cluster, "a", cohort="lab").data
+    b = queue(api, cluster, "b", cohort="lab").data
+    queue(api, cluster, "c", cohort="lab")
+    for i in range(3):
+        claim(api, cluster, f"a{i}", 4, queue=a["id"])  # 12: 4 borrowed
+    for i in range(2):
+        claim(api, cluster, f"b{i}", 4, queue=b["id"])  # 8: its nominal
+    claim(api, cluster, "blocker", 4, preemptible=False)  # no queue: the fleet is full
+    assert claim(api, cluster, "a-next", 4, queue=a["id"]).data["status"] == "pending"
+    assert claim(api, cluster, "b-next", 4, queue=b["id"]).data["status"] == "pending"
+    release_claim(Claim.objects.get(name="blocker"))
+    place_pending(cluster.pk)
+    # a's claim is older, but with it a would borrow 8 of 24, b only 4: b's goes first.
+    assert (status("b-next"), status("a-next")) == ("allocated", "pending")
