@@ -19,6 +19,7 @@ Any). It fits only where its queue then admits it, and takes the fewest victims 
 
 import datetime
 from collections import defaultdict
+from functools import partial
 
 from django.conf import settings
 from django.db.models import Q
@@ -96,6 +97,12 @@ def preempt_for(
             def fits(claim=claim) -> bool:
                 return _fits(claim, snap, book)
 
+        # Where the fleet has no room for it anywhere, only the node whose victims are lifted can make
+        # some: each node is weighed alone. (Room elsewhere, refused by its queue, needs the whole.)
+        fits_in = None
+        if claim.group_id is None and not _fits(claim, snap, None):
+            fits_in = partial(_fits_on, claim, snap, book)
+
         told = [v for v in victims if notices.get(v, (None,))[0] == claim.pk]
         if told and (ends := max(notices[v][1] for v in told) + grace) > now:
             _wait(members, told, ends)
@@ -106,7 +113,14 @@ def preempt_for(
         if not told and not free:
             continue
         chosen = _choose(
-            [*told, *free], told, fits, take, give_back, snap, whole_group=claim.group_id is not None
+            [*told, *free],
+            told,
+            fits,
+            take,
+            give_back,
+            snap,
+            whole_group=claim.group_id is not None,
+            fits_in=fits_in,
         )
         if chosen is None:
             continue
@@ -162,7 +176,15 @@ def _may_take(
 
 
 def _choose(
-    candidates: list[Victim], told: list[Victim], fits, take, give_back, snap: Snapshot, *, whole_group: bool
+    candidates: list[Victim],
+    told: list[Victim],
+    fits,
+    take,
+    give_back,
+    snap: Snapshot,
+    *,
+    whole_group: bool,
+    fits_in=None,
 ) -> list[Victim] | None:
     """The victims told already, if the preemptor fits once they go; else the fewest of all."""
     if told:
@@ -174,7 +196,7 @@ def _choose(
         if enough:
             return told
     on_nodes = None if whole_group else lambda v: _nodes(snap, v)
-    return choose_victims(candidates, fits, take, give_back, on_nodes)
+    return choose_victims(candidates, fits, take, give_back, on_nodes, fits_in)
 
 
 def _victims(
@@ -246,6 +268,18 @@ def _fits(claim: Claim, snap: Snapshot, book: Book | None) -> bool:
         ):
             return True
     return False
+
+
+def _fits_on(claim: Claim, snap: Snapshot, book: Book | None, node_id: int) -> bool:
+    """Whether the claim would fit on this one node now, where its queue admits it (reads only)."""
+    if claim.pool_id and snap.pool_of[node_id] != claim.pool_id:
+        return False
+    placement = snap.fleet_of[node_id].place_on(node_id, request_of(claim))
+    if placement is None:
+        return False
+    if book is None or claim.queue_id is None:
+        return True
+    return not book.refusal(claim.queue_id, admission.model_of(snap, placement), admission.use_of(placement))
 
 
 def _nodes(snap: Snapshot, victim: Victim) -> set[int]:

@@ -193,3 +193,15 @@ def test_freed_gpus_go_to_the_queue_that_would_borrow_least(api, cluster, make_h
     place_pending(cluster.pk)
     # a's claim is older, but with it a would borrow 8 of 24, b only 4: b's goes first.
     assert (status("b-next"), status("a-next")) == ("allocated", "pending")
+
+
+def test_reclaim_where_the_fleet_has_room_but_the_cohort_has_none(api, cluster, make_h100):
+    make_h100(4)  # 32 GPUs, the cohort's quota 24
+    a = queue(api, cluster, "a", cohort="lab").data
+    queue(api, cluster, "b", cohort="lab")
+    c = queue(api, cluster, "c", cohort="lab").data
+    for i in range(3):
+        claim(api, cluster, f"a{i}", 8, queue=a["id"])
+    assert claim(api, cluster, "a3", 8, queue=a["id"]).data["status"] == "pending"  # quota, not room
+    assert claim(api, cluster, "c0", 8, queue=c["id"]).data["status"] == "allocated"
+    assert sorted(v.name for v in Claim.objects.filter(preempted_by__name="c0")) == ["a2"]  # one is enough
