@@ -63,16 +63,16 @@ def preempt_for(
         return []
     holds = {v: _holds(snap, v) for v in victims}
 
-    def take(victim: Victim) -> None:
+    def take(victim: Victim) -> None:  # out of the fleets, and out of its queue's book
         _lift(snap, victim)
-        for model, use in holds[victim].items():
-            if book is not None and queue_of[victim] is not None:
+        if book is not None and queue_of[victim] is not None:
+            for model, use in holds[victim].items():
                 book.refund(queue_of[victim], model, use)
 
     def give_back(victim: Victim) -> None:
         _put_back(snap, victim)
-        for model, use in holds[victim].items():
-            if book is not None and queue_of[victim] is not None:
+        if book is not None and queue_of[victim] is not None:
+            for model, use in holds[victim].items():
                 book.charge(queue_of[victim], model, use)
 
     grace = datetime.timedelta(seconds=settings.NVKE_PREEMPTION_GRACE_S)
@@ -107,9 +107,7 @@ def preempt_for(
         if told and (ends := max(notices[v][1] for v in told) + grace) > now:
             _wait(members, told, ends)
             continue
-        free = [
-            v for v in victims if v not in notices and _may_take(claim, v, queue_of[v], holds[v], book, snap)
-        ]
+        free = [v for v in victims if v not in notices and _may_take(claim, v, queue_of[v], holds[v], book)]
         if not told and not free:
             continue
         chosen = _choose(
@@ -156,7 +154,7 @@ VICTIM_COLUMNS = (
 
 
 def _may_take(
-    claim: Claim, victim: Victim, queue: int | None, holds: dict[str, Use], book: Book | None, snap: Snapshot
+    claim: Claim, victim: Victim, queue: int | None, holds: dict[str, Use], book: Book | None
 ) -> bool:
     """In its own queue (or among claims with none): a victim of lower priority. Across queues of one
     cohort: a victim whose queue borrows on a GPU model where the claim's queue is asking back its
