@@ -19,7 +19,8 @@ from claims.models import Claim, GpuShare, Queue
 
 def queue_for(cluster_id: int, namespace: str) -> Queue | None:
     """The queue a claim in the namespace falls to when it names none."""
-    return Queue.objects.filter(cluster_id=cluster_id, namespaces__contains=[namespace]).first()
+    # Filtered here, not in SQL: SQLite has no JSON containment, and a cluster has a handful of queues.
+    return next((q for q in Queue.objects.filter(cluster_id=cluster_id) if namespace in q.namespaces), None)
 
 
 def quota_of(entry: dict, memory_per_gpu: int) -> Quota:

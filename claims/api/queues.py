@@ -111,9 +111,9 @@ class QueueSerializer(serializers.ModelSerializer):
         cluster = data.get("cluster") or self.instance.cluster
         if self.instance is not None and data.get("cluster", cluster) != self.instance.cluster:
             raise serializers.ValidationError({"cluster": "A queue stays in its cluster."}, code="immutable")
-        others = Queue.objects.filter(cluster=cluster).exclude(pk=getattr(self.instance, "pk", None))
         for namespace in data.get("namespaces", []):
-            if taken := others.filter(namespaces__contains=[namespace]).first():
+            taken = admission.queue_for(cluster.pk, namespace)
+            if taken is not None and taken != self.instance:
                 raise serializers.ValidationError(
                     {"namespaces": f"Namespace {namespace} falls to queue {taken} already."}, code="taken"
                 )
