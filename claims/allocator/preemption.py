@@ -82,16 +82,17 @@ def preempt_for(
     for claim in sorted(waiting, key=lambda c: -c.priority):
         if claim.status != Claim.Status.PENDING or claim.group_id in groups_seen:
             continue
-        members = [claim]
+        members, need = [claim], 1
         if claim.group_id is not None:
             groups_seen.add(claim.group_id)
             members = [c for c in waiting if c.group_id == claim.group_id]
             minimum = claim.group.min_members - placed_members(claim.group, snap)
             if minimum <= 0:
                 continue  # its minimum is met: members beyond it never preempt
+            need = minimum
 
             def fits(members=members, minimum=minimum) -> bool:
-                return gang_fits(members, minimum, snap)
+                return gang_fits(members, minimum, snap) and _queue_admits(members[0], book, minimum)
         else:
 
             def fits(claim=claim) -> bool:
@@ -107,7 +108,9 @@ def preempt_for(
         if told and (ends := max(notices[v][1] for v in told) + grace) > now:
             _wait(members, told, ends)
             continue
-        free = [v for v in victims if v not in notices and _may_take(claim, v, queue_of[v], holds[v], book)]
+        free = [
+            v for v in victims if v not in notices and _may_take(claim, v, queue_of[v], holds[v], book, need)
+        ]
         if not told and not free:
             continue
         chosen = _choose(
@@ -154,21 +157,22 @@ VICTIM_COLUMNS = (
 
 
 def _may_take(
-    claim: Claim, victim: Victim, queue: int | None, holds: dict[str, Use], book: Book | None
+    claim: Claim, victim: Victim, queue: int | None, holds: dict[str, Use], book: Book | None, need: int
 ) -> bool:
     """In its own queue (or among claims with none): a victim of lower priority. Across queues of one
     cohort: a victim whose queue borrows on a GPU model where the claim's queue is asking back its
-    nominal quota (it would borrow nothing), whatever its priority. A group reclaims nothing."""
+    nominal quota (it would borrow nothing), whatever its priority. `need`: how many claims like it
+    are asking (a group: the members its minimum still lacks)."""
     if queue == claim.queue_id:
         return victim.priority < claim.priority
-    if book is None or queue is None or claim.queue_id is None or claim.group_id is not None:
+    if book is None or queue is None or claim.queue_id is None:
         return False
     cohort = book.cohort_of[claim.queue_id]
     if not cohort or book.cohort_of[queue] != cohort:
         return False
     return any(
         book.borrowing(queue, model)
-        and book.within_nominal(claim.queue_id, model, admission.ask(claim, book, model))
+        and book.within_nominal(claim.queue_id, model, admission.ask(claim, book, model) * need)
         for model in holds
     )
 
@@ -266,6 +270,17 @@ def _fits(claim: Claim, snap: Snapshot, book: Book | None) -> bool:
         ):
             return True
     return False
+
+
+def _queue_admits(claim: Claim, book: Book | None, need: int) -> bool:
+    """Whether the claim's queue would admit `need` claims like it on some GPU model it has quota for
+    (a group's members; placing them checks their own figures)."""
+    if book is None or claim.queue_id is None:
+        return True
+    return any(
+        not book.refusal(claim.queue_id, m, admission.ask(claim, book, m) * need)
+        for m in book.quotas[claim.queue_id]
+    )
 
 
 def _fits_on(claim: Claim, snap: Snapshot, book: Book | None, node_id: int) -> bool:

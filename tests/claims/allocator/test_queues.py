@@ -205,3 +205,23 @@ def test_reclaim_where_the_fleet_has_room_but_the_cohort_has_none(api, cluster, 
     assert claim(api, cluster, "a3", 8, queue=a["id"]).data["status"] == "pending"  # quota, not room
     assert claim(api, cluster, "c0", 8, queue=c["id"]).data["status"] == "allocated"
     assert sorted(v.name for v in Claim.objects.filter(preempted_by__name="c0")) == ["a2"]  # one is enough
+
+
+def test_a_group_within_its_nominal_reclaims_as_a_unit(api, cluster, make_h100):
+    make_h100(3)
+    a = queue(api, cluster, "a", cohort="lab").data
+    queue(api, cluster, "b", cohort="lab")
+    c = queue(api, cluster, "c", cohort="lab").data
+    for i in range(3):
+        claim(api, cluster, f"a{i}", 8, queue=a["id"], priority=5)
+    body = {
+        "cluster": cluster.pk,
+        "name": "llm",
+        "members": 2,
+        "template": {"kind": "whole", "gpus": 4, "queue": c["id"]},
+    }
+    created = api.post("/api/v1/claim-groups/", body, format="json").data
+    place_pending(cluster.pk)  # a group preempts in a placement pass, as it always has
+    data = api.get(f"/api/v1/claim-groups/{created['id']}/").data
+    assert (data["status"], data["placed"]) == ("placed", 2)
+    assert [v.name for v in Claim.objects.filter(status="pending")] == ["a2"]  # one 8-GPU claim: 4 + 4
