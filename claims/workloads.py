@@ -7,13 +7,15 @@ whose adopted object was deleted is released. Level-triggered: kube_sync runs a 
 cluster's watches or the allocation log move, and a repeated pass changes nothing."""
 
 import logging
+from collections import defaultdict
 
 from django.db.models import Prefetch
 
 from audit.context import acting_as
 from catalog.models import SharingMode
+from claims.allocator.groups import adopt_members
 from claims.allocator.service import create_claim, release_claim
-from claims.models import AllocationEvent, Claim, GpuShare
+from claims.models import AllocationEvent, Claim, ClaimGroup, GpuShare
 from claims.sizing import mps_environment
 from clusters.models import Cluster
 from clusters.services import cluster_operations
@@ -30,7 +32,7 @@ def workload_claims(cluster_id: int) -> list[WorkloadClaim]:
     shares = GpuShare.objects.select_related("gpu").order_by("gpu__index")
     claims = (
         Claim.objects.filter(cluster_id=cluster_id)
-        .select_related("allocation__node__pool")
+        .select_related("allocation__node__pool", "group", "preempted_by")
         .prefetch_related(Prefetch("allocation__shares", queryset=shares))
         .order_by("-priority", "created_at", "pk")  # who holds a GPU that cannot be shared: the first
     )
@@ -39,7 +41,13 @@ def workload_claims(cluster_id: int) -> list[WorkloadClaim]:
 
 def workload_claim(claim: Claim) -> WorkloadClaim:
     common = dict(
-        namespace=claim.namespace, name=claim.name, source=claim.source, kind=claim.kind, gpus=claim.gpus
+        namespace=claim.namespace,
+        name=claim.name,
+        source=claim.source,
+        kind=claim.kind,
+        gpus=claim.gpus,
+        group=str(claim.group) if claim.group else "",
+        preempted_by=str(claim.preempted_by) if claim.preempted_by else "",
     )
     allocation = getattr(claim, "allocation", None) if claim.status == Claim.Status.ALLOCATED else None
     if allocation is None:
@@ -100,39 +108,60 @@ def adopt(cluster: Cluster, found: tuple[FoundWorkload, ...]) -> dict[tuple[str,
     """Claims for what the provider found; returns why each one not adopted was refused."""
     context = TenantContext(cluster.tenant, "owner")  # the cluster is the tenant's: its requests are
     refused = {}
+    gangs: dict[tuple[str, str, int], list[FoundWorkload]] = defaultdict(list)
     for item in found:
         if item.refusal:
             continue  # the provider said why on the object already
+        if item.group:
+            gangs[(item.namespace, item.group, item.group_min)].append(item)
+            continue
         try:
-            create_claim(
-                context=context,
-                cluster=cluster,
-                name=item.name,
-                namespace=item.namespace,
-                kind=item.kind,
-                gpus=item.gpus,
-                gpu_memory_mib=item.gpu_memory_mib,
-                compute_percent=item.compute_percent,
-                mig_profile=item.mig_profile,
-                priority=item.priority,
-                source=item.source,
-            )
+            create_claim(context=context, cluster=cluster, name=item.name, **_request(item))
         except DomainError as error:  # a quota, a request that never fits: said on the object
             refused[(item.namespace, item.name)] = error.message
+    for (_, name, minimum), items in gangs.items():
+        try:
+            adopt_members(
+                context=context,
+                cluster=cluster,
+                name=name,
+                min_members=minimum,
+                members=[(item.name, _request(item)) for item in items],
+            )
+        except DomainError as error:  # the whole gang is refused: each pod says why
+            refused.update({(item.namespace, item.name): error.message for item in items})
     return refused
+
+
+def _request(item: FoundWorkload) -> dict:
+    """A found request as create_claim's fields."""
+    return dict(
+        namespace=item.namespace,
+        kind=item.kind,
+        gpus=item.gpus,
+        gpu_memory_mib=item.gpu_memory_mib,
+        compute_percent=item.compute_percent,
+        mig_profile=item.mig_profile,
+        priority=item.priority,
+        source=item.source,
+    )
 
 
 def record(cluster_id: int, report: WorkloadReport) -> None:
     """Each claim's workload state, written only where it changed; adopted claims whose object is gone
     are released."""
     states = {(s.namespace, s.name): s for s in report.states}
+    emptied: set[int | None] = set()
     for claim in Claim.objects.filter(cluster_id=cluster_id).select_related("cluster"):
         state = states.get((claim.namespace, claim.name))
         if state is None:
             continue
         if state.state == "gone" and claim.source != Claim.Source.API:
             release_claim(claim)
+            emptied.add(claim.group_id)
             continue
         wanted = {"state": state.state, "message": state.message}
         if claim.workload != wanted:
             Claim.objects.filter(pk=claim.pk).update(workload=wanted)
+    # An adopted gang whose pods are all gone is gone too (its PodGroup may make new ones: a new group).
+    ClaimGroup.objects.filter(pk__in=emptied - {None}, claims__isnull=True).delete()

@@ -327,6 +327,11 @@ class ClaimCreateForm(forms.Form):
         initial=0,
         help_text="Higher is placed first when capacity frees.",
     )
+    non_preemptible = forms.BooleanField(
+        required=False,
+        label="Never preempt",
+        help_text="A pending claim of higher priority may not take its GPUs.",
+    )
 
     def __init__(self, *args, cluster: Cluster, **kwargs):
         super().__init__(*args, **kwargs)
@@ -357,6 +362,7 @@ class ClaimCreateForm(forms.Form):
         in the browser, their values may linger there)."""
         data = dict(self.cleaned_data)
         data["gpu_memory_mib"] = data.pop("gpu_memory")
+        data["preemptible"] = not data.pop("non_preemptible")
         kind = data["kind"]
         if kind != Claim.Kind.WHOLE:
             data.update(gpus=1, nvlink_required=False)

@@ -13,18 +13,25 @@ running, records its control plane's availability; a MachineDeployment its pool'
 ready once its machines are).
 
 Clusters are sharded over processes by a stable hash of their id (`--shard 2/4`), so more clusters are
-served by more processes. One cluster's failure stays in its own threads: the others carry on."""
+served by more processes. A process's threads do not grow with its clusters: every watch is a task of one
+event loop (nvke/providers/kubernetes/streams.py) and every pass a job for PASS_WORKERS threads (`Passes`);
+a failing cluster's watches back off on their own and its passes fail fast or within a call's deadline."""
 
+import heapq
+import itertools
 import logging
 import re
 import threading
+import time
 import zlib
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 
 from claims import workloads
+from claims.models import AllocationEvent
 from clusters.models import Cluster
 from clusters.services import (
     cluster_operations,
@@ -44,9 +51,13 @@ from nvke.providers.kubernetes import gpus
 from nvke.providers.kubernetes.watch import ClusterWatch
 
 log = logging.getLogger(__name__)
-# How long the supervisor waits for a cluster's threads to stop: a watch ends at its next event, bookmark
-# or timeout, and the threads are daemons, so a cluster whose stream hangs never holds up the others.
+# How long the supervisor waits for a cluster's streams to let go of their connections.
 CLOSE_S = 5.0
+# The threads that run every cluster's passes: a pass is database work and calls to one cluster (each
+# within client.py's deadline), so a few threads serve hundreds of clusters; a cluster slow to answer
+# holds one of them for at most a call's deadline at a time.
+PASS_WORKERS = 4
+LOG_POLL_S = 0.5  # how often the allocation logs of every cluster served are looked at, in one query
 
 
 def shard_of(cluster_id: int, shards: int) -> int:
@@ -54,7 +65,75 @@ def shard_of(cluster_id: int, shards: int) -> int:
     return zlib.crc32(str(cluster_id).encode()) % shards
 
 
+class Passes:
+    """The process's PASS_WORKERS threads and the jobs they run, each when it comes due, earliest first:
+    clusters' passes (a cluster's next one waits out its debounce) and the allocation logs' look."""
+
+    def __init__(self, workers: int = PASS_WORKERS):
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._changed = threading.Condition()
+        self._order = itertools.count()  # ties run in the order they were put
+        self.following: set[ClusterSync] = set()
+        self.threads = [
+            threading.Thread(target=self._work, daemon=True, name=f"kube-sync-{i}") for i in range(workers)
+        ]
+        for thread in self.threads:
+            thread.start()
+        self.put(self._follow_allocations)
+
+    def put(self, job: Callable[[], None], at: float = 0.0) -> None:
+        """Run `job` on a worker once time.monotonic() reaches `at`; the job handles its own errors."""
+        with self._changed:
+            heapq.heappush(self._due, (at, next(self._order), job))
+            self._changed.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                job = heapq.heappop(self._due)[2]
+            try:
+                job()
+            except Exception:  # a job's bug must not cost the process one of its few workers
+                log.exception("kube_sync: a pass failed")
+
+    def _follow_allocations(self) -> None:
+        """A workloads pass for every cluster whose allocation log moved (a claim placed, moved or
+        released needs its workload) since its last pass: one query for all of them."""
+        syncs = {sync.cluster_id: sync for sync in list(self.following)}
+        try:
+            if syncs:
+                in_own_connection(self._poke_moved, syncs)
+        finally:
+            self.put(self._follow_allocations, time.monotonic() + LOG_POLL_S)
+
+    @staticmethod
+    def _poke_moved(syncs: dict[int, "ClusterSync"]) -> None:
+        newest = AllocationEvent.objects.filter(cluster_id=OuterRef("pk")).order_by("-id").values("id")[:1]
+        clusters = Cluster.objects.filter(pk__in=syncs).annotate(newest=Subquery(newest))
+        for pk, position in clusters.values_list("pk", "newest"):
+            if position != syncs[pk].seen_log:
+                syncs[pk].poke(allocations=True)
+
+
+_passes: Passes | None = None
+_passes_lock = threading.Lock()
+
+
+def passes() -> Passes:
+    """The process's pass workers, started on first use."""
+    global _passes
+    with _passes_lock:
+        if _passes is None:
+            _passes = Passes()
+        return _passes
+
+
 class ClusterSync:
+    """One cluster's watches (on the shared loop) and its passes (on the shared workers): a change marks
+    it dirty and queues one pass, which events meanwhile join; the next waits `debounce_s` after it."""
+
     def __init__(
         self,
         cluster: Cluster,
@@ -62,40 +141,75 @@ class ClusterSync:
         debounce_s: float = 1.0,
         resync_s: float = 300.0,
         watch_timeout_s: int = 60,
-        log_poll_s: float = 0.5,
     ):
-        self.cluster_id, self.debounce_s, self.log_poll_s = cluster.pk, debounce_s, log_poll_s
-        self.dirty, self.stop, self.drivers = threading.Event(), threading.Event(), threading.Event()
-        self.waiting = threading.Event()  # set while the refresher waits for a change (see `settled`)
+        self.cluster_id, self.debounce_s, self.passes = cluster.pk, debounce_s, passes()
+        self._lock = threading.Lock()
+        # What the next pass has to do, and where this cluster's pass stands.
+        self._dirty = self._drivers = self._allocations = False
+        self._queued = self._running = self.closed = False
+        self._next_at = 0.0
+        self._idle = threading.Event()  # clear while a pass runs: `close` waits for it
+        self._idle.set()
         self.seen_log: int | None = -1  # the allocation log's position the last workloads pass saw
         self.watch = ClusterWatch(
             cluster_operations(cluster),
-            changed=self.dirty.set,
-            drivers_changed=self._drivers_changed,
-            workloads_changed=self.dirty.set,
-            failed=self._failed,
+            changed=self.poke,
+            drivers_changed=lambda: self.poke(drivers=True),
+            workloads_changed=self.poke,
+            failed=lambda error: self.passes.put(lambda: self._failed(error)),  # off the loop's thread
             dra=bool(cluster.observed.get("features", {}).get("dra")),
             resync_s=resync_s,
             watch_timeout_s=watch_timeout_s,
         )
-        self.refresher = threading.Thread(
-            target=self._refresh_loop, daemon=True, name=f"kube-sync-{cluster.pk}"
-        )
 
     def start(self) -> "ClusterSync":
         self.watch.start()
-        self.refresher.start()
+        self.passes.following.add(self)
         return self
 
     def close(self, timeout: float | None = None) -> None:
-        self.stop.set()
-        self.dirty.set()
+        self.closed = True
+        self.passes.following.discard(self)
         self.watch.close(timeout)
-        self.refresher.join(timeout)
+        self._idle.wait(timeout)
 
-    def _drivers_changed(self) -> None:
-        self.drivers.set()
-        self.dirty.set()  # wakes the refresher, which kicks the cluster's upgrade runs
+    def poke(self, *, drivers: bool = False, allocations: bool = False) -> None:
+        """A change seen: a full pass (and with `drivers` an upgrade tick) or, for `allocations` alone,
+        a workloads pass."""
+        with self._lock:
+            self._drivers |= drivers
+            self._allocations |= allocations
+            self._dirty |= not allocations
+            self._queue()
+
+    def _queue(self) -> None:  # with self._lock held
+        if not (self._queued or self._running or self.closed):
+            self._queued = True
+            self.passes.put(self._pass, self._next_at)
+
+    def _pass(self) -> None:
+        with self._lock:
+            self._queued, self._running = False, True
+            self._idle.clear()
+            dirty, drivers, allocations = self._dirty, self._drivers, self._allocations
+            self._dirty = self._drivers = self._allocations = False
+        try:
+            if self.closed:
+                return
+            if drivers:
+                in_own_connection(jobs.enqueue, "upgrades.tasks.kick_cluster_runs", self.cluster_id)
+            if dirty:
+                in_own_connection(self.refresh)
+            elif allocations:
+                in_own_connection(self.follow_allocations)
+        finally:
+            with self._lock:
+                self._running = False
+                self._idle.set()
+                if dirty:  # events meanwhile coalesce into one more pass, after the debounce
+                    self._next_at = time.monotonic() + self.debounce_s
+                if self._dirty or self._drivers or self._allocations:
+                    self._queue()
 
     def _failed(self, error: ProviderError) -> None:
         in_own_connection(
@@ -103,25 +217,9 @@ class ClusterSync:
         )
 
     def settled(self) -> bool:
-        """Whether every change seen so far has had its pass: the refresher waits, none pending."""
-        return self.waiting.is_set() and not self.dirty.is_set()
-
-    def _refresh_loop(self) -> None:
-        while not self.stop.is_set():
-            self.waiting.set()
-            woken = self.dirty.wait(self.log_poll_s)
-            self.waiting.clear()
-            if self.stop.is_set():
-                break
-            if not woken:  # no watch event: a claim placed, moved or released still needs its workload
-                in_own_connection(self.follow_allocations)
-                continue
-            self.dirty.clear()
-            if self.drivers.is_set():
-                self.drivers.clear()
-                in_own_connection(jobs.enqueue, "upgrades.tasks.kick_cluster_runs", self.cluster_id)
-            in_own_connection(self.refresh)
-            self.stop.wait(self.debounce_s)  # events meanwhile coalesce into one more pass
+        """Whether every change seen so far has had its pass: none running, none pending."""
+        with self._lock:
+            return not (self._dirty or self._drivers or self._allocations or self._queued or self._running)
 
     def follow_allocations(self) -> None:
         if workloads.log_position(self.cluster_id) != self.seen_log:
@@ -268,31 +366,54 @@ def _management_sync(shard: int, shards: int, options: dict) -> ManagementSync |
         return None
 
 
+class Supervisor:
+    """Serves this shard's attached clusters (`syncs`, by cluster id) until `stop`: a cluster attached or
+    detached is picked up within `poll_s`; a cluster whose endpoint or token changed gets fresh watches."""
+
+    def __init__(self, *, shard: int = 0, shards: int = 1, poll_s: float = 30.0, **options):
+        self.shard, self.shards, self.poll_s, self.options = shard, shards, poll_s, options
+        self.syncs: dict[int, tuple[tuple, ClusterSync]] = {}
+
+    def run(self, stop: threading.Event) -> None:
+        capi = None
+        try:
+            while not stop.is_set():
+                close_old_connections()
+                if capi is None and follows_cluster_api():
+                    capi = _management_sync(self.shard, self.shards, self.options)
+                wanted = attached_clusters(self.shard, self.shards)
+                connection.close()
+                self._serve(wanted)
+                stop.wait(self.poll_s)
+        finally:
+            for _, sync in self.syncs.values():
+                sync.close(CLOSE_S)
+            self.syncs.clear()
+            if capi is not None:
+                capi.close(CLOSE_S)
+
+    def _serve(self, wanted: dict[int, Cluster]) -> None:
+        for pk, cluster in wanted.items():
+            key = (cluster.endpoint, cluster.admin_token, cluster.ca_bundle)
+            if pk in self.syncs and self.syncs[pk][0] == key:
+                continue
+            if pk in self.syncs:
+                self.syncs.pop(pk)[1].close(CLOSE_S)
+            try:
+                sync = ClusterSync(cluster, **self.options)
+            except (
+                ProviderError
+            ) as error:  # this cluster only (a token that no longer decrypts): try next poll
+                in_own_connection(
+                    record_observation, pk, reachable=False, reason=error.reason, message=error.message
+                )
+                continue
+            self.syncs[pk] = (key, sync.start())
+            log.info("kube_sync: watching cluster %s (%s)", cluster.name, pk)
+        for pk in set(self.syncs) - set(wanted):
+            self.syncs.pop(pk)[1].close(CLOSE_S)
+
+
 def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float = 30.0, **options) -> None:
-    """Serve this shard's attached clusters until `stop`: a cluster attached or detached is picked up
-    within `poll_s`; a cluster whose endpoint or token changed gets fresh watches."""
-    syncs: dict[int, tuple[tuple, ClusterSync]] = {}
-    capi = None
-    try:
-        while not stop.is_set():
-            close_old_connections()
-            if capi is None and follows_cluster_api():
-                capi = _management_sync(shard, shards, options)
-            wanted = attached_clusters(shard, shards)
-            connection.close()
-            for pk, cluster in wanted.items():
-                key = (cluster.endpoint, cluster.admin_token, cluster.ca_bundle)
-                if pk in syncs and syncs[pk][0] == key:
-                    continue
-                if pk in syncs:
-                    syncs.pop(pk)[1].close(CLOSE_S)
-                syncs[pk] = (key, ClusterSync(cluster, **options).start())
-                log.info("kube_sync: watching cluster %s (%s)", cluster.name, pk)
-            for pk in set(syncs) - set(wanted):
-                syncs.pop(pk)[1].close(CLOSE_S)
-            stop.wait(poll_s)
-    finally:
-        for _, sync in syncs.values():
-            sync.close(CLOSE_S)
-        if capi is not None:
-            capi.close(CLOSE_S)
+    """Serve this shard's attached clusters until `stop` (see Supervisor)."""
+    Supervisor(shard=shard, shards=shards, poll_s=poll_s, **options).run(stop)

@@ -88,8 +88,10 @@ def _daemonset(base_url: str, mps_nodes: bool) -> dict:
     mounts = [{"name": "tokens", "mountPath": "/etc/nvke/tokens", "readOnly": True}, plugins_mount]
     if mps_nodes:  # the pipe directories the device plugin's Allocate mounts into a pod, at the same path
         pipes, pipes_mount = _host_path("mps", mps.ROOT, "DirectoryOrCreate")
-        volumes.append(pipes)
-        mounts.append(pipes_mount)
+        # and the daemons' /dev/shm, which Allocate mounts as the pod's (mps.SHM says why)
+        shm = {"name": "mps-shm", "hostPath": {"path": mps.SHM, "type": "DirectoryOrCreate"}}
+        volumes += [pipes, shm]
+        mounts += [pipes_mount, {"name": "mps-shm", "mountPath": mps.SHM_MOUNT}]
     container = {
         "name": NAME,
         "image": settings.NVKE_AGENT_IMAGE,
@@ -107,7 +109,12 @@ def _daemonset(base_url: str, mps_nodes: bool) -> dict:
         ],
         "volumeMounts": mounts,
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+        # root: the kubelet's device-plugins directory is root's, mode 0750 (devicemanager server.go)
+        "securityContext": {
+            "runAsUser": 0,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+        },
     }
     mode = {
         "key": SHARING_LABEL,
@@ -131,8 +138,6 @@ def _daemonset(base_url: str, mps_nodes: bool) -> dict:
         "containers": [container],
         "volumes": volumes,
     }
-    if mps_nodes:  # MPS clients reach their server through the host's shared memory as well as the pipes
-        spec["hostIPC"] = True
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

@@ -30,17 +30,25 @@ NOT_YET_TRIED = "Waiting for its group to be placed."
 
 
 def create_group(
-    *, context: TenantContext, cluster: Cluster, name: str, members: int, min_members: int, **member: object
+    *,
+    context: TenantContext,
+    cluster: Cluster,
+    name: str,
+    members: int,
+    min_members: int,
+    names: list[str] | None = None,
+    **member: object,
 ) -> ClaimGroup:
     """A group of `members` identical claims (`member`: the claim fields, as create_claim takes them),
-    named <name>-0, <name>-1, ...; validated and refused (400) as one claim is, then placed at once as a
-    unit: at least `min_members` of them, or none."""
+    named <name>-0, <name>-1, ... (or `names`: an adopted gang's pods or claims); validated and refused
+    (400) as one claim is, then placed at once as a unit: at least `min_members` of them, or none."""
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no claims.", field="cluster")
     if not 1 <= min_members <= members:
         raise DomainError(f"min_members must be 1..members ({members}).", field="min_members")
-    if len(name) + len(f"-{members - 1}") > 63:
+    if names is None and len(name) + len(f"-{members - 1}") > 63:
         raise DomainError("The name leaves no room for its members' suffixes (-0, -1, ...).", field="name")
+    names = names or [f"{name}-{i}" for i in range(members)]
     group = ClaimGroup(
         tenant=context.tenant,
         cluster=cluster,
@@ -55,10 +63,8 @@ def create_group(
     elif member["queue"].cluster_id != cluster.pk:
         raise DomainError(f"Queue {member['queue']} is not a queue of cluster {cluster.name}.", field="queue")
     claims = [
-        Claim(
-            tenant=context.tenant, cluster=cluster, name=f"{name}-{i}", pending_reason=NOT_YET_TRIED, **member
-        )
-        for i in range(members)
+        Claim(tenant=context.tenant, cluster=cluster, name=claim_name, pending_reason=NOT_YET_TRIED, **member)
+        for claim_name in names
     ]
     try:
         validate_claim(claims[0])
@@ -77,22 +83,87 @@ def create_group(
             raise Conflict(
                 f"Cluster {cluster.name} already has a group named {group}.", field="name", code="duplicate"
             ) from None
-        for claim in claims:
-            claim.group = group
-            quotas.check_claim(context.tenant, claim)
-            try:
-                with transaction.atomic():
-                    audit.insert(claim)
-            except IntegrityError:
-                raise Conflict(
-                    f"Cluster {cluster.name} already has a claim named {claim}.",
-                    field="name",
-                    code="duplicate",
-                ) from None
-            CACHE.workload(cluster.pk).record(request_of(claim))
+        _insert_members(context, group, claims)
         with allocation_lock(cluster.pk):
             snap = CACHE.snapshot(cluster.pk)
             write_outcomes(claims, place_group(group, claims, snap, admission.load_book(snap)), snap)
+    return group
+
+
+def _insert_members(context: TenantContext, group: ClaimGroup, claims: list[Claim]) -> None:
+    for claim in claims:
+        claim.group = group
+        quotas.check_claim(context.tenant, claim)
+        try:
+            with transaction.atomic():
+                audit.insert(claim)
+        except IntegrityError:
+            raise Conflict(
+                f"Cluster {group.cluster.name} already has a claim named {claim}.",
+                field="name",
+                code="duplicate",
+            ) from None
+        CACHE.workload(group.cluster_id).record(request_of(claim))
+
+
+SHAPE = ("kind", "gpus", "gpu_memory_mib", "compute_percent", "mig_profile")
+
+
+def adopt_members(
+    *,
+    context: TenantContext,
+    cluster: Cluster,
+    name: str,
+    min_members: int,
+    members: list[tuple[str, dict]],
+) -> ClaimGroup | None:
+    """The requests of a Kubernetes gang's pods, found on the cluster (each its name and create_claim's
+    fields, alike), adopted as members of the claim group named after the gang: a new group once at
+    least `min_members` are found (fewer: None, nothing made; the provider tells the pods), else more
+    members of the group there is, placed where they fit. Refused (DomainError, said on every pod) when
+    they ask for different GPUs: a gang's members are alike."""
+    fields = [member for _, member in members]
+    namespace = fields[0]["namespace"]
+    group = ClaimGroup.objects.filter(cluster=cluster, namespace=namespace, name=name).first()
+    if group is None and len(members) < min_members:
+        return None
+    existing = Claim.objects.filter(group=group).values(*SHAPE).first() if group else None
+    shapes = {tuple(f.get(k) for k in SHAPE) for f in fields} | (
+        {tuple(existing.values())} if existing else set()
+    )
+    if len(shapes) > 1:
+        raise DomainError(
+            f"The pods of group {namespace}/{name} ask for different GPUs; NVKE places a group of alike "
+            "members (one GPU request each, the same).",
+            field="group",
+        )
+    names = [member_name for member_name, _ in members]
+    if group is None:
+        return create_group(
+            context=context,
+            cluster=cluster,
+            name=name,
+            members=len(members),
+            min_members=min_members,
+            names=names,
+            **fields[0],
+        )
+    member = {**fields[0], "queue": fields[0].get("queue") or admission.queue_for(cluster.pk, namespace)}
+    claims = [
+        Claim(tenant=context.tenant, cluster=cluster, name=claim_name, pending_reason=NOT_YET_TRIED, **member)
+        for claim_name in names
+    ]
+    with transaction.atomic():
+        _insert_members(context, group, claims)
+        group = ClaimGroup.objects.select_for_update().get(pk=group.pk)
+        group.members += len(claims)
+        group.save(update_fields=["members"])  # audited, as any change of a group
+        with allocation_lock(cluster.pk):
+            snap = CACHE.snapshot(cluster.pk)
+            pending = list(
+                Claim.objects.filter(group=group, status=Claim.Status.PENDING).select_related("pool")
+            )
+            write_outcomes(pending, place_group(group, pending, snap, admission.load_book(snap)), snap)
     return group
 
 

@@ -104,7 +104,7 @@ def claim_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
 
 def _get_claim(context: TenantContext, pk: int) -> Claim:
     return get_object_or_404(
-        Claim.objects.restrict(context).select_related("cluster", "pool", "preempted_by"), pk=pk
+        Claim.objects.restrict(context).select_related("cluster", "pool", "preempted_by", "group"), pk=pk
     )
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from nvke.quantity import parse_mib
 
+from . import mps
+
 RESOURCE = "nvke.io/gpu-share"
 # The annotations NVKE's scheduler writes (nvke/providers/kubernetes/scheduler.py; a test keeps them equal).
 UUIDS, MEMORY, CEILING, ISOLATION = (
@@ -97,10 +99,10 @@ def grant(pod: dict, pipe_directory) -> Grant:
         envs["NVKE_GPU_COMPUTE_PERCENT"] = ceiling
     envs.update({k.removeprefix(ENV_PREFIX): v for k, v in held.items() if k.startswith(ENV_PREFIX)})
     mounts = ()
-    if any(name.startswith("CUDA_MPS_") for name in envs):  # an MPS pool: the GPU's daemon's pipes
+    if any(name.startswith("CUDA_MPS_") for name in envs):  # an MPS pool: its daemon's pipes and memory
         pipes = pipe_directory(uuids[0])
         envs["CUDA_MPS_PIPE_DIRECTORY"] = pipes
-        mounts = ((pipes, pipes),)
+        mounts = ((pipes, pipes), (mps.SHM, mps.SHM_MOUNT))
     return Grant(
         f"{meta['namespace']}/{meta['name']}", meta.get("uid", ""), tuple(sorted(envs.items())), mounts
     )

@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 log = logging.getLogger("nvke-agent")
 COMMAND = "nvidia-cuda-mps-control"
 ROOT = "/run/nvke/mps"
+# The daemons' /dev/shm, which MPS clients must share with them: a host directory under /run (memory
+# backed) mounted as /dev/shm into the agent and, by the device plugin's Allocate, into every MPS client,
+# as NVIDIA/k8s-device-plugin does with `<mps root>/shm` (internal/plugin/mps.go updateReponse,
+# cmd/mps-control-daemon/mps/root.go ShmDir; its daemon's DaemonSet mounts it at /dev/shm).
+SHM = os.path.join(ROOT, "shm")
+SHM_MOUNT = "/dev/shm"
 TIMEOUT_S = 10.0
 
 

@@ -205,6 +205,8 @@ class WorkloadClaim:
     isolation: str = ""
     pending_reason: str = ""
     environment: tuple[tuple[str, str], ...] = ()  # what its containers are to start with (MPS limits)
+    group: str = ""  # "namespace/name" of its claim group (a gang), if any
+    preempted_by: str = ""  # the claim that last took its GPUs, if any
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,8 @@ class FoundWorkload:
     mig_profile: str = ""
     priority: int = 0
     refusal: str = ""
+    group: str = ""  # the gang (PodGroup) its pod belongs to: adopted into that claim group
+    group_min: int = 0  # the gang's minimum: NVKE places at least this many of its members at once
 
 
 @dataclass(frozen=True)

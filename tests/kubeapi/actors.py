@@ -16,6 +16,7 @@ from typing import Any
 
 from . import kubelet
 from .claim_controller import ClaimController
+from .device_manager import ALLOCATED, DeviceManager
 from .features import FeatureGates
 from .kube_scheduler import KubeScheduler
 from .objects import OPERATOR_NAMESPACE, VALIDATOR_IMAGE, driver_version_labels
@@ -74,6 +75,7 @@ class Actors:
         self.pod_grace_seconds = 0
         self.token_controller = True
         self.extra: list[Callable[[], None]] = []  # more simulated controllers (capi_actors.ClusterAPI)
+        self.device_managers: dict[str, DeviceManager] = {}  # node → its kubelet's, where a test started one
         registry = store.registry
         self._pods = registry.by_kind("v1", "Pod")
         self._nodes = registry.by_kind("v1", "Node")
@@ -110,8 +112,49 @@ class Actors:
 
     # ---- kubelet (and the pod garbage collector) ---------------------------------------------------------
 
+    def device_manager(self, node: str, directory: str) -> DeviceManager:
+        """Start `node`'s kubelet device manager, its registration socket in `directory`."""
+        manager = DeviceManager(directory, self._devices_allocated, self._wake).start()
+        self.device_managers[node] = manager
+        return manager
+
+    def _wake(self) -> None:
+        with self.store.lock:
+            self.store.react()
+
+    def _devices_allocated(self, pod: dict[str, Any], outcome: dict[str, Any] | str) -> None:
+        """Record the device plugins' answers on the pod (see device_manager.py), then run the kubelet."""
+        meta = pod["metadata"]
+        with self.store.lock:
+            current = self.store.find(self._pods, meta["namespace"], meta["name"])
+            if (
+                isinstance(outcome, dict)
+                and outcome
+                and current
+                and current["metadata"]["uid"] == meta["uid"]
+            ):
+                answers = {ALLOCATED + name: json.dumps(a, sort_keys=True) for name, a in outcome.items()}
+                annotations = {**(current["metadata"].get("annotations") or {}), **answers}
+                self.store.update(
+                    self._pods,
+                    {**current, "metadata": {**current["metadata"], "annotations": annotations}},
+                    api=False,
+                )
+            self.store.react()
+
     def _kubelet(self) -> None:
         nodes = {n["metadata"]["name"]: n for n in self.store.list(self._nodes)}
+        for node_name, manager in self.device_managers.items():
+            on_node = self.store.list(self._pods, fields=[("spec.nodeName", True, node_name)])
+            manager.keep(
+                {
+                    p["metadata"]["uid"]
+                    for p in on_node
+                    if p["status"].get("phase") not in ("Succeeded", "Failed")
+                }
+            )
+            if node_name in nodes and (status := kubelet.advertised(nodes[node_name], manager)):
+                self.store.update(self._nodes, {**nodes[node_name], "status": status}, api=False)
         for pod in self.store.list(self._pods):
             meta, node_name = pod["metadata"], pod.get("spec", {}).get("nodeName")
             node = nodes.get(node_name)
@@ -140,6 +183,9 @@ class Actors:
                 and "startTime" in p.get("status", {})
                 and p["status"].get("phase") not in ("Succeeded", "Failed")
             ]
+            # the device manager's admit handler runs before the predicates' (kubelet.go NewMainKubelet)
+            if (devices := kubelet.device_outcome(pod, self.device_managers.get(node_name))) is not None:
+                return devices
             if refused := kubelet.admission(pod, node, admitted):
                 reason, message = refused
                 return {"phase": "Failed", "reason": reason, "message": f"Pod was rejected: {message}"}

@@ -13,6 +13,7 @@ from typing import Any
 # gate -> (minor it takes this default from, default), oldest first.
 VERSIONED: dict[str, tuple[tuple[int, bool], ...]] = {
     "DRAConsumableCapacity": ((34, False), (36, True)),  # KEP-5075: alpha 1.34, beta 1.36
+    "GenericWorkload": ((35, False),),  # KEP-4671: alpha (off) 1.35, and 1.36 (beta, still off, 1.37)
 }
 
 
@@ -44,6 +45,11 @@ class FeatureGates:
         if kind == "ResourceClaim" and not self.enabled("DRAConsumableCapacity"):
             if old is None or not _claim_uses_capacity(old):
                 _drop_claim_capacity(new)
+        if kind == "Pod" and not self.enabled("GenericWorkload"):
+            # PodSpec.SchedulingGroup is `+featureGate=GenericWorkload` (kubernetes/api core/v1/types.go):
+            # dropped on write while the gate is off, unless the stored pod already has it
+            if old is None or "schedulingGroup" not in (old.get("spec") or {}):
+                (new.get("spec") or {}).pop("schedulingGroup", None)
         if kind == "ResourceSlice" and not self.enabled("DRAConsumableCapacity"):
             if old is None or not _slice_uses_capacity(old):
                 _drop_slice_capacity(new)

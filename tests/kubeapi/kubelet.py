@@ -6,13 +6,17 @@ pod's requests, not refused; then resources (reason OutOf<resource>), node affin
 NoExecute taints (TaintToleration) are checked, and a pod that fails is set Failed with that reason.
 Preparing DRA claims follows pkg/kubelet/cm/dra/manager.go (PrepareResources): every claim must exist
 and list the pod in `reservedFor`, and its driver's kubelet plugin must prepare it; until then the pod
-stays Pending (ContainerCreating) and an event FailedPrepareDynamicResources says why."""
+stays Pending (ContainerCreating) and an event FailedPrepareDynamicResources says why. Device plugins'
+resources are allocated at admission by the node's device manager (device_manager.py), where a test
+started one, before the checks above (pkg/kubelet/kubelet.go NewMainKubelet adds the container
+manager's resource-allocating admit handler before the predicate one)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from . import dra_kubelet_plugin
+from .device_manager import DeviceManager
 from .kube_scheduler import (
     affinity_matches,
     claim_names,
@@ -73,3 +77,32 @@ def prepare_claims(pod: dict[str, Any], find_claim, published: set[str], gates: 
         except dra_kubelet_plugin.PrepareError as error:
             return f"NodePrepareResources failed for ResourceClaim {name}: prepare devices failed: {error}"
     return ""
+
+
+def device_outcome(pod: dict[str, Any], manager: DeviceManager | None) -> dict[str, Any] | None:
+    """The pod's status while its device plugins are asked (unchanged), or once they refused (Failed,
+    UnexpectedAdmissionError); None where it asks no registered device or they answered."""
+    if manager is None or not manager.asks(pod):
+        return None
+    outcome = manager.outcome(pod)
+    if outcome is None:
+        return {**pod["status"], "phase": "Pending"}  # no container status: what NVKE's plugin looks for
+    if isinstance(outcome, str):
+        return {
+            "phase": "Failed",
+            "reason": "UnexpectedAdmissionError",
+            "message": f"Pod was rejected: {outcome}",
+        }
+    return None
+
+
+def advertised(node: dict[str, Any], manager: DeviceManager) -> dict[str, Any] | None:
+    """The node's status with its device plugins' resources (the device manager's GetCapacity, which
+    the kubelet's node status setter reports), or None where it says so already."""
+    status = node.get("status") or {}
+    capacity, allocatable = dict(status.get("capacity") or {}), dict(status.get("allocatable") or {})
+    for resource, (total, healthy) in manager.capacity().items():
+        capacity[resource], allocatable[resource] = str(total), str(healthy)
+    if capacity == (status.get("capacity") or {}) and allocatable == (status.get("allocatable") or {}):
+        return None
+    return {**status, "capacity": capacity, "allocatable": allocatable}

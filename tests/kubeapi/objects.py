@@ -298,6 +298,86 @@ def gpu_operator(
         "apiVersion": "nvidia.com/v1",
         "kind": "ClusterPolicy",
         "metadata": {"name": "cluster-policy"},
-        "spec": {"driver": driver, "toolkit": {"enabled": True}, **{n: {} for n in ("operator", "daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "gfd", "nodeStatusExporter")}},
+        "spec": {
+            "driver": driver,
+            "toolkit": {"enabled": True},
+            **{
+                n: {}
+                for n in (
+                    "operator",
+                    "daemonsets",
+                    "dcgm",
+                    "dcgmExporter",
+                    "devicePlugin",
+                    "gfd",
+                    "nodeStatusExporter",
+                )
+            },
+        },
     }
     return server.create(policy)
+
+
+def coscheduling_crd() -> dict[str, Any]:
+    """scheduler-plugins' PodGroup CRD (kubernetes-sigs/scheduler-plugins manifests/coscheduling/crd.yaml),
+    its schema trimmed to the fields NVKE reads and tests write."""
+    int32 = {"type": "integer", "format": "int32"}
+    schema = {
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": {
+                "type": "object",
+                "properties": {"minMember": int32, "scheduleTimeoutSeconds": int32},
+            },
+            "status": {
+                "type": "object",
+                "properties": {"phase": {"type": "string"}, "running": int32, "failed": int32},
+            },
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+        "spec": {
+            "group": "scheduling.x-k8s.io",
+            "names": {
+                "kind": "PodGroup",
+                "listKind": "PodGroupList",
+                "plural": "podgroups",
+                "singular": "podgroup",
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1alpha1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}},
+                }
+            ],
+        },
+    }
+
+
+def coscheduling_pod_group(name: str, namespace: str, min_member: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": min_member},
+    }
+
+
+def workload_pod_group(name: str, namespace: str, min_count: int) -> dict[str, Any]:
+    """Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2, 1.36+ with GenericWorkload on), gang policy."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ class ResourceType:
     returns_deleted: bool = False
     crd: str = ""  # the CustomResourceDefinition that serves it; empty for built-in kinds
     min_minor: int = 0
+    gate: str = ""  # the feature gate (features.py) without which it is not served
 
     @property
     def api_version(self) -> str:
@@ -137,6 +139,22 @@ BUILTINS = (
         returns_deleted=True,
         min_minor=34,
     ),
+    # The Workload API (KEP-4671, KEP-5832): scheduling.k8s.io/v1alpha2 from 1.36, which replaced 1.35's
+    # v1alpha1, served only where GenericWorkload is on (kubernetes/api scheduling/v1alpha2/types.go:
+    # "Workload/PodGroup API enablement is toggled by the GenericWorkload feature gate").
+    ResourceType(
+        "scheduling.k8s.io", "v1alpha2", "workloads", "Workload", True, min_minor=36, gate="GenericWorkload"
+    ),
+    ResourceType(
+        "scheduling.k8s.io",
+        "v1alpha2",
+        "podgroups",
+        "PodGroup",
+        True,
+        ("status",),
+        min_minor=36,
+        gate="GenericWorkload",
+    ),
     ResourceType(
         "authorization.k8s.io",
         "v1",
@@ -198,9 +216,11 @@ class Registry:
         self.minor = minor
         self._builtin = [rt for rt in BUILTINS if rt.min_minor <= minor]
         self._custom: dict[str, list[ResourceType]] = {}  # CRD name -> its served versions
+        self.enabled: Callable[[str], bool] = lambda gate: False  # the server's feature gates
 
     def all(self) -> list[ResourceType]:
-        return self._builtin + [rt for types in self._custom.values() for rt in types]
+        builtin = [rt for rt in self._builtin if not rt.gate or self.enabled(rt.gate)]
+        return builtin + [rt for types in self._custom.values() for rt in types]
 
     def by_path(self, group: str, version: str, plural: str) -> ResourceType | None:
         return next(

@@ -463,6 +463,7 @@ class FakeKubeApi:
         self.store = Store(Registry(int(self.version.split(".")[1])))
         self.features = FeatureGates(self.store.registry.minor)
         self.store.strategy = self.features.drop_disabled_fields
+        self.store.registry.enabled = self.features.enabled
         self.actors = Actors(self.store, self.features)
         self.store.on_write = self.actors.reconcile
         self.faults = Faults()

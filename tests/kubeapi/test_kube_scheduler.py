@@ -77,7 +77,7 @@ def test_taints_cordons_selectors_and_fit_each_say_why(cluster):
     )
     selected = objects.pod("selected")
     selected["spec"]["nodeSelector"] = {"nvidia.com/gpu.present": "true"}
-    selected["spec"]["tolerations"] = [{"operator": "Exists"}]
+    selected["spec"]["tolerations"] = [{"key": "nvke.io/pool", "operator": "Exists", "effect": "NoSchedule"}]
     selected["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "3"}}
     cluster.create(selected)
     assert "1 Insufficient nvidia.com/gpu" in scheduled(cluster, "selected")["message"]

@@ -1,6 +1,7 @@
 """kube_sync against the fake API server: real watches over HTTPS in their own threads, with their own
 database connections, keep the pools of attached clusters current."""
 
+import contextlib
 import threading
 
 import kubernetes
@@ -14,7 +15,7 @@ from clusters.models import Cluster
 from clusters.services import cluster_ref
 from nodepools import kube_sync
 from nodepools.models import Node
-from nvke.providers.kubernetes import dra
+from nvke.providers.kubernetes import dra, streams
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch
 from nvke.tenancy.context import TenantContext
@@ -124,7 +125,7 @@ def test_a_watch_from_a_forgotten_resource_version_lists_again(attach, gpu_clust
         stop=stop,
         watch_timeout_s=2,
     )
-    watch._list()
+    streams.hub().call(watch.list())
     gpu_cluster.create(objects.gpu_node("gpu-d"))
     gpu_cluster.compact()  # the list's resourceVersion is forgotten: the watch gets 410 Gone
     thread = threading.Thread(target=watch.run, daemon=True)
@@ -209,16 +210,16 @@ def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attac
     cluster = attach(gpu_cluster)
     pool = make_pool(cluster, 4)
     stop = threading.Event()
-    thread = threading.Thread(target=kube_sync.run, args=(stop,), kwargs={"poll_s": 0.2, **FAST}, daemon=True)
+    supervisor = kube_sync.Supervisor(poll_s=0.2, **FAST)
+    thread = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
     thread.start()
     try:
         gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
         wait_until(lambda: pool_status(pool) == "ready", timeout=15)
-        assert f"kube-sync-{cluster.pk}" in {t.name for t in threading.enumerate()}
+        sync = supervisor.syncs[cluster.pk][1]
         Cluster.objects.filter(pk=cluster.pk).update(status=Cluster.Status.DELETING)
-        wait_until(
-            lambda: f"kube-sync-{cluster.pk}" not in {t.name for t in threading.enumerate()}, timeout=15
-        )
+        wait_until(lambda: cluster.pk not in supervisor.syncs, timeout=15)
+        assert sync.closed and all(task.done() for task in sync.watch.tasks), "its streams are closed"
     finally:
         stop.set()
         thread.join(15)
@@ -266,7 +267,7 @@ def test_claims_reach_their_resource_claims_while_kube_sync_runs(attach, gpu_clu
 def test_a_namespace_labelled_managed_has_its_waiting_pods_placed(attach, gpu_cluster, syncing, make_pool):
     gpu_cluster.create(objects.namespace("late"))
     pod = objects.pod("train", namespace="late")
-    pod["spec"]["schedulerName"] = "nvke"
+    pod["spec"].update(schedulerName="nvke", tolerations=[dict(dra.POOL_TOLERATION)])  # NVKE's pool taint
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     gpu_cluster.create(pod)
     cluster = attach(gpu_cluster)
@@ -327,3 +328,65 @@ def test_the_resource_claim_watch_sees_events_and_the_cluster_stays_reachable(
     wait_until(sync.settled, timeout=15)
     reachable = next(c for c in Cluster.objects.get(pk=cluster.pk).conditions if c["type"] == "Reachable")
     assert (reachable["status"], reachable["reason"]) == ("True", "Watching")
+
+
+def nvke_threads() -> list[str]:
+    """This process's threads but the stand-ins' (each server's loop and one per open connection)."""
+    stand_in = ("(serve_forever)", "(process_request_thread)")
+    return sorted(t.name for t in threading.enumerate() if not t.name.endswith(stand_in))
+
+
+def test_threads_stay_the_same_as_clusters_are_attached(attach, gpu_cluster, syncing):
+    """A cluster watched costs streams on the shared loop, not threads: 20 clusters take the threads 1
+    took (it was 9 more per cluster)."""
+    first = attach(gpu_cluster)
+    watching = lambda sync: all(w.resource_version for w in sync.watch.watches)  # noqa: E731
+    syncs = [syncing(first)]
+    wait_until(lambda: watching(syncs[0]), timeout=15)
+    one = nvke_threads()
+    with contextlib.ExitStack() as servers:
+        for i in range(19):
+            server = servers.enter_context(FakeKubeApi())
+            objects.gpu_operator(server)
+            server.create(objects.gpu_node(f"gpu-{i}"))
+            # A row as attach leaves it (the same tenant and features), on its own stand-in.
+            cluster = Cluster.objects.get(pk=first.pk)
+            cluster.pk, cluster.name, cluster.endpoint = None, f"more-{i}", server.url
+            cluster.admin_token, cluster.ca_bundle = server.token, server.ca_bundle
+            cluster.save()
+            syncs.append(syncing(cluster))
+        wait_until(lambda: all(watching(sync) for sync in syncs), timeout=30)
+        assert nvke_threads() == one
+        assert all(len(sync.watch.watches) <= 6 for sync in syncs), "six streams per cluster at most"
+        for sync in syncs:
+            sync.close(timeout=10)
+
+
+def reachable(cluster) -> tuple[str, str]:
+    cluster.refresh_from_db()
+    condition = next(c for c in cluster.conditions if c["type"] == "Reachable")
+    return condition["status"], condition["reason"]
+
+
+def test_a_cluster_whose_token_does_not_decrypt_stops_only_itself(attach, gpu_cluster, make_pool):
+    from nvke.encryption import MARK, Undecryptable
+
+    cluster = attach(gpu_cluster)
+    pool = make_pool(cluster, 4)
+    broken = Cluster.objects.get(pk=cluster.pk)  # a second attached cluster, saved under a lost key
+    broken.pk, broken.name, broken.endpoint = None, "broken", "https://broken.example:6443"
+    broken.admin_token = Undecryptable(MARK + "not-a-fernet-token")
+    broken.save()
+    stop = threading.Event()
+    supervisor = kube_sync.Supervisor(poll_s=0.2, **FAST)
+    thread = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
+        wait_until(lambda: pool_status(pool) == "ready", timeout=15)  # the readable cluster is served
+        wait_until(lambda: reachable(broken) == ("False", "SecretUndecryptable"), timeout=15)
+        assert broken.pk not in supervisor.syncs and thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()

@@ -176,6 +176,8 @@ PAGES: dict[str, Page] = {
     "clusters/<pk>/claims/new/": Page("cluster", post=True),
     "claims/<pk>/": Page("claim"),
     "claims/<pk>/release/": Page("claim", post=True),
+    "clusters/<pk>/groups/": Page("cluster"),
+    "groups/<pk>/": Page("claim_group"),
     # Switching tenants changes nothing in one; anyone may hold tokens.
     "tenant/switch/": Page(post=True, get=False, viewer_writes=True),
     "account/tokens/": Page(post=True, viewer_writes=True),

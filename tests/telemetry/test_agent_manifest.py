@@ -95,7 +95,11 @@ def test_the_agent_serves_the_device_plugin_and_on_mps_nodes_the_daemons(api, at
     mps_mounts = {m["name"]: m["mountPath"] for m in _pod_spec(mps)["containers"][0]["volumeMounts"]}
     mps_volumes = {v["name"]: v.get("hostPath", {}).get("path") for v in _pod_spec(mps)["volumes"]}
     assert mps_mounts["mps"] == mps_volumes["mps"] == mps_module.ROOT
-    assert _pod_spec(mps)["hostIPC"] is True and "hostIPC" not in _pod_spec(plain)
+    # the daemons' /dev/shm is a host directory the device plugin mounts into MPS clients: no host IPC
+    assert mps_mounts["mps-shm"] == mps_module.SHM_MOUNT and mps_volumes["mps-shm"] == mps_module.SHM
+    assert "hostIPC" not in _pod_spec(mps) and "mps-shm" not in str(_pod_spec(plain))
+    for daemonset in (plain, mps):  # root, for the kubelet's device-plugins directory
+        assert _pod_spec(daemonset)["containers"][0]["securityContext"]["runAsUser"] == 0
 
 
 def test_the_agents_account_lists_its_nodes_pods_and_nothing_more(api, attached, gpu_cluster):

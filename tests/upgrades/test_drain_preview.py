@@ -53,3 +53,27 @@ def test_a_claim_with_room_elsewhere_would_move_there(two_l4, client, owner):
     client.force_login(owner)
     page = client.get(f"/pools/{two_l4.pk}/upgrade/").content.decode()
     assert f'data-drain-claim="{big1.pk}"' in page and f"move to <code>{other.name}</code>" in page
+
+
+@pytest.mark.parametrize("preemptible", [True, False])
+def test_a_moved_claim_with_no_room_would_preempt_lower_priority_and_the_page_says_so(
+    two_l4, client, owner, preemptible
+):
+    """As the drain's placement pass would (claims.allocator.preemption): the fewest preemptible claims
+    of lower priority make room; a non-preemptible one never does, and the claim would wait."""
+    Claim.objects.filter(name="big1").update(priority=5)
+    Claim.objects.filter(name="big2").update(preemptible=preemptible)
+    big1 = Claim.objects.select_related("allocation__node").get(name="big1")
+    big2 = Claim.objects.select_related("allocation__node").get(name="big2")
+    before = held()
+    (outcome,) = drain_preview(two_l4.cluster_id, [big1.allocation.node_id])[big1.allocation.node_id]
+    assert held() == before  # nothing written
+    client.force_login(owner)
+    page = client.get(f"/pools/{two_l4.pk}/upgrade/").content.decode()
+    if preemptible:
+        assert outcome.to_node == big2.allocation.node.name
+        assert [c.name for c in outcome.preempts] == ["big2"]
+        assert "preempting default/big2 (priority 0): they wait until room frees" in page
+    else:
+        assert (outcome.to_node, outcome.preempts) == ("", ())
+        assert "insufficient GPU memory" in outcome.reason and "data-drain-preempts" not in page

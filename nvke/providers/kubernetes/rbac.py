@@ -90,6 +90,9 @@ RULES: tuple[Rule, ...] = (
             "mutatingadmissionpolicybindings",
         )
     ),
+    # Gangs (gangs.py): scheduler-plugins' PodGroups, and Kubernetes' own where its Workload API serves
+    Rule("scheduling.x-k8s.io", "podgroups", ("list",), "read the minimum of each pod group (gang)"),
+    Rule("scheduling.k8s.io", "podgroups", ("list",), "read the minimum of each PodGroup (Workload API)"),
     Rule(
         records.GROUP,
         records.PLURAL,

@@ -5,15 +5,18 @@ limits — `nvidia.com/gpu: N` (whole GPUs), `nvidia.com/mig-<profile>: 1` (a MI
 ceiling in percent; a quantity cannot carry "%") — and adopted as a claim named after the pod, with the
 priority of its `nvke.io/priority` annotation. Once the
 allocator has placed it, the pod is annotated with what it holds (GPU UUIDs, memory, compute ceiling and
-guarantee, isolation, and on MPS pools the MPS limits) and bound through `pods/binding`; a pod that cannot
-be placed gets a `FailedScheduling` Event with the allocator's reason. A pod whose claim the allocator
-moved or took back (a drain, a failed GPU, a defrag) is evicted through the Eviction API, so its
-PodDisruptionBudget holds; its controller makes a new pod, which NVKE places. A pod that finished or was
-deleted releases its claim.
+guarantee, isolation, and on MPS pools the MPS limits) and bound through `pods/binding`, once its node
+will take it as the kubelet checks (fit.py); a pod that cannot be placed or does not fit gets a
+`FailedScheduling` Event with the reason. A pod the kubelet refused anyway releases its claim, and no
+pod of the same owner is bound to that node for a while, so a controller's replacements do not loop.
+A pod whose claim the allocator moved or took back (a drain, a failed GPU, a defrag) is evicted through
+the Eviction API, so its PodDisruptionBudget holds; its controller makes a new pod, which NVKE places. A
+pod that finished or was deleted releases its claim.
 
 Only the node choice is enforced by Kubernetes here: the GPU, memory and compute in the annotations
 hold only where a node component honours them (see docs/operations.md)."""
 
+import datetime
 import re
 
 from kubernetes import client
@@ -22,7 +25,7 @@ from nvke import quantity
 from nvke.agent import allocation
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadState
 
-from . import dra
+from . import dra, fit, gangs
 from .client import call
 
 SCHEDULER = "nvke"
@@ -93,6 +96,10 @@ def annotations(claim: WorkloadClaim) -> dict[str, str]:
         ANNOTATIONS["isolation"]: claim.isolation,
     }
     held.update({f"nvke.io/env.{name}": value for name, value in claim.environment})
+    if claim.group:  # the gang it belongs to, and who last preempted it (claims.allocator.preemption)
+        held[gangs.GROUP_ANNOTATION] = claim.group
+    if claim.preempted_by:
+        held[gangs.PREEMPTED_ANNOTATION] = claim.preempted_by
     return held
 
 
@@ -100,8 +107,10 @@ class PodScheduler:
     """One pass over the pods that name NVKE as their scheduler. `say(obj, kind, reason, message)`
     records an Event on a pod once per change."""
 
-    def __init__(self, ops, say, managed: set[str]):
+    def __init__(self, ops, say, managed: set[str], nodes: list[dict] | None = None):
         self.ops, self.core, self.say, self.managed = ops, ops.core, say, managed
+        self.nodes = {n["metadata"]["name"]: n for n in nodes or []}  # NVKE's pool nodes, as listed
+        self.held: dict[tuple[str, str], str] = {}  # pods of gangs below their minimum: not bound yet, why
 
     def run(
         self, claims: list[WorkloadClaim], pods: list[dict], refused: dict[tuple[str, str], str]
@@ -112,6 +121,11 @@ class PodScheduler:
             if p.get("spec", {}).get("schedulerName") == SCHEDULER
         }
         self.unadmitted = [p for p in mine.values() if allocation.waiting(p, set())]  # + those bound now
+        self.bound: dict[str, list[dict]] = {}  # active pods by node (+ those bound now), for the fit
+        for pod in pods:
+            if (node := pod.get("spec", {}).get("nodeName")) and fit.active(pod):
+                self.bound.setdefault(node, []).append(pod)
+        self.refusals = fit.refusals(pods, self.nodes, datetime.datetime.now(datetime.UTC))
         states = [self._claim(claim, mine.get((claim.namespace, claim.name))) for claim in claims]
         known = {(c.namespace, c.name) for c in claims}
         found = []
@@ -134,6 +148,8 @@ class PodScheduler:
 
     def _claim(self, claim: WorkloadClaim, pod: dict | None) -> WorkloadState:
         state = lambda kind, message="": WorkloadState(claim.namespace, claim.name, kind, message)  # noqa: E731
+        if pod is not None and fit.refused_by_kubelet(pod):
+            return state("gone", self._refused(pod))
         if (
             pod is None
             or pod["metadata"].get("deletionTimestamp")
@@ -149,11 +165,17 @@ class PodScheduler:
         if bound:
             refresh(self.core, self.say, pod, annotations(claim))
             return state("allocated")
+        if why := self.held.get((claim.namespace, claim.name)):
+            self.say(pod, "Warning", "FailedScheduling", why)
+            return state("waiting", why)
         if not claim.node:
             self.say(pod, "Warning", "FailedScheduling", claim.pending_reason or "Waiting for NVKE.")
             return state("waiting", claim.pending_reason)
         if ahead := allocation.ahead(pod, claim.node, annotations(claim), self.unadmitted):
             return state("waiting", f"Waiting for the kubelet on {claim.node} to admit {ahead} first.")
+        if why := self._unfit(pod, claim):
+            self.say(pod, "Warning", "FailedScheduling", why)
+            return state("waiting", why)
         meta = pod["metadata"]
         patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations(claim)}}
         try:
@@ -174,6 +196,7 @@ class PodScheduler:
                 return state("waiting", error.message)
             raise
         self.unadmitted.append(allocation.bound(pod, claim.node, annotations(claim)))
+        self.bound.setdefault(claim.node, []).append(pod)
         devices = ", ".join(f"GPU {share.index}" for share in claim.shares)
         self.say(
             pod,
@@ -182,6 +205,45 @@ class PodScheduler:
             f"Successfully assigned {meta['namespace']}/{meta['name']} to {claim.node} ({devices}).",
         )
         return state("allocated")
+
+    def _unfit(self, pod: dict, claim: WorkloadClaim) -> str:
+        """Why the kubelet of the node holding the pod's claim would refuse the pod now, or has refused
+        its predecessor lately (the pod then waits, its claim held there, rather than fail in a loop)."""
+        where = holding(claim)
+        if refused := self.refusals.get(fit.owner(pod), {}).get(claim.node):
+            return (
+                f"NVKE placed its GPU claim on {where}, but the kubelet there refused {refused}: NVKE "
+                f"binds no pod of the same owner to {claim.node} for {fit.HOLD_S // 60} minutes after that, "
+                "or until the node changes."
+            )
+        node = self.nodes.get(claim.node)
+        if node is None:
+            return ""  # not listed as NVKE's (a test's partial view): the kubelet is the judge
+        if why := fit.misfit(pod, node, self.bound.get(claim.node, [])):
+            return f"NVKE placed its GPU claim on {where}, but the node cannot take the pod: {why}."
+        return ""
+
+    def _refused(self, pod: dict) -> str:
+        """The claim of a pod the kubelet refused is released; the pod says so and records its node's
+        state, and its replacement is kept off that node for a while or until the node changes
+        (`_unfit`)."""
+        meta, status, node = pod["metadata"], pod["status"], pod["spec"].get("nodeName", "its node")
+        message = (
+            f"The kubelet on {node} refused the pod ({status['reason']}: {status.get('message', '')}); "
+            f"NVKE released its GPU claim and binds no pod of the same owner to {node} for "
+            f"{fit.HOLD_S // 60} minutes, or until the node changes."
+        )
+        if node in self.nodes and fit.NODE_STATE not in (meta.get("annotations") or {}):
+            seen = {"metadata": {"annotations": {fit.NODE_STATE: fit.node_state(self.nodes[node])}}}
+            try:
+                call(
+                    self.core.patch_namespaced_pod, meta["name"], meta["namespace"], seen, _content_type=MERGE
+                )
+            except ProviderError as error:
+                if error.status != 404:  # gone: nothing to remember it by
+                    raise
+        self.say(pod, "Warning", "GPUClaimReleased", message)
+        return message
 
 
 def uuids(claim: WorkloadClaim) -> str:
@@ -214,7 +276,8 @@ def moved(claim: WorkloadClaim, was: str) -> tuple[str, str]:
 
 def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
     """A running pod whose claim was resized on the same GPUs: its annotations say the new memory and
-    compute, and a Resized event says so (a node component honouring them applies it)."""
+    compute, and a Resized event says so (a node component honouring them applies it). Its group and
+    its preemptor (told during a grace period) are brought up to date the same way, silently."""
     meta = pod["metadata"]
     held = meta.get("annotations") or {}
     if held.get(ANNOTATIONS["uuids"]) != wanted[ANNOTATIONS["uuids"]]:
@@ -228,6 +291,8 @@ def refresh(core, say, pod: dict, wanted: dict[str, str]) -> None:
         if error.status in (404, 409):  # gone or changed: the next pass sees it as it is
             return
         raise
+    if all(held.get(ANNOTATIONS[k]) == wanted[ANNOTATIONS[k]] for k in ("memory", "ceiling", "guaranteed")):
+        return  # only its group or preemptor was written: nothing was resized
     memory, guaranteed = wanted[ANNOTATIONS["memory"]], wanted[ANNOTATIONS["guaranteed"]]
     share = share_words(memory, guaranteed, wanted[ANNOTATIONS["ceiling"]])
     say(pod, "Normal", "Resized", f"NVKE resized its GPU claim: {share}.")

@@ -2,9 +2,12 @@
 list's resourceVersion with bookmarks (which move the resourceVersion on without an event); a 410 Gone
 (the server forgot that resourceVersion) lists again; a broken stream or a failed call waits a jittered,
 growing backoff and carries on from the last resourceVersion; every `resync_s` a full list refreshes
-the view even if no event was lost. The caller gets the listed objects and each event; it never blocks
-for longer than one watch timeout after `stop` is set."""
+the view even if no event was lost. Every list-watch of the process runs as a task of one event loop
+(streams.py): a cluster watched costs connections, never threads. The caller gets the listed objects and
+each event on that loop's thread, so its callbacks must not block (hand slow work to a thread)."""
 
+import asyncio
+import contextlib
 import functools
 import logging
 import random
@@ -13,14 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import urllib3
-from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
-
 from nvke.providers.base import ProviderError
 
-from . import gpus
-from .client import api_error, read
+from . import gpus, streams
 from .dra import MANAGED
 from .operations import DRIVER_COMPONENT, DRIVER_GROUP, DRIVER_VERSION, DRIVERS, VALIDATOR_APP
 
@@ -66,63 +64,66 @@ class ListWatch:
         self.listed_at = 0.0
 
     def run(self) -> None:
+        """Serve on the shared loop until `stop` is set (for a caller that gives it a thread)."""
+        hub = streams.hub()
+        tasks = hub.spawn([self.serve()])
+        self.stop.wait()
+        hub.cancel(tasks)
+
+    async def serve(self) -> None:
         while not self.stop.is_set():
             try:
                 if self.resource_version is None or time.monotonic() - self.listed_at > self.resync_s:
-                    self._list()
-                self._watch()
+                    await self.list()
+                await self._watch()
                 self.backoff.reset()
             except ProviderError as error:
                 if error.status == 410:  # expired: what we have is too old to watch from
                     self.resource_version = None
                     continue
                 self.on_error(error)
-                self.stop.wait(self.backoff.next())
+                await asyncio.sleep(self.backoff.next())
             except Exception:  # a bug must not end the watch: log it and carry on after the backoff
                 log.exception("list-watch of %s failed", getattr(self.list_fn, "__name__", self.list_fn))
                 self.on_error(ProviderError("WatchFailed", "The watch failed unexpectedly; retrying."))
-                self.stop.wait(self.backoff.next())
+                await asyncio.sleep(self.backoff.next())
 
-    def _list(self) -> None:
-        body = read(self.list_fn, **self.selectors)
+    async def list(self) -> None:
+        body = await streams.get_json(self.list_fn, **self.selectors)
         self.resource_version = body["metadata"]["resourceVersion"]
         self.listed_at = time.monotonic()
         self.on_list(body.get("items") or [])
 
-    def _watch(self) -> None:
-        # "object": each event's object stays the API's JSON. Left to find a model itself, the client
-        # derives one from the list's name, which it lacks for some kinds (37.x has no V1ResourceClaim:
-        # its list holds ResourceV1ResourceClaim), and every event of such a watch fails.
-        stream = watch.Watch(return_type="object").stream(
+    async def _watch(self) -> None:
+        # Each event's object is the API's JSON, as the mapping code reads it: no client model is built
+        # (37.x has none named for a ResourceClaim list's items: ResourceV1ResourceClaim).
+        events = streams.watch_events(
             self.list_fn,
+            self.watch_timeout_s + 10,
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=self.watch_timeout_s,
-            _request_timeout=(5, self.watch_timeout_s + 10),
             **self.selectors,
         )
-        try:
-            for event in stream:  # raw_object: the API's JSON, as the mapping code reads it
-                obj = event["raw_object"]
+        async with contextlib.aclosing(events):  # a return below closes the stream at once
+            async for event in events:
+                obj = event["object"]
                 self.resource_version = obj["metadata"]["resourceVersion"]
                 if event["type"] != "BOOKMARK":
                     self.on_event(event["type"], obj)
                 if self.stop.is_set() or time.monotonic() - self.listed_at > self.resync_s:
                     return
-        except ApiException as error:
-            raise api_error(error) from None
-        except (urllib3.exceptions.HTTPError, ConnectionError) as error:
-            raise ProviderError("Unreachable", f"The watch broke off: {error}") from None
 
 
 class ClusterWatch:
     """The watches kube_sync keeps on one attached cluster: its GPU Nodes (GFD's product label) and, where
-    DRA is served, NVIDIA's ResourceSlices, which call `changed()` after every list and event; the GPU
-    Operator's driver and validator pods and NVIDIADrivers, which call `drivers_changed()` after every
-    event (an upgrade step may be done); pods, ResourceClaims and managed namespaces, which call
-    `workloads_changed()`.
-    It keeps the GPU nodes it has seen (`nodes`) and calls
-    `failed(error)` after every failed call, from its own threads; `close()` stops them."""
+    DRA is served, NVIDIA's ResourceSlices, which call `changed()` after every list and event; pods, which
+    call `workloads_changed()` after every list and event and, for the GPU Operator's driver and
+    validator pods, `drivers_changed()` (an upgrade step may be done); NVIDIADrivers, which call
+    `drivers_changed()` after every event; ResourceClaims and managed namespaces, which call
+    `workloads_changed()`. Six streams at most, on the process's shared loop: no thread of its own.
+    It keeps the GPU nodes it has seen (`nodes`) and calls `failed(error)` after every failed call.
+    Every callback runs on the loop's thread and must not block; `close()` stops the streams."""
 
     def __init__(
         self,
@@ -137,7 +138,13 @@ class ClusterWatch:
         watch_timeout_s: int = 60,
     ):
         self.stop = threading.Event()
-        self.changed, self._lock, self._nodes = changed, threading.Lock(), {}
+        self.changed, self.drivers_changed, self.workloads_changed = (
+            changed,
+            drivers_changed,
+            workloads_changed,
+        )
+        self._lock, self._nodes = threading.Lock(), {}
+        self.tasks: list[asyncio.Task] = []
         common = dict(on_error=failed, stop=self.stop, resync_s=resync_s, watch_timeout_s=watch_timeout_s)
         self.watches = [
             ListWatch(
@@ -146,7 +153,13 @@ class ClusterWatch:
                 on_event=self._node_event,
                 label_selector=gpus.PRODUCT,
                 **common,
-            )
+            ),
+            ListWatch(
+                ops.core.list_pod_for_all_namespaces,
+                on_list=lambda items: workloads_changed(),
+                on_event=self._pod_event,
+                **common,
+            ),
         ]
         if dra:
             self.watches.append(
@@ -158,33 +171,28 @@ class ClusterWatch:
                     **common,
                 )
             )
-        # Lists only set the resourceVersion: a step done before the watch began is seen by the next tick.
-        driver_events = dict(
-            on_list=lambda items: None, on_event=lambda kind, obj: drivers_changed(), **common
-        )
-        self.watches += [
-            ListWatch(ops.core.list_pod_for_all_namespaces, label_selector=selector, **driver_events)
-            for selector in ("=".join(DRIVER_COMPONENT), f"app={VALIDATOR_APP}")
-        ]
-        # Pods (gated, or scheduled by NVKE) and, with DRA, ResourceClaims: NVKE's workloads pass.
         workload_events = dict(
             on_list=lambda items: workloads_changed(),
             on_event=lambda kind, obj: workloads_changed(),
             **common,
         )
-        workload_lists = [ops.core.list_pod_for_all_namespaces]
         if dra:
-            workload_lists.append(ops.resource.list_resource_claim_for_all_namespaces)
-        self.watches += [ListWatch(list_fn, **workload_events) for list_fn in workload_lists]
+            self.watches.append(
+                ListWatch(ops.resource.list_resource_claim_for_all_namespaces, **workload_events)
+            )
         # A namespace labelled managed (or relabelled): the requests already waiting in it are NVKE's now.
         self.watches.append(
             ListWatch(ops.core.list_namespace, label_selector=f"{MANAGED}=true", **workload_events)
         )
+        # Lists only set the resourceVersion: a step done before the watch began is seen by the next tick.
         drivers = functools.partial(
             ops.custom.list_cluster_custom_object, DRIVER_GROUP, DRIVER_VERSION, DRIVERS
         )
-        self.watches.append(ListWatch(drivers, **driver_events))
-        self.threads = [threading.Thread(target=w.run, daemon=True, name="kube-watch") for w in self.watches]
+        self.watches.append(
+            ListWatch(
+                drivers, on_list=lambda items: None, on_event=lambda kind, obj: drivers_changed(), **common
+            )
+        )
 
     @property
     def nodes(self) -> dict[str, dict]:
@@ -204,12 +212,16 @@ class ClusterWatch:
                 self._nodes[node["metadata"]["name"]] = node
         self.changed()
 
+    def _pod_event(self, kind: str, pod: dict) -> None:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(DRIVER_COMPONENT[0]) == DRIVER_COMPONENT[1] or labels.get("app") == VALIDATOR_APP:
+            self.drivers_changed()
+        self.workloads_changed()
+
     def start(self) -> "ClusterWatch":
-        for thread in self.threads:
-            thread.start()
+        self.tasks = streams.hub().spawn([watch.serve() for watch in self.watches])
         return self
 
     def close(self, timeout: float | None = None) -> None:
         self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout)
+        streams.hub().cancel(self.tasks, timeout)

@@ -24,10 +24,10 @@ import logging
 
 from nvke.providers.base import FoundWorkload, ProviderError, WorkloadClaim, WorkloadReport, WorkloadState
 
-from . import dra, gpus, records
+from . import dra, gangs, gpus, records
 from .client import call, read
 from .namespaces import Namespaces
-from .scheduler import PodScheduler, annotations, evict, fraction_words, holding, moved, refresh
+from .scheduler import SCHEDULER, PodScheduler, annotations, evict, fraction_words, holding, moved, refresh
 
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
@@ -59,8 +59,14 @@ class WorkloadSync:
         self.managed = self.tenancy.own
         self.pool_nodes = self.ops.nodes(gpus.POOL_LABEL)
         pods = listed(read(self.core.list_pod_for_all_namespaces), "Pod")
-        scheduler = PodScheduler(self.ops, self._say, self.managed)
-        states, found = scheduler.run([c for c in claims if c.source == "pod"], pods, refused)
+        ours = [p for p in pods if p["metadata"]["namespace"] in self.managed]
+        self.gangs = gangs.Gangs(self.ops.custom)
+        scheduler = PodScheduler(self.ops, self._say, self.managed, self.pool_nodes)
+        scheduled = [p for p in ours if p.get("spec", {}).get("schedulerName") == SCHEDULER]
+        pod_claims = [c for c in claims if c.source == "pod"]
+        scheduler.held = gangs.binding_holds(self.gangs, scheduled, pod_claims)
+        states, found = scheduler.run(pod_claims, pods, refused)
+        found = self._in_gangs(found, {gangs.key_of(p): p for p in scheduled}, scheduler.held, refused)
         dra_claims = [c for c in claims if c.source != "pod"]
         try:
             listed_claims = read(self.resource.list_resource_claim_for_all_namespaces)
@@ -79,7 +85,10 @@ class WorkloadSync:
         enforced = {
             (c.namespace, c.name): dra.as_enforced(c, self.devices.get(c.node, {})) for c in dra_claims
         }
-        self._lift_gates(pods, dra_states, enforced)
+        users = gangs.pods_by_claim(ours, claim_names)
+        dra_found = [self.gangs.tag(f, users.get((f.namespace, f.name))) for f in dra_found]
+        held = self._gang_gates(ours, dra_states, enforced)
+        self._lift_gates([p for p in pods if gangs.key_of(p) not in held], dra_states, enforced)
         states += dra_states
         self._publish_records(claims, states, existing)
         return WorkloadReport(states=tuple(states), found=tuple(found + dra_found))
@@ -151,6 +160,32 @@ class WorkloadSync:
                 self._say(rc, kind, reason, message)
 
         records.RecordSync(self.ops, say, self.managed).run(placed, existing, self.pool_nodes)
+
+    # --- gangs ------------------------------------------------------------------------------------
+
+    def _in_gangs(
+        self, found: list[FoundWorkload], pods: dict, held: dict, refused: dict
+    ) -> list[FoundWorkload]:
+        """The scheduler path's found pods as members of their gangs; a gang's pods not adopted yet (below
+        its minimum, or no minimum known) are told why here, as no claim speaks for them."""
+        tagged = [self.gangs.tag(f, pods.get((f.namespace, f.name))) for f in found]
+        for f in tagged:
+            if (why := held.get(key := (f.namespace, f.name))) and key not in refused:
+                self._say(pods[key], "Warning", "FailedScheduling", why)
+        return tagged
+
+    def _gang_gates(self, pods: list[dict], states: list[WorkloadState], claims: dict) -> dict:
+        """Gated pods of gangs below their minimum keep NVKE's gate, each told why."""
+
+        def blocked(pod: dict) -> str:
+            namespace = pod["metadata"]["namespace"]
+            return self._taints_in_the_way(pod, {claims[(namespace, n)].node for n in claim_names(pod)})
+
+        held = gangs.gate_holds(self.gangs, pods, states, claim_names, gated, blocked)
+        for pod in pods:
+            if why := held.get(gangs.key_of(pod)):
+                self._say(pod, "Warning", "FailedScheduling", why)
+        return held
 
     # --- one claim --------------------------------------------------------------------------------
 
@@ -492,6 +527,10 @@ def held(namespace: str, names: list[str], claims: dict) -> dict[str, str]:
         for key, value in annotations(claims[(namespace, name)]).items():
             joined[key] = f"{joined[key]};{value}" if key in joined else value
     return joined
+
+
+def gated(pod: dict) -> bool:
+    return any(g["name"] == dra.GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
 
 
 def allocated_by_nvke(rc: dict) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from claims.sizing import mps_environment
-from nvke.agent import allocation, nvml
+from nvke.agent import allocation, mps, nvml
 from nvke.agent.device_plugin import DevicePlugin, PluginServer
 from nvke.agent.kubelet import HEALTHY, UNHEALTHY, VERSION
 from nvke.agent.node_side import node_pods
@@ -167,7 +167,7 @@ def test_allocate_gives_the_pod_nvke_placed_its_gpu_limits_and_mps_pipes(served,
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8192M",
         "CUDA_MPS_PIPE_DIRECTORY": pipes,
     }
-    assert [(m.host_path, m.container_path) for m in answer.mounts] == [(pipes, pipes)]
+    assert [(m.host_path, m.container_path) for m in answer.mounts] == [(pipes, pipes), (mps.SHM, "/dev/shm")]
     with pytest.raises(grpc.RpcError) as refused:  # answered once: no second container gets it
         kubelet.allocate(slots(1))
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -3,6 +3,7 @@ workload cluster its first cluster becomes, and the admin's setting naming the m
 
 import pytest
 
+from nvke.providers.base import PoolSpec
 from nvke.providers.clusterapi.models import ManagementCluster
 from tests.kubeapi import capi
 from tests.kubeapi.capi_actors import ClusterAPI, kubeconfig
@@ -10,6 +11,27 @@ from tests.kubeapi.server import FakeKubeApi
 
 NS = "nvke"
 H100 = {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}
+
+
+def pool_spec(name="train", **changes) -> PoolSpec:
+    """An H100 pool of cluster c1, with `changes` over the defaults."""
+    fields = dict(
+        cluster="c1",
+        region="eu-west-1",
+        name=name,
+        gpu_model="h100-sxm5-80gb",
+        gpu_memory_mib=81559,
+        gpus_per_node=8,
+        nvlink=True,
+        driver_version="570.133.20",
+        cpu_millicores_per_node=208000,
+        memory_mib_per_node=2064000,
+        labels={"nvke.io/pool": name, "nvke.io/sharing-mode": "exclusive"},
+        kubernetes_version="1.34",
+        min_nodes=1,
+        max_nodes=6,
+    )
+    return PoolSpec(**{**fields, **changes})
 
 
 @pytest.fixture(params=["1.34.2", "1.36.0"], ids=lambda version: f"k8s{version.rpartition('.')[0]}")

@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from nvke.providers.base import ClusterRef, PoolSpec, ProviderError, ProvisioningInProgress
+from nvke.providers.base import ClusterRef, ProviderError, ProvisioningInProgress
 from nvke.providers.clusterapi.infrastructure import ClusterAPIInfrastructure
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from tests.kubeapi import capi
 
-from .conftest import NS
+from .conftest import NS, pool_spec
 
 CORE = f"{capi.CORE}/v1beta2"
 KCP = f"{capi.CONTROL_PLANE}/v1beta2"
@@ -22,26 +22,6 @@ INFRA = f"{capi.INFRA}/v1beta2"
 
 def infrastructure() -> ClusterAPIInfrastructure:
     return ClusterAPIInfrastructure(ClusterRef(name="c1", endpoint="", token="", provider="clusterapi"))
-
-
-def pool_spec(name="train", **changes) -> PoolSpec:
-    fields = dict(
-        cluster="c1",
-        region="eu-west-1",
-        name=name,
-        gpu_model="h100-sxm5-80gb",
-        gpu_memory_mib=81559,
-        gpus_per_node=8,
-        nvlink=True,
-        driver_version="570.133.20",
-        cpu_millicores_per_node=208000,
-        memory_mib_per_node=2064000,
-        labels={"nvke.io/pool": name, "nvke.io/sharing-mode": "exclusive"},
-        kubernetes_version="1.34",
-        min_nodes=1,
-        max_nodes=6,
-    )
-    return PoolSpec(**{**fields, **changes})
 
 
 @pytest.fixture

@@ -4,32 +4,16 @@ Kubernetes minor the management cluster may run."""
 
 import pytest
 
-from nvke.providers.base import PoolSpec
 from nvke.providers.clusterapi import manifests
 from nvke.providers.clusterapi.addons import CHART_OF, CHARTS
 from nvke.providers.clusterapi.management import TemplateRef
 from tests.kubeapi import capi, charts, crds
 from tests.kubeapi.server import FakeKubeApi
 
-from .conftest import NS
+from .conftest import NS, pool_spec
 
 MACHINES = TemplateRef(f"{capi.INFRA}/{capi.VERSION}", "FakeMachineTemplate", "gpu-h100")
-SPEC = PoolSpec(
-    cluster="c1",
-    region="eu-west-1",
-    name="train",
-    gpu_model="h100-sxm5-80gb",
-    gpu_memory_mib=81559,
-    gpus_per_node=8,
-    nvlink=True,
-    driver_version="570.133.20",
-    cpu_millicores_per_node=208000,
-    memory_mib_per_node=2064000,
-    labels={"nvke.io/sharing-mode": "exclusive"},
-    kubernetes_version="1.34",
-    min_nodes=1,
-    max_nodes=6,
-)
+SPEC = pool_spec(labels={"nvke.io/sharing-mode": "exclusive"})
 
 
 @pytest.fixture(params=["1.34.2", "1.36.0"])

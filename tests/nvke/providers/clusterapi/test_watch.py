@@ -150,6 +150,7 @@ def test_a_running_clusters_control_plane_health_is_mirrored_from_cluster_api(
 def test_the_management_watch_lists_again_after_410_gone(capi_setting, management):
     from nvke.providers.clusterapi.management import load
     from nvke.providers.clusterapi.watch import ManagementWatch
+    from nvke.providers.kubernetes import streams
 
     def cluster(name):
         labels = {"nvke.io/cluster": name}
@@ -170,7 +171,7 @@ def test_the_management_watch_lists_again_after_410_gone(capi_setting, managemen
     watch = ManagementWatch(
         load(), changed=lambda key, pool: seen.append(key), failed=print, watch_timeout_s=2
     )
-    watch.watches[0]._list()  # the Clusters' list, as the watch's thread would begin
+    streams.hub().call(watch.watches[0].list())  # the Clusters' list, as the watch begins
     management.create(cluster("c8"))
     management.compact()  # the list's resourceVersion is forgotten: the watch from it gets 410 Gone
     watch.start()

@@ -51,7 +51,7 @@ def cluster(server, attach, sharing_pool):
 
 def gpu_pod(name, memory, percent, namespace="ml"):
     pod = objects.pod(name, namespace=namespace)
-    pod["spec"]["schedulerName"] = scheduler.SCHEDULER
+    pod["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
     pod["spec"]["containers"][0]["resources"] = {
         "limits": {"nvidia.com/gpu-memory": memory, "nvidia.com/gpu-utilization": str(percent)}
     }
@@ -192,7 +192,7 @@ def test_a_fatal_xid_evicts_only_the_pod_on_that_gpu_and_says_where_its_claim_mo
     server.settle()
     attached = cluster(gpus_per_node=3, name="trio", node_selector={"kubernetes.io/hostname": "a10x3"})
     whole = objects.pod("whole", namespace="ml")
-    whole["spec"]["schedulerName"] = scheduler.SCHEDULER
+    whole["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
     whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     server.create(whole)
     server.create(gpu_pod("serve", "8Gi", 70))

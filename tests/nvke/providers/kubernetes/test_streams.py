@@ -1,0 +1,109 @@
+"""The shared loop's requests (nvke/providers/kubernetes/streams.py) against a small HTTP server of the
+test's own, for what the stand-in does not do: redirects, oversized lines, ERROR events mid-stream."""
+
+import json
+
+import pytest
+from aiohttp import web
+from kubernetes import client
+
+from nvke.providers.base import ProviderError
+from nvke.providers.kubernetes import streams
+
+
+@pytest.fixture
+def server():
+    """server(handler) -> a CoreV1Api whose every request `handler` answers; the requests it got."""
+    runners, seen = [], []
+
+    def start(handler):
+        async def record(request):
+            seen.append(request.path_qs)
+            return await handler(request)
+
+        async def run():
+            app = web.Application()
+            app.router.add_route("GET", "/{tail:.*}", record)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            runners.append(runner)
+            return runner.addresses[0][1]
+
+        port = streams.hub().call(run())
+        config = client.Configuration(host=f"http://127.0.0.1:{port}", api_key={"BearerToken": "Bearer t"})
+        return client.CoreV1Api(client.ApiClient(config)), seen
+
+    yield start
+    for runner in runners:
+        streams.hub().call(runner.cleanup())
+
+
+def events(api, **params) -> list[dict]:
+    async def read():
+        return [event async for event in streams.watch_events(api.list_node, 5, **params)]
+
+    return streams.hub().call(read(), 10)
+
+
+def test_a_request_is_the_one_the_client_builds():
+    api = client.CoreV1Api(client.ApiClient(client.Configuration(host="https://k.example:6443/prefix")))
+    api.api_client.configuration.api_key = {"BearerToken": "Bearer secret"}
+    built = streams.request(api.list_node, label_selector="a=b", watch=True)
+    assert built.method == "GET"
+    assert built.url == "https://k.example:6443/prefix/api/v1/nodes?labelSelector=a%3Db&watch=true"
+    assert built.headers["authorization"] == "Bearer secret"
+
+
+def test_events_come_line_by_line_and_an_error_event_is_its_status(server):
+    async def handler(request):
+        response = web.StreamResponse()
+        await response.prepare(request)
+        node = {"metadata": {"name": "n", "resourceVersion": "5"}}
+        await response.write(json.dumps({"type": "ADDED", "object": node}).encode()[:10])
+        await response.write(json.dumps({"type": "ADDED", "object": node}).encode()[10:] + b"\n\n")
+        gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
+        await response.write(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+        return response
+
+    api, _ = server(handler)
+    seen = []
+
+    async def read():
+        async for event in streams.watch_events(api.list_node, 5, resource_version="4"):
+            seen.append(event)
+
+    with pytest.raises(ProviderError) as error:
+        streams.hub().call(read(), 10)
+    assert [e["object"]["metadata"]["name"] for e in seen] == ["n"]
+    assert (error.value.status, error.value.message) == (410, "too old resource version")
+
+
+def test_a_line_longer_than_the_limit_ends_the_watch(server, monkeypatch):
+    monkeypatch.setattr(streams, "MAX_LINE_BYTES", 1024)
+
+    async def handler(request):
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(10):
+            await response.write(b"x" * 512)  # no newline: one line growing
+        return response
+
+    api, _ = server(handler)
+    with pytest.raises(ProviderError) as error:
+        events(api)
+    assert error.value.reason == "WatchFailed"
+
+
+def test_a_redirect_is_an_answer_never_followed(server):
+    async def handler(request):
+        if request.path == "/elsewhere":
+            return web.json_response({"items": []})
+        raise web.HTTPFound("/elsewhere")
+
+    api, seen = server(handler)
+    with pytest.raises(ProviderError) as error:
+        streams.hub().call(streams.get_json(api.list_node), 10)
+    assert error.value.status == 302 and "elsewhere" not in error.value.message
+    assert seen == ["/api/v1/nodes"]
