@@ -26,7 +26,7 @@ def queue_for(cluster_id: int, namespace: str) -> Queue | None:
 def quota_of(entry: dict, memory_per_gpu: int) -> Quota:
     """One `Queue.quotas` entry as the book's quota: nominal memory defaults to its GPUs' memory."""
     memory = entry.get("gpu_memory_mib")
-    nominal = Use(entry.get("gpus", 0), entry["gpus"] * memory_per_gpu if memory is None else memory)
+    nominal = Use(entry["gpus"], entry["gpus"] * memory_per_gpu if memory is None else memory)
     return Quota(nominal, memory_per_gpu, entry.get("borrowing_limit"), entry.get("lending_limit"))
 
 
