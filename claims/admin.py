@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from claims.models import Allocation, AllocationEvent, Claim, ClaimGroup, GpuShare, UsageInterval
+from claims.models import Allocation, AllocationEvent, Claim, ClaimGroup, GpuShare, Queue, UsageInterval
 from nvke.readonly_admin import ReadOnlyAdmin
 
 
@@ -31,6 +31,7 @@ class ClaimAdmin(admin.ModelAdmin):
         "gpu_memory_mib",
         "compute_percent",
         "priority",
+        "queue",
         "status",
         "created_at",
     ]
@@ -67,6 +68,17 @@ class ClaimGroupAdmin(ReadOnlyAdmin):
     search_fields = ["name", "namespace", "cluster__name", "tenant__name"]
     list_select_related = ["cluster", "tenant"]
     inlines = [MemberInline]
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    """A cluster's queues: quotas, cohort, limits. Changed here, the next placement pass admits by them
+    (the API asks for that pass at once)."""
+
+    list_display = ["__str__", "cluster", "tenant", "cohort", "created_at"]
+    list_filter = ["tenant", "cohort"]
+    search_fields = ["name", "cohort", "cluster__name", "tenant__name"]
+    list_select_related = ["cluster", "tenant"]
 
 
 @admin.register(Allocation)

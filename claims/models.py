@@ -38,6 +38,37 @@ class ClaimGroup(models.Model):
         return f"{self.namespace}/{self.name}"
 
 
+class Queue(models.Model):
+    """A queue of a cluster (a team's, or some namespaces'): a nominal GPU quota per GPU model, and a
+    cohort (a name shared by queues of the cluster) whose unused quota it may borrow up to a borrowing
+    limit and lends up to a lending limit (claims.allocation.queues keeps the books). A claim in one of
+    `namespaces` falls to it unless it names a queue. The tenant's quotas stay the outer bound."""
+
+    tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="queues")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="queues")
+    name = models.CharField(max_length=63, validators=[dns_label])
+    namespaces = models.JSONField(default=list, blank=True, help_text="Claims in these namespaces fall to it")
+    cohort = models.CharField(
+        max_length=63, blank=True, help_text="Queues of the cluster with the same cohort lend and borrow"
+    )
+    quotas = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Per GPU model: gpu_model, gpus, gpu_memory_mib (nominal), borrowing_limit and "
+        "lending_limit (GPUs; null: none)",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="uniq_queue_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Claim(models.Model):
     """A request for GPU capacity in a cluster, in the spirit of a Kubernetes DRA ResourceClaim:
     whole GPUs, one MIG slice, or a fraction of one GPU (memory and/or compute share)."""
@@ -124,6 +155,14 @@ class Claim(models.Model):
         help_text="The claim of higher priority that last took its GPUs (claims.allocator.preemption)",
     )
     preempted_at = models.DateTimeField(null=True, blank=True)
+    queue = models.ForeignKey(
+        Queue,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="claims",
+        help_text="The queue whose quota admits it; empty: its namespace's queue, if any, else none",
+    )
     group = models.ForeignKey(
         ClaimGroup,
         on_delete=models.CASCADE,

@@ -14,6 +14,7 @@ CLAIM_COLUMNS = (
     "id",
     "cluster_id",
     "pool_id",
+    "queue_id",
     "namespace",
     "name",
     "kind",

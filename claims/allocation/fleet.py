@@ -356,6 +356,13 @@ class Fleet:
     def node(self, node_id: Hashable) -> NodeState:
         return self.nodes[self._position[node_id]]
 
+    def place_on(self, node_id: Hashable, request: Request) -> Placement | None:
+        """A placement of `request` on this one node as it stands, or None: preemption weighs its
+        victims one node at a time, where only that node has changed. Does not change state."""
+        position = self._position[node_id]
+        found = candidates(self.cache.interner, self._state[position][0], request)
+        return None if isinstance(found, int) else self._placement(position, request, found[0])
+
     def state_of(self, node_id: Hashable) -> int:
         """The node's interned state: nodes in one state take the same claims (gang placement counts
         what fits once per state)."""

@@ -12,6 +12,7 @@ cheapest. A group is one unit: taken and given back whole."""
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 
 @dataclass(frozen=True)
@@ -34,18 +35,24 @@ def choose_victims(
     take: Callable[[Victim], None],
     give_back: Callable[[Victim], None],
     domains: Callable[[Victim], Iterable[Hashable]] | None = None,
+    fits_in: Callable[[Hashable], bool] | None = None,
 ) -> list[Victim] | None:
     """The fewest victims whose GPUs make the preemptor fit, then the fewest GPUs, the lowest priority,
     the newest; None when even all of them would not do. Leaves nothing taken. `domains`: where a victim
     is (its nodes), for a preemptor that lands in one place (a claim on one node): each domain's victims
-    are tried alone, as kube-scheduler tries each node, and the best domain's set wins."""
+    are tried alone, as kube-scheduler tries each node, and the best domain's set wins. `fits_in`:
+    whether the preemptor fits in that one domain, asked instead of `fits` where only the domain's
+    victims can make room (nothing else has changed), so one node is weighed, not the fleet."""
     if domains is None:
         return _minimal(victims, fits, take, give_back)
     by_domain: dict[Hashable, list[Victim]] = defaultdict(list)
     for victim in victims:
         for domain in domains(victim):
             by_domain[domain].append(victim)
-    found = [_minimal(among, fits, take, give_back) for among in by_domain.values()]
+    found = [
+        _minimal(among, fits if fits_in is None else partial(fits_in, domain), take, give_back)
+        for domain, among in by_domain.items()
+    ]
     return min((f for f in found if f is not None), key=_set_cost, default=None)
 
 

@@ -7,6 +7,7 @@ Around the pure placement core (`claims.allocation`):
 - `service`: create, release, place pending, evict (claims, or a node's), resize, topology changed;
 - `placing`: where one claim fits, else why it waits; whether it could ever fit;
 - `groups`: claim groups (gangs), created, placed and released as a unit;
+- `admission`: queues under the lock: a pass's book, admission within quota, fair order, standing;
 - `rows`: a placement pass written in one statement;
 - `sql`: the allocator's PostgreSQL text: the lock functions (migrations load them from here) and the
   statements it runs by hand;

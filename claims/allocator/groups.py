@@ -12,6 +12,8 @@ from django.utils import timezone
 from audit import recorder as audit
 from claims import allocation as core
 from claims import quotas
+from claims.allocation.queues import Book
+from claims.allocator import admission
 from claims.allocator.inventory import CACHE, Snapshot
 from claims.allocator.locks import allocation_lock
 from claims.allocator.placing import candidate_pools, find_placement, refusal_if_never_fits
@@ -56,6 +58,10 @@ def create_group(
         min_members=min_members,
         priority=member.get("priority", 0),
     )
+    if member.get("queue") is None:
+        member["queue"] = admission.queue_for(cluster.pk, group.namespace)
+    elif member["queue"].cluster_id != cluster.pk:
+        raise DomainError(f"Queue {member['queue']} is not a queue of cluster {cluster.name}.", field="queue")
     claims = [
         Claim(tenant=context.tenant, cluster=cluster, name=claim_name, pending_reason=NOT_YET_TRIED, **member)
         for claim_name in names
@@ -80,7 +86,7 @@ def create_group(
         _insert_members(context, group, claims)
         with allocation_lock(cluster.pk):
             snap = CACHE.snapshot(cluster.pk)
-            write_outcomes(claims, place_group(group, claims, snap), snap)
+            write_outcomes(claims, place_group(group, claims, snap, admission.load_book(snap)), snap)
     return group
 
 
@@ -142,10 +148,9 @@ def adopt_members(
             names=names,
             **fields[0],
         )
+    member = {**fields[0], "queue": fields[0].get("queue") or admission.queue_for(cluster.pk, namespace)}
     claims = [
-        Claim(
-            tenant=context.tenant, cluster=cluster, name=claim_name, pending_reason=NOT_YET_TRIED, **fields[0]
-        )
+        Claim(tenant=context.tenant, cluster=cluster, name=claim_name, pending_reason=NOT_YET_TRIED, **member)
         for claim_name in names
     ]
     with transaction.atomic():
@@ -158,7 +163,7 @@ def adopt_members(
             pending = list(
                 Claim.objects.filter(group=group, status=Claim.Status.PENDING).select_related("pool")
             )
-            write_outcomes(pending, place_group(group, pending, snap), snap)
+            write_outcomes(pending, place_group(group, pending, snap, admission.load_book(snap)), snap)
     return group
 
 
@@ -176,11 +181,12 @@ def release_group(group: ClaimGroup) -> None:
 
 
 def place_group(
-    group: ClaimGroup, pending: list[Claim], snap: Snapshot
+    group: ClaimGroup, pending: list[Claim], snap: Snapshot, book: Book | None = None
 ) -> list[tuple[Claim, core.Placement]]:
     """Place the group's pending members as a unit, applied to the snapshot: at least as many as take it
-    to its minimum, in the tightest domain; else none, each member left pending with the group's reason.
-    Sets each member's status; the caller writes the rows."""
+    to its minimum, in the tightest domain, and only if their queue admits them all (`book`); else
+    none, each member left pending with the group's reason. Sets each member's status; the caller
+    writes the rows."""
     placed_already = placed_members(group, snap)
     minimum = max(0, group.min_members - placed_already)
     first = pending[0]
@@ -196,6 +202,10 @@ def place_group(
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
         return []
     placed = list(zip(pending, best.placements, strict=False))
+    if refusal := admission.admits_group(book, first.queue_id, placed, snap):
+        for claim in pending:
+            claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, refusal, None
+        return []
     for claim, placement in placed:
         snap.apply(claim.pk, placement)
         claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.ALLOCATED, "", now

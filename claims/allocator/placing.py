@@ -22,20 +22,28 @@ def refusal_if_never_fits(claim: Claim) -> str | None:
     return CACHE.catalog_refusal(request_of(claim))
 
 
-def candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
-    pools = [p for p in inventory.pools if not claim.pool_id or p.pk == claim.pool_id]
+def candidate_pools(claim: Claim, inventory: Inventory, refused: set[str] = frozenset()) -> list[NodePool]:
+    """`refused`: GPU models the claim's queue does not admit it on."""
+    pools = [
+        p
+        for p in inventory.pools
+        if (not claim.pool_id or p.pk == claim.pool_id) and p.gpu_model.name not in refused
+    ]
     # Whole GPUs go to exclusive pools first; sharing pools give them only idle GPUs.
     return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
 
 
-def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None, str]:
-    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits."""
+def find_placement(
+    claim: Claim, snap: Snapshot, refused: set[str] = frozenset()
+) -> tuple[core.Placement | None, str]:
+    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits.
+    `refused`: GPU models its queue does not admit it on."""
     request = request_of(claim)
     workload = CACHE.workload(claim.cluster_id)
     counts: Counter[str] = Counter()
     total = 0
     tried = []
-    for pool in candidate_pools(claim, snap.inventory):
+    for pool in candidate_pools(claim, snap.inventory, refused):
         nodes = snap.inventory.pool_nodes[pool.pk]
         total += len(nodes)
         if not nodes:

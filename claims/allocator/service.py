@@ -14,7 +14,7 @@ from audit import recorder as audit
 from claims import allocation as core
 from claims import quotas
 from claims.allocation.state import fraction_fits
-from claims.allocator import metering, moves, preemption
+from claims.allocator import admission, metering, moves, preemption
 from claims.allocator.groups import place_group
 from claims.allocator.inventory import CACHE, Snapshot, placement_json
 from claims.allocator.locks import allocation_lock, allocation_lock_if_free, claim_after_holder
@@ -23,7 +23,7 @@ from claims.allocator.queue import request_placement
 from claims.allocator.rows import claims_by_pk, write_outcomes, write_pass
 from claims.allocator.shapes import field_at_fault, request_of, validate_claim
 from claims.events import publish_claim
-from claims.models import Allocation, AllocationEvent, Claim, GpuShare
+from claims.models import Allocation, AllocationEvent, Claim, GpuShare, Queue
 from clusters.models import Cluster
 from nodepools.models import Node, NodePool
 from nvke import jobs
@@ -51,13 +51,17 @@ def create_claim(
     priority: int = 0,
     training: bool = False,
     preemptible: bool = True,
+    queue: Queue | None = None,
     place: bool = True,
     source: str = Claim.Source.API,
 ) -> Claim:
     """Validate, refuse what can never fit (400), then place now or leave it pending with a reason.
-    With `place=False` the claim is queued: the allocator queue places it in its next batch."""
+    With `place=False` the claim is queued: the allocator queue places it in its next batch. Without a
+    `queue` it falls to its namespace's queue, if the cluster has one."""
     if cluster.status in (Cluster.Status.DELETING, Cluster.Status.FAILED):
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it takes no claims.", field="cluster")
+    if queue is not None and queue.cluster_id != cluster.pk:
+        raise DomainError(f"Queue {queue} is not a queue of cluster {cluster.name}.", field="queue")
     claim = Claim(
         tenant=context.tenant,
         cluster=cluster,
@@ -77,6 +81,7 @@ def create_claim(
         priority=priority,
         training=training,
         preemptible=preemptible,
+        queue=queue or admission.queue_for(cluster.pk, namespace),
         source=source,
     )
     validate_claim(claim)
@@ -311,21 +316,23 @@ def nodes_removed(nodes: QuerySet[Node]) -> None:
 
 
 def _place_all(claims: list[Claim], snap: Snapshot) -> int:
-    """Place what fits, in order (each placement counts for the next), let what still waits preempt
-    claims of lower priority (`preemption`), record why the rest wait, and write it all in a handful of
-    statements. A group's members are placed together, as a unit, where the first of them comes.
-    Returns how many were placed."""
+    """Place what fits, in order (each placement counts for the next; across queues, the queue borrowing
+    least goes first), within each claim's queue quota (`admission`), let what still waits preempt
+    (`preemption`: lower priority in its queue, borrowed claims in its cohort), record why the rest
+    wait, and write it all in a handful of statements. A group's members are placed together, as a
+    unit, where the first of them comes. Returns how many were placed."""
     placed = []
     now = timezone.now()
     groups_seen = set()
-    for claim in claims:
+    book = admission.load_book(snap)
+    for claim in admission.in_fair_order(claims, book):
         if claim.group_id is not None:
             if claim.group_id not in groups_seen:
                 groups_seen.add(claim.group_id)
                 members = [c for c in claims if c.group_id == claim.group_id]
-                placed += place_group(claim.group, members, snap)
+                placed += place_group(claim.group, members, snap, book)
             continue
-        placement, reason = find_placement(claim, snap)
+        placement, reason = admission.place(claim, snap, book)
         if placement is not None:
             snap.apply(claim.pk, placement)
             placed.append((claim, placement))
@@ -334,6 +341,6 @@ def _place_all(claims: list[Claim], snap: Snapshot) -> int:
             claim.status, claim.pending_reason, claim.allocated_at = Claim.Status.PENDING, reason, None
     waiting = [claim for claim in claims if claim.status == Claim.Status.PENDING]
     if waiting:
-        placed += preemption.preempt_for(waiting, {claim.pk for claim in claims}, snap)
+        placed += preemption.preempt_for(waiting, {claim.pk for claim in claims}, snap, book)
     write_outcomes(claims, placed, snap)
     return len(placed)

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from claims import allocator, selectors
 from claims.filtersets import ClaimFilter
-from claims.models import Claim
+from claims.models import Claim, Queue
 from claims.sizing import fraction_hints
 from clusters.models import Cluster
 from nodepools.models import NodePool
@@ -60,6 +60,12 @@ class ClaimSerializer(serializers.ModelSerializer):
     pool = serializers.PrimaryKeyRelatedField(
         queryset=NodePool.objects.none(), required=False, allow_null=True
     )
+    queue = serializers.PrimaryKeyRelatedField(
+        queryset=Queue.objects.none(),
+        required=False,
+        allow_null=True,
+        help_text="The queue whose quota admits it (queues/); empty: its namespace's queue, if any",
+    )
     gpu_memory = MemoryQuantityField(source="gpu_memory_mib", required=False, allow_null=True)
     allowed_models = serializers.ListField(
         child=serializers.CharField(max_length=48),
@@ -90,6 +96,7 @@ class ClaimSerializer(serializers.ModelSerializer):
             "id",
             "cluster",
             "pool",
+            "queue",
             "namespace",
             "name",
             "kind",
@@ -128,6 +135,7 @@ class ClaimSerializer(serializers.ModelSerializer):
             context = resolve_tenant(request)
             fields["cluster"].queryset = Cluster.objects.restrict(context)
             fields["pool"].queryset = NodePool.objects.restrict(context)
+            fields["queue"].queryset = Queue.objects.restrict(context)
         return fields
 
     def get_allocation(self, claim: dict) -> dict | None:
@@ -206,6 +214,7 @@ def claim_document(claim: dict) -> ClaimDocument:
         id=claim["id"],
         cluster=claim["cluster_id"],
         pool=claim["pool_id"],
+        queue=claim["queue_id"],
         namespace=claim["namespace"],
         name=claim["name"],
         kind=claim["kind"],

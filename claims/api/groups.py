@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from claims import allocator
 from claims.api.claims import ClaimSerializer
-from claims.models import Claim, ClaimGroup
+from claims.models import Claim, ClaimGroup, Queue
 from clusters.models import Cluster
 from nodepools.models import NodePool
 from nvke.api.filters import IntegerFilter, StrictFilterSet
@@ -18,6 +18,7 @@ from nvke.tenancy.context import resolve_tenant
 
 MEMBER_FIELDS = [
     "pool",
+    "queue",
     "kind",
     "gpus",
     "nvlink_required",
@@ -45,6 +46,7 @@ class MemberTemplateSerializer(ClaimSerializer):
         request = self.context.get("request")
         if request is not None:
             fields["pool"].queryset = NodePool.objects.restrict(resolve_tenant(request))
+            fields["queue"].queryset = Queue.objects.restrict(resolve_tenant(request))
         return fields
 
 

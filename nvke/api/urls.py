@@ -11,6 +11,7 @@ from catalog.api.views import (
 from claims.api.claims import ClaimViewSet
 from claims.api.defrag import ClusterDefragViewSet
 from claims.api.groups import ClaimGroupViewSet
+from claims.api.queues import QueueViewSet
 from claims.api.quota import quota
 from claims.api.usage import usage_export, usage_report
 from clusters.api.views import ClusterViewSet
@@ -59,6 +60,7 @@ router.register("node-images", NodeImageViewSet)
 router.register("regions", RegionViewSet)
 router.register("claims", ClaimViewSet)
 router.register("claim-groups", ClaimGroupViewSet)
+router.register("queues", QueueViewSet)
 router.register("tokens", ApiTokenViewSet)
 router.register("telemetry/node-tokens", NodeTokenViewSet)
 router.register("telemetry/gpus", GpuTelemetryViewSet, basename="telemetry-gpu")

@@ -72,3 +72,28 @@ def test_each_node_is_tried_alone_and_the_best_node_wins():
     )
     assert [v.claims for v in chosen] == [(3,)]  # one victim on b, not two on a
     assert free == {"a": 0, "b": 0}
+
+
+def test_with_fits_in_each_node_is_weighed_alone_and_the_fleet_never():
+    """Where only a node's own victims can make room, `fits_in(node)` is asked, not the fleet-wide fits."""
+    free = {"a": 0, "b": 0}
+    where = {1: "a", 2: "a", 3: "b"}
+    asked: list[str] = []
+
+    def take(v: Victim) -> None:
+        free[where[v.claims[0]]] += v.gpus
+
+    def give_back(v: Victim) -> None:
+        free[where[v.claims[0]]] -= v.gpus
+
+    def fits_in(node: str) -> bool:
+        asked.append(node)
+        return free[node] >= 2
+
+    def fleet_wide() -> bool:
+        raise AssertionError("the whole fleet was weighed")
+
+    victims = [victim(1, 1), victim(2, 1), victim(3, 2, priority=1)]
+    chosen = choose_victims(victims, fleet_wide, take, give_back, lambda v: [where[v.claims[0]]], fits_in)
+    assert [v.claims for v in chosen] == [(3,)]
+    assert set(asked) == {"a", "b"} and free == {"a": 0, "b": 0}
