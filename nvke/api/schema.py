@@ -20,6 +20,7 @@ WHEN = {
     "409": "Conflict: duplicate name, a parent being deleted, a tenant quota.",
     "415": "Unsupported request body media type.",
     "429": "Over the rate limit; see the Retry-After header.",
+    "503": "The rate limiter's store does not answer (`rate_limiter_unavailable`); try again shortly.",
 }
 WRITE_ONLY = {"409", "415"}
 
