@@ -363,8 +363,10 @@ AUTHENTICATION_BACKENDS = ["nvke.tenancy.login_throttle.ThrottledModelBackend"]
 NVKE_LOGIN_FAILURES_PER_USER = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_USER", "10"))
 NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_ADDRESS", "50"))
 NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
-# Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days.
+# Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days; a tenant has at most
+# this many open at once (each is a row and a line in every list of them).
 NVKE_INVITATION_TTL_DAYS = int(os.environ.get("NVKE_INVITATION_TTL_DAYS", "7"))
+NVKE_MAX_PENDING_INVITATIONS = int(os.environ.get("NVKE_MAX_PENDING_INVITATIONS", "100"))
 # The node label naming a node's rack: claim groups (gangs) keep their members in one rack when they fit.
 NVKE_RACK_LABEL = os.environ.get("NVKE_RACK_LABEL", "topology.kubernetes.io/rack")
 # Default quotas (claims/quotas.py): GPUs of each model a tenant's pools may reach when neither the
