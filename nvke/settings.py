@@ -252,6 +252,10 @@ if not CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < NVKE_BROKER_VISIBI
 # workers (docker-compose's cluster-worker), so an endpoint that stalls holds only those, never the
 # allocator's, telemetry's or the default queue's.
 NVKE_TENANT_CLUSTER_QUEUES = ("provisioning", "upgrades")
+# Of those workers' processes, how many one tenant's tasks may hold at once (nvke/tenant_slots.py; 0: no
+# limit), and after how many seconds a task that found its tenant's slots taken is tried again.
+NVKE_TENANT_CLUSTER_SLOTS = int(os.environ.get("NVKE_TENANT_CLUSTER_SLOTS", "2"))
+NVKE_TENANT_SLOT_RETRY_S = float(os.environ.get("NVKE_TENANT_SLOT_RETRY_S", "2"))
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": NVKE_BROKER_VISIBILITY_TIMEOUT_S,
     "unacked_restore_interval": max(1, int(NVKE_BROKER_VISIBILITY_TIMEOUT_S // 4)),
