@@ -236,9 +236,7 @@ def test_a_username_no_account_could_have_is_refused_naming_the_field(make_membe
     client = client_for(make_member("acme", "owner"))
     response = client.post("/api/v1/invitations/", {"username": name, "role": "viewer"})
     assert (response.status_code, response.data["code"]) == (400, "invalid"), response.data
-    assert response.data["details"]["field"] == "username" and response.data["message"].startswith(
-        "username:"
-    )
+    assert response.data["message"].startswith("username: Enter a valid username")
     assert not Invitation.objects.exists()
 
 
