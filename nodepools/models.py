@@ -182,7 +182,10 @@ class Gpu(models.Model):
     tenant = models.ForeignKey("tenancy.Tenant", on_delete=models.CASCADE, related_name="gpus")
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
-    uuid = models.UUIDField(default=uuid.uuid4, unique=True)
+    # Unique within the tenant, not across tenants: a node agent reports its GPUs' UUIDs (attached
+    # clusters), and a global constraint let one tenant's agent learn whether a UUID existed elsewhere
+    # and take another tenant's first, blocking that tenant's inventory with a 409.
+    uuid = models.UUIDField(default=uuid.uuid4)
     memory_mib = models.PositiveIntegerField()
     nvlink_domain = models.CharField(
         max_length=64, blank=True, help_text="GPUs sharing a value are NVLink-connected; blank = PCIe only"
@@ -193,7 +196,10 @@ class Gpu(models.Model):
 
     class Meta:
         ordering = ["node", "index"]
-        constraints = [models.UniqueConstraint(fields=["node", "index"], name="uniq_gpu_index_per_node")]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="uniq_gpu_index_per_node"),
+            models.UniqueConstraint(fields=["tenant", "uuid"], name="uniq_gpu_uuid_per_tenant"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"

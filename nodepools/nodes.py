@@ -6,7 +6,7 @@ pool's reconcile mirrors the provider's nodes through `sync_nodes`."""
 import datetime
 import uuid
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from claims import allocator
 from nodepools import preflight
@@ -91,8 +91,9 @@ def _save_if_changed(row: Node | Gpu, values: dict) -> bool:
 
 def record_gpu_uuids(node_id: int, uuids: dict[int, str]) -> int:
     """The UUIDs a node's nvke-agent read from NVML, by GPU index, for an attached cluster whose provider
-    cannot tell them (no DRA driver). Returns how many GPUs changed; a UUID another GPU holds already is
-    a 409, an index the node does not have a 400."""
+    cannot tell them (no DRA driver). Returns how many GPUs changed; a UUID another GPU of the same tenant
+    holds is a 409, an index the node does not have a 400. Other tenants' GPUs are never looked at: a
+    node token learns nothing of them and cannot take a UUID first to block their inventory."""
     node = Node.objects.select_related("pool__cluster").get(pk=node_id)
     if not node.pool.cluster.attached:
         raise Conflict(
@@ -100,21 +101,27 @@ def record_gpu_uuids(node_id: int, uuids: dict[int, str]) -> int:
             field="gpus",
             code="provider_names_gpus",
         )
-    with transaction.atomic():
-        gpus = {gpu.index: gpu for gpu in Gpu.objects.select_for_update().filter(node_id=node_id)}
-        if missing := sorted(set(uuids) - set(gpus)):
-            raise DomainError(f"The node has no GPU {missing[0]}.", field="gpus", code="unknown_gpu")
-        changed = [gpus[i] for i, value in uuids.items() if str(gpus[i].uuid) != value]
-        after = [uuids.get(i, str(gpu.uuid)) for i, gpu in gpus.items()]
-        taken = Gpu.objects.filter(uuid__in=[uuids[g.index] for g in changed]).exclude(node_id=node_id)
-        if len(set(after)) < len(after) or taken.exists():
-            raise Conflict("Another GPU already has one of these UUIDs.", field="gpus", code="duplicate_uuid")
-        for gpu in changed:
-            gpu.uuid = uuid.uuid4()  # first out of the way: two GPUs of the node may swap UUIDs
-            gpu.save(update_fields=["uuid"])
-        for gpu in changed:
-            gpu.uuid = uuids[gpu.index]
-            gpu.save(update_fields=["uuid"])
+    duplicate = Conflict("Another GPU already has one of these UUIDs.", field="gpus", code="duplicate_uuid")
+    try:
+        with transaction.atomic():
+            gpus = {gpu.index: gpu for gpu in Gpu.objects.select_for_update().filter(node_id=node_id)}
+            if missing := sorted(set(uuids) - set(gpus)):
+                raise DomainError(f"The node has no GPU {missing[0]}.", field="gpus", code="unknown_gpu")
+            changed = [gpus[i] for i, value in uuids.items() if str(gpus[i].uuid) != value]
+            after = [uuids.get(i, str(gpu.uuid)) for i, gpu in gpus.items()]
+            taken = Gpu.objects.filter(
+                tenant_id=node.tenant_id, uuid__in=[uuids[g.index] for g in changed]
+            ).exclude(node_id=node_id)
+            if len(set(after)) < len(after) or taken.exists():
+                raise duplicate
+            for gpu in changed:
+                gpu.uuid = uuid.uuid4()  # first out of the way: two GPUs of the node may swap UUIDs
+                gpu.save(update_fields=["uuid"])
+            for gpu in changed:
+                gpu.uuid = uuids[gpu.index]
+                gpu.save(update_fields=["uuid"])
+    except IntegrityError:  # another node of the tenant took one of them meanwhile
+        raise duplicate from None
     return len(changed)
 
 

@@ -1,13 +1,19 @@
 from celery import shared_task
 
 from clusters.models import Cluster
-from clusters.tasks import provision_cluster, teardown_cluster
+from clusters.tasks import provision_cluster, teardown_cluster, tenant_of_cluster
 from nodepools import autoscaler, services
 from nodepools.models import NodePool
+from nvke import tenant_slots
 
 
-@shared_task(acks_late=True)
-def reconcile_pool(pool_id: int) -> None:
+def tenant_of_pool(pool_id: int) -> int | None:
+    return NodePool.objects.filter(pk=pool_id).values_list("tenant_id", flat=True).first()
+
+
+@shared_task(bind=True, acks_late=True)
+@tenant_slots.limited(tenant_of_pool)
+def reconcile_pool(self, pool_id: int) -> None:
     services.reconcile(pool_id)
 
 
@@ -22,8 +28,9 @@ def reconcile_all_pools() -> None:
         reconcile_pool.delay(pool_id)
 
 
-@shared_task(acks_late=True)
-def autoscale_cluster(cluster_id: int) -> None:
+@shared_task(bind=True, acks_late=True)
+@tenant_slots.limited(tenant_of_cluster)
+def autoscale_cluster(self, cluster_id: int) -> None:
     """One step of the pool autoscaler for the cluster (idempotent: it reads what is, decides, records)."""
     autoscaler.autoscale(cluster_id)
 

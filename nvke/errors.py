@@ -13,6 +13,18 @@ class DomainError(Exception):
             self.code = code
         self.details = {"field": field, **details} if field else details
 
+    def __reduce__(self):
+        # Exception pickles as cls(*args) plus its dict: a subclass whose __init__ takes other arguments
+        # (PlanChanged) would be called wrongly on the way back from Celery. Rebuilt without __init__.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[DomainError], args: tuple, state: dict) -> DomainError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class Conflict(DomainError):
     status = 409

@@ -2,7 +2,9 @@
 a kubeconfig's server): the name is resolved once, every address it resolves to must be a public one —
 not loopback, private, link-local (cloud metadata lives there), shared, reserved or multicast — unless
 one of the operator's NVKE_OUTBOUND_ALLOWED_NETWORKS admits it, and the caller connects to the address
-checked (the name stays the TLS server name), so a second resolution cannot point it elsewhere.
+checked (the name stays the TLS server name), so a second resolution cannot point it elsewhere. Every
+client NVKE makes for a tenant's cluster checks again on each new connection
+(nvke/providers/kubernetes/client.py): a name re-pointed after attach is refused when it is next used.
 
 A refusal says which rule refused, never what the name resolved to or whether it resolved at all."""
 
@@ -42,6 +44,19 @@ def allowed(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
+def checked_address(host: str, port: int) -> str:
+    """An address of `host` NVKE may connect to, resolved now: AddressRefused when any address it
+    resolves to is refused (a name with one public and one private address would be a coin toss)."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (ValueError, OSError, UnicodeError):
+        raise AddressRefused(REFUSED) from None  # unresolvable reads as refused: no DNS oracle
+    addresses = [info[4][0] for info in found]
+    if not addresses or not all(allowed(address) for address in addresses):
+        raise AddressRefused(REFUSED)
+    return addresses[0]
+
+
 def resolve(url: str) -> Target:
     """The https URL pinned to a checked address of its host; AddressRefused says why not."""
     parts = urlsplit(url)
@@ -51,12 +66,8 @@ def resolve(url: str) -> Target:
         raise AddressRefused("The endpoint may not carry credentials, a query or a fragment.")
     try:
         port = parts.port or 443
-        found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
-    except (ValueError, OSError, UnicodeError):
-        raise AddressRefused(REFUSED) from None  # unresolvable reads as refused: no DNS oracle
-    addresses = [info[4][0] for info in found]
-    if not addresses or not all(allowed(address) for address in addresses):
-        raise AddressRefused(REFUSED)
-    address = addresses[0]
+    except ValueError:
+        raise AddressRefused(REFUSED) from None
+    address = checked_address(parts.hostname, port)
     host = f"[{address}]" if ":" in address else address
     return Target(url=f"https://{host}:{port}{parts.path.rstrip('/')}", server_name=parts.hostname)

@@ -4,43 +4,53 @@ process's memory in the embedded default (one process, no Redis).
 Each check is one Redis script call, so concurrent requests cannot all read the same count and all pass
 (DRF's cache throttle reads a history, appends and writes it back: 16 clients got 60 % past a limit).
 
-- `hit`: a sliding-window counter (the count of this fixed window plus the share of the previous one
-  still inside the sliding window, as Cloudflare counts): a request is counted only when it is let
-  through, and no burst of twice the limit fits across a window boundary.
+- `hit`: a sliding log, exact: the times of the requests let through within the last window, in a
+  sorted set; a request passes while fewer than the limit are there, so no stretch of the rate's period
+  ever holds more than the limit. (The sliding-window approximation before it weighed the previous
+  window's count as if spread evenly: a 600/minute token got 837 through in 40 s.) It keeps one member
+  per request let through: at most the limit per key.
 - `add_failure` / `failures`: a count whose window starts at the first failure and is not extended by
   later ones (the sign-in lockout and failed authentications).
+
+When REDIS_URL names a Redis that does not answer, every check raises `Unavailable` (503,
+`rate_limiter_unavailable`): neither a 500 nor requests let through uncounted.
 """
 
-import math
+import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import TypeVar
 
 import redis
 from cachetools import TLRUCache
 from django.conf import settings
 
 from nvke import caches
+from nvke.errors import DomainError
 
 PREFIX = "nvke:rl:"
 
 # Any number of counters in one call (a request's token and user limits: one round trip, not two).
-# KEYS: per counter, this window's key and the previous window's. ARGV: per counter, limit, weight of the
-# previous window, TTL ms. Each counter counts the request when it is within its own limit.
+# KEYS: per counter, its sorted set. ARGV: now (ms), this request's member, then per counter its limit
+# and window (ms). Each counter counts the request when within its own limit. Out, per counter: 0 when
+# let through, else the ms until the oldest request that keeps it at the limit leaves the window.
 _HIT = """
+local now, member = tonumber(ARGV[1]), ARGV[2]
 local out = {}
-for i = 1, #KEYS / 2 do
-  local this, last = KEYS[2 * i - 1], KEYS[2 * i]
-  local limit, weight = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1])
-  local current = tonumber(redis.call('GET', this) or '0')
-  local previous = tonumber(redis.call('GET', last) or '0')
-  if previous * weight + current >= limit then
-    out[i] = {0, current, previous}
+for i = 1, #KEYS do
+  local limit, window = tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
+  local count = redis.call('ZCARD', KEYS[i])
+  if count < limit then
+    redis.call('ZADD', KEYS[i], now, member)
+    redis.call('PEXPIRE', KEYS[i], window)
+    out[i] = 0
   else
-    current = redis.call('INCR', this)
-    if current == 1 then redis.call('PEXPIRE', this, ARGV[3 * i]) end
-    out[i] = {1, current, previous}
+    local oldest = redis.call('ZRANGE', KEYS[i], count - limit, count - limit, 'WITHSCORES')
+    out[i] = tonumber(oldest[2]) + window - now
   end
 end
 return out
@@ -53,6 +63,7 @@ return n
 """
 
 
+T = TypeVar("T")
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -60,6 +71,20 @@ def parse_rate(rate: str) -> tuple[int, int]:
     """'600/minute' -> (600, 60), as Django REST framework reads rates."""
     number, period = rate.split("/")
     return int(number), PERIODS[period[0]]
+
+
+class Unavailable(DomainError):
+    """Redis, which holds every process's counters, does not answer."""
+
+    status = 503
+    code = "rate_limiter_unavailable"
+
+
+def _redis_call(run: Callable[[], T]) -> T:
+    try:
+        return run()
+    except redis.RedisError:
+        raise Unavailable("The rate limiter's store (Redis) is not answering: try again shortly.") from None
 
 
 @dataclass(frozen=True)
@@ -83,12 +108,13 @@ MEMORY_COUNTERS_KEPT = 100_000
 
 
 class _Memory:
-    """The same counters for one process (the embedded default), under one lock. A counter goes when its
-    window ends, and past MEMORY_COUNTERS_KEPT the least recently used (a new caller then starts at 0)."""
+    """The same counters for one process (the embedded default), under one lock: a failure count as
+    (count, expires at), a sliding log as (times, expires at). An entry goes when its window ends, and past
+    MEMORY_COUNTERS_KEPT the least recently used (a new caller then starts at 0)."""
 
     def __init__(self, maxsize: int = MEMORY_COUNTERS_KEPT) -> None:
         self.lock = threading.Lock()
-        # key -> (count, expires at), on time.time() as Redis' expiry (read at each call: tests move it)
+        # on time.time() as Redis' expiry (read at each call: tests move it)
         self.counts: TLRUCache = TLRUCache(
             maxsize, ttu=lambda _key, value, _now: value[1], timer=lambda: time.time()
         )
@@ -104,6 +130,15 @@ class _Memory:
         self.counts[key] = (count + 1, expires)
         return count + 1
 
+    def log(self, key: str, now: float, limit: int, window_s: float) -> float:
+        """_HIT for one counter: 0 when let through (and logged), else the seconds to wait."""
+        times = [t for t in self.counts.get(key, ((), 0.0))[0] if t > now - window_s]
+        if len(times) >= limit:
+            self.counts[key] = (times, now + window_s)
+            return times[len(times) - limit] + window_s - now
+        self.counts[key] = ([*times, now], now + window_s)
+        return 0.0
+
     def clear(self) -> None:
         with self.lock:
             self.counts.clear()
@@ -117,15 +152,6 @@ caches.register(
 )
 
 
-def _retry_after(limit: int, current: int, previous: int, elapsed: float, window: float) -> float:
-    """Seconds until the sliding count drops below the limit, if nothing else arrives."""
-    if current < limit and previous:
-        # Within this window: the previous window's share fades out as the sliding window moves on.
-        return max(window * (1 - (limit - current) / previous) - elapsed, 0.0)
-    # In the next window, this one's count is the share that fades.
-    return (window - elapsed) + window * (1 - limit / current)
-
-
 def hit(key: str, limit: int, window_s: float) -> Verdict:
     """Count one request under `key` if it stays within `limit` per `window_s`, atomically."""
     return hit_all([(key, limit, window_s)])[0]
@@ -136,37 +162,25 @@ def hit_all(checks: list[tuple[str, int, float]]) -> list[Verdict]:
     if not checks:
         return []
     now = time.time()
-    keys, args, windows = [], [], []
-    for key, limit, window_s in checks:
-        index = math.floor(now / window_s)
-        elapsed = now - index * window_s
-        windows.append((limit, elapsed, window_s))
-        keys += [f"{PREFIX}{key}:{index}", f"{PREFIX}{key}:{index - 1}"]
-        args += [limit, 1 - elapsed / window_s, int(window_s * 2000)]
+    keys = [f"{PREFIX}log:{key}" for key, _, _ in checks]
     if settings.REDIS_URL:
-        counts = _scripts()[0](keys=keys, args=args)
+        args: list = [int(now * 1000), f"{now:.6f}:{secrets.token_hex(6)}"]  # members unique per request
+        for _, limit, window_s in checks:
+            args += [limit, int(window_s * 1000)]
+        waits = [ms / 1000 for ms in _redis_call(lambda: _scripts()[0](keys=keys, args=args))]
     else:
-        counts = []
         with MEMORY.lock:
-            for i, (limit, _, window_s) in enumerate(windows):
-                this, last = keys[2 * i], keys[2 * i + 1]
-                current, previous = MEMORY.get(this, now), MEMORY.get(last, now)
-                allowed = previous * args[3 * i + 1] + current < limit
-                if allowed:
-                    MEMORY.incr(this, now, window_s * 2)
-                counts.append((allowed, current, previous))
-    return [
-        Verdict(True, 0.0)
-        if allowed
-        else Verdict(False, max(_retry_after(limit, current, previous, elapsed, window_s), 1.0))
-        for (allowed, current, previous), (limit, elapsed, window_s) in zip(counts, windows, strict=True)
-    ]
+            waits = [
+                MEMORY.log(key, now, limit, window_s)
+                for key, (_, limit, window_s) in zip(keys, checks, strict=True)
+            ]
+    return [Verdict(True, 0.0) if wait <= 0 else Verdict(False, max(wait, 1.0)) for wait in waits]
 
 
 def add_failure(key: str, window_s: float) -> int:
     """Count one failure; the window starts at the first and later ones do not extend it."""
     if settings.REDIS_URL:
-        return int(_scripts()[1](keys=[PREFIX + key], args=[int(window_s * 1000)]))
+        return int(_redis_call(lambda: _scripts()[1](keys=[PREFIX + key], args=[int(window_s * 1000)])))
     with MEMORY.lock:
         return MEMORY.incr(PREFIX + key, time.time(), window_s)
 
@@ -174,7 +188,8 @@ def add_failure(key: str, window_s: float) -> int:
 def failures(*keys: str) -> list[int]:
     """The current counts of failure counters (0 for none or expired)."""
     if settings.REDIS_URL:
-        return [int(value or 0) for value in _client().mget([PREFIX + key for key in keys])]
+        values = _redis_call(lambda: _client().mget([PREFIX + key for key in keys]))
+        return [int(value or 0) for value in values]
     with MEMORY.lock:
         now = time.time()
         return [MEMORY.get(PREFIX + key, now) for key in keys]
@@ -182,7 +197,7 @@ def failures(*keys: str) -> list[int]:
 
 def forget(key: str) -> None:
     if settings.REDIS_URL:
-        _client().delete(PREFIX + key)
+        _redis_call(lambda: _client().delete(PREFIX + key))
     else:
         with MEMORY.lock:
             MEMORY.counts.pop(PREFIX + key, None)

@@ -252,6 +252,10 @@ if not CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < NVKE_BROKER_VISIBI
 # workers (docker-compose's cluster-worker), so an endpoint that stalls holds only those, never the
 # allocator's, telemetry's or the default queue's.
 NVKE_TENANT_CLUSTER_QUEUES = ("provisioning", "upgrades")
+# Of those workers' processes, how many one tenant's tasks may hold at once (nvke/tenant_slots.py; 0: no
+# limit), and after how many seconds a task that found its tenant's slots taken is tried again.
+NVKE_TENANT_CLUSTER_SLOTS = int(os.environ.get("NVKE_TENANT_CLUSTER_SLOTS", "2"))
+NVKE_TENANT_SLOT_RETRY_S = float(os.environ.get("NVKE_TENANT_SLOT_RETRY_S", "2"))
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": NVKE_BROKER_VISIBILITY_TIMEOUT_S,
     "unacked_restore_interval": max(1, int(NVKE_BROKER_VISIBILITY_TIMEOUT_S // 4)),
@@ -363,8 +367,10 @@ AUTHENTICATION_BACKENDS = ["nvke.tenancy.login_throttle.ThrottledModelBackend"]
 NVKE_LOGIN_FAILURES_PER_USER = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_USER", "10"))
 NVKE_LOGIN_FAILURES_PER_ADDRESS = int(os.environ.get("NVKE_LOGIN_FAILURES_PER_ADDRESS", "50"))
 NVKE_LOGIN_LOCKOUT_S = int(os.environ.get("NVKE_LOGIN_LOCKOUT_S", "900"))
-# Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days.
+# Invitations to a tenant (nvke/tenancy/services.py) lapse after this many days; a tenant has at most
+# this many open at once (each is a row and a line in every list of them).
 NVKE_INVITATION_TTL_DAYS = int(os.environ.get("NVKE_INVITATION_TTL_DAYS", "7"))
+NVKE_MAX_PENDING_INVITATIONS = int(os.environ.get("NVKE_MAX_PENDING_INVITATIONS", "100"))
 # The node label naming a node's rack: claim groups (gangs) keep their members in one rack when they fit.
 NVKE_RACK_LABEL = os.environ.get("NVKE_RACK_LABEL", "topology.kubernetes.io/rack")
 # Default quotas (claims/quotas.py): GPUs of each model a tenant's pools may reach when neither the

@@ -11,6 +11,7 @@ def healthz(request):
 
 
 # Unmatched /api/ URLs (and failures outside DRF) answer in the API's {code, message, details} shape.
+handler400 = "nvke.api.errors.bad_request"
 handler404 = "nvke.api.errors.page_not_found"
 handler500 = "nvke.api.errors.server_error"
 

@@ -161,6 +161,14 @@ def test_docker_compose_is_the_secure_production_shape(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_docker_compose_publishes_on_loopback_only():
+    """NVKE_SECURE=1 trusts the right-most X-Forwarded-For hop as its TLS proxy's: a port published on
+    every address would let any client that reaches it name its own address."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    published = [port for service in services.values() for port in service.get("ports", [])]
+    assert published and all(str(port).startswith("127.0.0.1:") for port in published), published
+
+
 @pytest.mark.parametrize("missing", ["NVKE_SECRET_KEY", "NVKE_ENCRYPTION_KEY"])
 def test_the_production_shape_refuses_to_start_without_its_secrets(tmp_path, missing):
     env = {**compose_environment(), "NVKE_DATA_DIR": str(tmp_path), missing: None}

@@ -8,14 +8,21 @@ from django.db.models import Q
 
 from audit.context import acting_as
 from clusters.models import Cluster
+from clusters.tasks import tenant_of_cluster
+from nvke import tenant_slots
 
 from . import auto_upgrade, control_plane, controller, rollouts
 from .models import FleetRollout, UpgradeRun
 from .run_lifecycle import LIVE
 
 
-@shared_task(acks_late=True)
-def tick_run(run_id: int, seq: int) -> None:
+def tenant_of_run(run_id: int, seq: int) -> int | None:
+    return UpgradeRun.objects.filter(pk=run_id).values_list("tenant_id", flat=True).first()
+
+
+@shared_task(bind=True, acks_late=True)
+@tenant_slots.limited(tenant_of_run)
+def tick_run(self, run_id: int, seq: int) -> None:
     with acting_as(f"upgrade run {run_id}"):  # what its steps change (cordons, moved claims) is the run's
         next_seq = controller.tick(run_id, seq)
     if next_seq is not None:
@@ -43,8 +50,9 @@ def resync_runs() -> int:
     return restarted
 
 
-@shared_task(acks_late=True)
-def step_control_plane(cluster_id: int) -> None:
+@shared_task(bind=True, acks_late=True)
+@tenant_slots.limited(tenant_of_cluster)
+def step_control_plane(self, cluster_id: int) -> None:
     """One step of a control plane upgrade; the next is queued until it is over. Eager (the embedded
     default) queues none, which would recurse: its simulator finishes in one step."""
     with acting_as(f"control plane upgrade of cluster {cluster_id}"):

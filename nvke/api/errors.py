@@ -1,6 +1,7 @@
 """Every API error is JSON {code, message, details}; validation messages name the field."""
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
@@ -28,9 +29,20 @@ def _codes(detail):
     return {"message": str(detail), "code": getattr(detail, "code", "invalid")}
 
 
+def _too_large() -> dict:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return {
+        "code": "too_large",
+        "message": f"The request body is larger than the {limit:,} bytes the API takes.",
+        "details": {"limit_bytes": limit},
+    }
+
+
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         return Response({"code": exc.code, "message": exc.message, "details": exc.details}, status=exc.status)
+    if isinstance(exc, RequestDataTooBig):  # Django's, raised when DRF reads the body: HTML 400 otherwise
+        return Response(_too_large(), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -66,6 +78,17 @@ def page_not_found(request, exception):
     if _is_api(request):
         return JsonResponse({"code": "not_found", "message": "Not found.", "details": {}}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+def bad_request(request, exception):
+    """Django's 400 for what it refuses before a view answers (a SuspiciousOperation): under /api/ in
+    the API's shape — a body over DATA_UPLOAD_MAX_MEMORY_SIZE as 413 — elsewhere the UI's page."""
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        return JsonResponse(_too_large(), status=413)
+    body = {"code": "bad_request", "message": "The request was refused.", "details": {}}
+    return JsonResponse(body, status=400)
 
 
 def server_error(request):

@@ -18,10 +18,12 @@ WHEN = {
     "405": "Method not offered.",
     "406": "The Accept header asks for a format the API does not serve.",
     "409": "Conflict: duplicate name, a parent being deleted, a tenant quota.",
+    "413": "The body is larger than the API takes (`too_large`, details.limit_bytes).",
     "415": "Unsupported request body media type.",
     "429": "Over the rate limit; see the Retry-After header.",
+    "503": "The rate limiter's store does not answer (`rate_limiter_unavailable`); try again shortly.",
 }
-WRITE_ONLY = {"409", "415"}
+WRITE_ONLY = {"409", "413", "415"}
 
 
 def document_errors(result: dict, generator, request, public) -> dict:

@@ -23,6 +23,15 @@ class ProviderError(Exception):
         self.message = message
         self.status = status
 
+    def __reduce__(self):
+        # Exception pickles as cls(*args), args being (message,) alone: Celery could not carry it as a
+        # task's result or exception without the reason and status.
+        return (_rebuild, (type(self), self.reason, self.message, self.status))
+
+
+def _rebuild(cls: type[ProviderError], reason: str, message: str, status: int) -> ProviderError:
+    return cls(reason, message, status=status)
+
 
 class ProvisioningInProgress(ProviderError):
     """Provisioning was asked for and is under way, nothing failed: the call is to be made again later

@@ -3,6 +3,8 @@
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -10,7 +12,7 @@ from nvke.errors import Conflict, DomainError, NotFound
 from nvke.realtime import close_streams, member_group
 
 from .context import TenantContext
-from .models import ApiToken, Invitation, Membership
+from .models import ApiToken, Invitation, Membership, Tenant
 from .roles import Action, Role, role_allows
 
 
@@ -50,16 +52,26 @@ def _may_touch(context: TenantContext, role: str) -> None:
 def invite(*, context: TenantContext, invited_by, username: str, role: str) -> Invitation:
     """Offer `role` in the context's tenant to the user named `username`, for NVKE_INVITATION_TTL_DAYS.
     The answer is the same whether or not such a user exists; only an existing member is refused (the
-    inviter sees the members anyway). An expired invitation of the same name is replaced."""
+    inviter sees the members anyway). An expired invitation of the same name is replaced. A username
+    no account could have is refused (bidi and other control characters would make the lists lie), and
+    a tenant has at most NVKE_MAX_PENDING_INVITATIONS open at once."""
     _may_touch(context, role)
-    username = username.strip()
-    if not username:
-        raise DomainError("username: Name the user to invite.", field="username")
+    username = _invitable(username)
     now = timezone.now()
     with transaction.atomic():
+        # The tenant's row is the lock that keeps concurrent invites from passing the cap together.
+        Tenant.objects.select_for_update().filter(pk=context.tenant.pk).first()
         if Membership.objects.filter(tenant=context.tenant, user__username=username).exists():
             raise Conflict(f"{username} is already a member.", field="username", code="duplicate")
         Invitation.objects.filter(tenant=context.tenant, username=username, expires_at__lte=now).delete()
+        limit = settings.NVKE_MAX_PENDING_INVITATIONS
+        if Invitation.objects.filter(tenant=context.tenant, expires_at__gt=now).count() >= limit:
+            raise Conflict(
+                f"{context.tenant.name} already has {limit} open invitations, the most it may "
+                "have: revoke some, or wait until they are accepted or expire.",
+                field="username",
+                code="invitation_limit",
+            )
         try:
             with transaction.atomic():
                 return Invitation.objects.create(
@@ -75,6 +87,23 @@ def invite(*, context: TenantContext, invited_by, username: str, role: str) -> I
                 field="username",
                 code="duplicate",
             ) from None
+
+
+def _invitable(username: str) -> str:
+    """The username as an account could have it (the user model's own validator: letters, digits and
+    @.+-_ only, so no bidi override, zero-width or control character), else a 400 naming the field."""
+    username = username.strip()
+    if not username:
+        raise DomainError("username: Name the user to invite.", field="username")
+    try:
+        get_user_model().username_validator(username)
+    except ValidationError:
+        raise DomainError(
+            "username: A username has letters, digits and @ . + - _ only.", field="username"
+        ) from None
+    if len(username) > Invitation._meta.get_field("username").max_length:
+        raise DomainError("username: A username has at most 150 characters.", field="username")
+    return username
 
 
 def revoke_invitation(invitation: Invitation) -> None:

@@ -1,5 +1,6 @@
 """One tenant's stalled cluster endpoint holds only the cluster worker, and only for the task time
-limit, while another tenant's claim is placed by the allocator's worker meanwhile."""
+limit, while another tenant's claim is placed by the allocator's worker meanwhile; and inside the
+cluster worker it holds only its tenant's slots, while another tenant's pool task runs."""
 
 import socket
 import ssl
@@ -55,10 +56,11 @@ def silent_tls_listener():
             sock.close()
 
 
-def worker(queues: str, pool: str) -> Process:
-    args = [str(BIN / "celery"), "-A", "nvke", "worker", "-Q", queues, "-P", pool, "-c", "1"]
+def worker(queues: str, pool: str, processes: int = 1, **env: str) -> Process:
+    args = [str(BIN / "celery"), "-A", "nvke", "worker", "-Q", queues, "-P", pool, "-c", str(processes)]
     args += ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"]
-    return Process(args, process_env(DATABASE_URL=database_url_of_this_run(), REDIS_URL=settings.REDIS_URL))
+    env = process_env(DATABASE_URL=database_url_of_this_run(), REDIS_URL=settings.REDIS_URL, **env)
+    return Process(args, env)
 
 
 def test_a_stalled_endpoint_holds_its_worker_for_the_soft_limit_and_no_one_elses(
@@ -106,3 +108,41 @@ def test_a_stalled_endpoint_holds_its_worker_for_the_soft_limit_and_no_one_elses
             started.stop()
     print(f"other tenant's claim placed after {placed:.1f}s; cluster worker released after {held:.1f}s")
     assert placed < SOFT_S and held < SOFT_S + 10
+
+
+def test_a_tenant_with_stalled_endpoints_holds_only_its_slots_of_the_cluster_worker(
+    attach, gpu_cluster, make_attached_pool, make_member, make_cluster, make_pool
+):
+    """A cluster worker of two processes, one slot per tenant: the hostile tenant's two pool tasks
+    against a stalled endpoint take one process; the second finds its tenant's slot taken and goes back
+    to the queue, so another tenant's pool task runs at once instead of after the soft time limit."""
+    hostile = attach(gpu_cluster)
+    stalled = [make_attached_pool(hostile, 1, name=name) for name in ("train", "serve")]
+    other = make_member("other").memberships.get().tenant
+    other_pool = make_pool(make_cluster(other, "prod"), name="a100", gpu_model="a100-sxm4-80gb", nodes=1)
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    queues = ",".join(settings.NVKE_TENANT_CLUSTER_QUEUES)
+    cluster_worker = worker(queues, "prefork", 2, NVKE_TENANT_CLUSTER_SLOTS="1", NVKE_TENANT_SLOT_RETRY_S="1")
+    celery_app.conf.task_always_eager = False
+    try:
+        with silent_tls_listener() as url:
+            cluster_worker.wait_for_line("ready.")
+            Cluster.objects.filter(pk=hostile.pk).update(endpoint=url)
+            sent = time.monotonic()
+            held = [
+                pool_tasks.reconcile_pool.apply_async((pool.pk,), soft_time_limit=SOFT_S, time_limit=HARD_S)
+                for pool in stalled
+            ]
+            cluster_worker.wait_for(  # whichever came second found the tenant's one slot taken
+                lambda: any(f"{task.id}] retry" in cluster_worker.log for task in held), "a retry", 30
+            )
+            theirs = pool_tasks.reconcile_pool.apply_async((other_pool.pk,))
+            cluster_worker.wait_for_line(f"{theirs.id}] succeeded", timeout_s=30)
+            ran = time.monotonic() - sent
+            assert "Soft time limit" not in cluster_worker.log, "it waited for the hostile tenant's tasks"
+    finally:
+        celery_app.conf.task_always_eager = True
+        cluster_worker.stop()
+    print(f"other tenant's pool task done {ran:.1f}s after the hostile tenant's two stalled ones were sent")
+    assert ran < SOFT_S

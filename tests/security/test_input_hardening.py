@@ -64,6 +64,20 @@ def test_a_deeply_nested_body_is_400_not_a_recursion_error(api):
     assert api.post("/api/v1/tokens/", {"name": "ci", "x": [[["ok"]]]}).status_code == 201
 
 
+def test_a_body_over_the_limit_is_a_json_413_naming_the_limit(api, settings):
+    """Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE; under /api/ that was its HTML 400 page."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = '{"name": "' + "a" * limit + '"}'
+    response = api.generic("POST", "/api/v1/tokens/", body, content_type="application/json")
+    assert (response.status_code, response["Content-Type"]) == (413, "application/json")
+    assert response.json()["code"] == "too_large"
+    assert response.json()["details"] == {"limit_bytes": limit}
+    assert not ApiToken.objects.exists()
+    # Django's other refusals before a view (here a Host that is no host name) are JSON under /api/ too.
+    refused = api.get("/api/v1/me/", HTTP_HOST="no host!")
+    assert (refused.status_code, refused.json()["code"]) == (400, "bad_request")
+
+
 @pytest.mark.parametrize(
     "url", ["/api/v1/gpu-models/l4/drivers/", "/api/v1/node-pools/{pool}/driver-options/"]
 )

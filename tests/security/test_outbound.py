@@ -2,9 +2,14 @@
 the operator's allowlist admits them (the test settings admit 127.0.0.0/8, where the fake API servers
 listen); the checks connect to the address approved; refusals never carry the remote server's words."""
 
+import socket
+
 import pytest
+from kubernetes.client import CoreV1Api
 
 from nvke import outbound
+from nvke.providers.base import ClusterRef, ProviderError
+from nvke.providers.kubernetes import client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,3 +89,32 @@ def test_a_refusal_never_carries_the_servers_words(api, gpu_cluster):
     assert response.status_code == 400
     assert "internal-secret" not in response.content.decode()
     assert response.json()["message"] == "The API server answered 403 (Forbidden)."
+
+
+def test_a_name_re_pointed_after_attach_is_refused_on_its_next_connection(gpu_cluster, settings, monkeypatch):
+    """The policy is checked on every new connection to a tenant's cluster, not at attach only: the
+    name that passed is re-pointed at the metadata service and the next connection is refused, with
+    nothing sent anywhere; pointed back, the same client works again."""
+    settings.NVKE_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    endpoint = gpu_cluster.url.replace("127.0.0.1", "localhost")  # the stand-in's certificate names it
+    ref = ClusterRef("onprem", endpoint, gpu_cluster.token, gpu_cluster.ca_bundle)
+    api = client.api_client(ref)
+    nodes = CoreV1Api(api).list_node
+    assert len(client.read(nodes)["items"]) == 3
+
+    resolve = socket.getaddrinfo
+    pointed = {"localhost": "169.254.169.254"}
+    monkeypatch.setattr(
+        outbound.socket,
+        "getaddrinfo",
+        lambda host, *args, **kw: resolve(pointed.get(host, host), *args, **kw),
+    )
+    api.rest_client.pool_manager.clear()  # the next call needs a new connection
+    sent = len(gpu_cluster.requests)
+    with pytest.raises(ProviderError) as refused:
+        client.read(nodes)
+    assert (refused.value.reason, refused.value.message) == ("AddressRefused", outbound.REFUSED)
+    assert len(gpu_cluster.requests) == sent, "nothing sent"
+
+    pointed["localhost"] = "127.0.0.1"
+    assert len(client.read(nodes)["items"]) == 3

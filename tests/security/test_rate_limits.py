@@ -3,7 +3,6 @@ handshakes: 429 (or 4429) with Retry-After once a caller is over its rate; atomi
 
 import secrets
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -76,45 +75,58 @@ def test_concurrent_clients_never_get_past_the_limit(owner, settings):
     token, _ = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="a")
     request = SimpleNamespace(user=owner, auth=token)
 
-    def burst() -> tuple[int, int]:
-        cache.clear()
-        window = int(time.time() // 86400)
-        barrier = threading.Barrier(16)
-        allowed: list[int] = []
+    barrier = threading.Barrier(16)
+    allowed: list[int] = []
 
-        def client() -> None:
-            barrier.wait()
-            allowed.append(sum(TokenRateThrottle().allow_request(request, None) for _ in range(limit // 10)))
+    def client() -> None:
+        barrier.wait()
+        allowed.append(sum(TokenRateThrottle().allow_request(request, None) for _ in range(limit // 10)))
 
-        threads = [threading.Thread(target=client) for _ in range(16)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        return sum(allowed), int(time.time() // 86400) - window
-
-    allowed, windows_crossed = burst()
-    if windows_crossed:  # the day turned during the burst: the sliding window let a little more in
-        allowed, windows_crossed = burst()
-    assert allowed == limit
+    threads = [threading.Thread(target=client) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(allowed) == limit
 
 
 @pytest.mark.parametrize("redis", [True, False], ids=["redis", "memory"])
-def test_the_window_slides(settings, monkeypatch, redis):
-    """The previous window's count weighs in by the share of it still inside the sliding window, so no
-    burst of twice the limit fits across a boundary; the retry time is when the count falls back."""
+def test_no_stretch_of_the_period_holds_more_than_the_limit(settings, monkeypatch, redis):
+    """The limit holds over every stretch of the rate's period, not per fixed window: a burst at the end
+    of one minute and more 31 s later (the approximation weighed the first burst at half by then and let
+    1.5 × the limit through in 31 s) get the limit through, no more; each request leaves the count a
+    period after it passed, which is what Retry-After says."""
     if not redis:
         settings.REDIS_URL = ""  # the in-process counters, emptied before each test (tests/conftest.py)
-    clock = [6000.0 + 50]  # 50 s into a minute window
+    clock = [0.0]
     monkeypatch.setattr(ratelimit.time, "time", lambda: clock[0])
-    assert [ratelimit.hit("slide", 3, 60).allowed for _ in range(4)] == [True, True, True, False]
-    clock[0] = 6060.0 + 10  # 10 s into the next: 3 × 50/60 = 2.5 still count
-    first, second = ratelimit.hit("slide", 3, 60), ratelimit.hit("slide", 3, 60)
-    assert first.allowed and not second.allowed
-    # 2.5 + 1 ≥ 3 until the previous window's share is below 2: 3 × (1 − t/60) < 2 from t = 20 s.
-    assert second.retry_after_s == pytest.approx(10.0)
-    clock[0] = 6060.0 + 21
-    assert ratelimit.hit("slide", 3, 60).allowed
+    passed = []  # times let through
+    for at, tries in ((6059.0, 700), (6090.0, 700), (6110.0, 10)):
+        clock[0] = at
+        passed += [at for _ in range(tries) if ratelimit.hit("bound", 600, 60).allowed]
+    assert passed == [6059.0] * 600  # 6090 and 6110 are within a minute of the first burst
+    refused = ratelimit.hit("bound", 600, 60)
+    assert not refused.allowed and refused.retry_after_s == pytest.approx(6059 + 60 - 6110, abs=0.01)
+    clock[0] = 6059.0 + 60.01
+    assert [ratelimit.hit("bound", 600, 60).allowed for _ in range(601)] == [True] * 600 + [False]
+
+
+def test_without_redis_requests_are_503_with_a_code_not_500(owner, settings):
+    """Redis down: an authenticated request is refused as unavailable with the limiter's code (not a
+    500, and not let through uncounted); so is a failed authentication, which the limiter counts too."""
+    settings.NVKE_RATE_LIMITS = {"token": "600/minute", "user": "1200/minute"}
+    raw = ApiToken.issue(tenant=owner.memberships.get().tenant, user=owner, name="a")[1]
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    ratelimit._client.cache_clear()
+    ratelimit._scripts.cache_clear()
+    try:
+        for client in (bearer(raw), bearer("nvke_not-a-token")):
+            response = client.get("/api/v1/me/")
+            assert response.status_code == 503, response.content
+            assert response.json()["code"] == "rate_limiter_unavailable"
+    finally:
+        ratelimit._client.cache_clear()
+        ratelimit._scripts.cache_clear()
 
 
 @pytest.mark.parametrize("redis", [True, False], ids=["redis", "memory"])

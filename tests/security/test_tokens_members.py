@@ -219,3 +219,38 @@ def test_members_and_viewers_cannot_manage_members(make_member, client_for):
             == 403
         )
     assert Membership.objects.filter(role="owner").count() == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "admin\u202egnp.exe",  # RIGHT-TO-LEFT OVERRIDE: lists would show "adminexe.png"
+        "ad\u200bmin",  # ZERO WIDTH SPACE: looks like "admin"
+        "\u2066alice\u2069",  # isolates
+        "bob\x07",
+        "bob\u00ad",  # SOFT HYPHEN (Cf)
+        "bo b",
+    ],
+)
+def test_a_username_no_account_could_have_is_refused_naming_the_field(make_member, client_for, name):
+    client = client_for(make_member("acme", "owner"))
+    response = client.post("/api/v1/invitations/", {"username": name, "role": "viewer"})
+    assert (response.status_code, response.data["code"]) == (400, "invalid"), response.data
+    assert response.data["message"].startswith("username: Enter a valid username")
+    assert not Invitation.objects.exists()
+
+
+def test_a_tenant_has_a_bounded_number_of_open_invitations(make_member, client_for, settings):
+    """Invitations were unlimited: each is a row and a line in every list. Past the cap 409, until one
+    is revoked or expires."""
+    settings.NVKE_MAX_PENDING_INVITATIONS = 3
+    owner = make_member("acme", "owner")
+    client = client_for(owner)
+    sent = [client.post("/api/v1/invitations/", {"username": f"user{i}", "role": "viewer"}) for i in range(4)]
+    assert [r.status_code for r in sent] == [201, 201, 201, 409]
+    assert (sent[3].data["code"], sent[3].data["details"]["field"]) == ("invitation_limit", "username")
+    assert Invitation.objects.count() == 3
+    Invitation.objects.filter(username="user0").update(expires_at=timezone.now())  # lapsed: not open
+    assert client.post("/api/v1/invitations/", {"username": "user3", "role": "viewer"}).status_code == 201
+    other = client_for(make_member("other", "owner"))  # another tenant's cap is its own
+    assert other.post("/api/v1/invitations/", {"username": "user9", "role": "viewer"}).status_code == 201

@@ -102,3 +102,26 @@ def test_a_provisioned_clusters_gpus_are_named_by_its_provider(owner, make_clust
     body = {"gpus": [{"index": 0, "uuid": str(uuid.uuid4())}]}
     answer = agent(node).post("/api/v1/telemetry/inventory/", body, format="json")
     assert answer.status_code == 409 and answer.json()["code"] == "provider_names_gpus"
+
+
+def test_another_tenants_uuid_is_neither_an_oracle_nor_taken_from_them(
+    node, make_member, make_cluster, make_pool
+):
+    """UUIDs are unique within a tenant. A node token naming another tenant's GPU UUID gets the answer a
+    fresh UUID gets (a 409 told it the UUID existed) and takes nothing from that tenant: its GPU keeps
+    the UUID and its own reconcile goes on (a global constraint let the first reporter block the other)."""
+    victim = make_member("victim").memberships.get().tenant
+    pool = make_pool(make_cluster(victim, "theirs"), nodes=1)
+    reconcile(pool.pk)
+    theirs = Gpu.objects.filter(node__pool=pool).order_by("index").first()
+    client = agent(node)
+    for index, value in ((0, str(theirs.uuid)), (1, str(uuid.uuid4()))):
+        answer = client.post(
+            "/api/v1/telemetry/inventory/", {"gpus": [{"index": index, "uuid": value}]}, format="json"
+        )
+        assert (answer.status_code, answer.json()) == (200, {"updated": 1})
+    assert uuids_of(node)[0] == str(theirs.uuid)
+    reconcile(pool.pk)
+    theirs.refresh_from_db()
+    assert Gpu.objects.filter(uuid=theirs.uuid).values_list("tenant", flat=True).count() == 2
+    assert Gpu.objects.get(pk=theirs.pk, tenant=victim).uuid == theirs.uuid

@@ -9,7 +9,8 @@ from .models import MachineReplacement, ManagementCluster
 
 class ManagementClusterForm(forms.ModelForm):
     """The kubeconfig is write-only: the page never shows it, and leaving it empty keeps the stored one.
-    A new one must be a kubeconfig the official client can load."""
+    A new one must be one NVKE can use as it is (kubeconfig.parse: inline credentials only, nothing run
+    or read from disk, a server the address policy admits); a refusal names what is wrong."""
 
     kubeconfig = forms.CharField(
         required=False,

@@ -7,7 +7,12 @@ endpoint that stalls or trickles bytes holds a worker for seconds, not hours. Id
 (reads, patches, deletes) are retried with a short backoff on connection errors, 429 from API priority
 and fairness and 502/503/504, honouring Retry-After up to RETRY_AFTER_MAX_S (urllib3's own cap is six
 hours). POSTs are not retried here: an eviction's 429 is a PodDisruptionBudget's answer, which the
-caller reports. Redirects are never followed (a 3xx is an answer like any other error)."""
+caller reports. Redirects are never followed (a 3xx is an answer like any other error).
+
+Every new connection checks the address policy again (nvke/outbound.py): the host is resolved, each
+address it resolves to must be one NVKE may call, and the socket goes to the address checked (TLS still
+verifies the name). A name that passed at attach and is re-pointed later (to 127.0.0.1, to the metadata
+service) is refused with reason AddressRefused, before any byte is sent there."""
 
 import contextlib
 import contextvars
@@ -17,9 +22,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import urllib3
+import urllib3.connection
+import urllib3.connectionpool
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from nvke import outbound
 from nvke.providers.base import ClusterRef, ProviderError
 
 TIMEOUT = (5, 20)  # seconds to connect, seconds to read a response (at most: see the deadline)
@@ -30,6 +38,52 @@ RETRY_AFTER_MAX_S = 3
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("kube_deadline", default=None)
 
 
+class AddressPolicyError(urllib3.exceptions.NewConnectionError):
+    """The host resolved to an address the policy refuses: no connection was made."""
+
+
+class _Checked:
+    """A urllib3 connection that resolves its host and connects only to an address the policy admits."""
+
+    def _new_conn(self):
+        name = self._dns_host
+        try:
+            address = outbound.checked_address(name, self.port)
+        except outbound.AddressRefused as refused:
+            raise AddressPolicyError(self, str(refused)) from None
+        self._dns_host = address  # what the socket connects to; TLS (server_hostname) keeps the name
+        try:
+            return super()._new_conn()
+        finally:
+            self._dns_host = name
+
+
+class _CheckedHTTPS(_Checked, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _CheckedHTTP(_Checked, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _CheckedHTTPSPool(urllib3.connectionpool.HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPS
+
+
+class _CheckedHTTPPool(urllib3.connectionpool.HTTPConnectionPool):
+    ConnectionCls = _CheckedHTTP
+
+
+def checked(api: client.ApiClient) -> client.ApiClient:
+    """The client, its new connections under the address policy. Every client of a tenant's cluster or
+    of the management cluster is made through this."""
+    api.rest_client.pool_manager.pool_classes_by_scheme = {
+        "http": _CheckedHTTPPool,
+        "https": _CheckedHTTPSPool,
+    }
+    return api
+
+
 class DeadlineRetry(urllib3.Retry):
     """urllib3's Retry that gives up once the context's deadline is near: no retry, and no wait, past it."""
 
@@ -38,7 +92,7 @@ class DeadlineRetry(urllib3.Retry):
         # A stalled read is retried only if a whole read timeout is left: the attempt's timeout was set
         # when the call began, so a later attempt could run past the deadline by that much.
         stalled = isinstance(error, urllib3.exceptions.ReadTimeoutError) and _remaining() < TIMEOUT[1]
-        if stalled or _remaining() <= 0:
+        if stalled or isinstance(error, AddressPolicyError) or _remaining() <= 0:
             raise urllib3.exceptions.MaxRetryError(
                 _pool, url, error or urllib3.exceptions.ResponseError("deadline")
             )
@@ -95,7 +149,7 @@ def api_client(cluster: ClusterRef, server_name: str | None = None) -> client.Ap
         retries=RETRIES,
     )
     config.tls_server_name = server_name
-    return client.ApiClient(config)
+    return checked(client.ApiClient(config))
 
 
 def call(method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -181,6 +235,8 @@ def api_error(error: ApiException) -> ProviderError:
 def transport_error(error: urllib3.exceptions.HTTPError) -> ProviderError:
     """No HTTP answer: a certificate the CA bundle does not sign, or no server at the endpoint."""
     cause = getattr(error, "reason", None) or error
+    if isinstance(cause, AddressPolicyError):
+        return ProviderError("AddressRefused", outbound.REFUSED)
     if isinstance(cause, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(cause):
         return ProviderError(
             "TLSError",

@@ -1,3 +1,4 @@
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from rest_framework import serializers
 
 from nvke.tenancy.models import ApiToken, Invitation, Membership
@@ -51,7 +52,8 @@ class InvitationSerializer(serializers.ModelSerializer):
         model = Invitation
         fields = ["id", "username", "role", "invited_by", "created_at", "expires_at"]
         read_only_fields = ["created_at", "expires_at"]
-        extra_kwargs = {"username": {"max_length": 150}}
+        # The user model's own rule, so the schema states it (pattern): no bidi or control characters.
+        extra_kwargs = {"username": {"max_length": 150, "validators": [UnicodeUsernameValidator()]}}
 
 
 class MyInvitationSerializer(serializers.ModelSerializer):

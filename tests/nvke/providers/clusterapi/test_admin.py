@@ -2,6 +2,7 @@
 are checked by their validators, and there is one."""
 
 import pytest
+import yaml
 from django.urls import reverse
 
 from audit.models import AuditEntry
@@ -52,7 +53,7 @@ def test_the_kubeconfig_is_stored_never_shown_and_kept_when_left_empty(operator,
 @pytest.mark.parametrize(
     "field, value, says",
     [
-        ("kubeconfig", "clusters: [oops", "The kubeconfig cannot be used"),
+        ("kubeconfig", "clusters: [oops", "The kubeconfig is refused: not YAML"),
         ("cluster_template", "gpu-cloud", "Give Kind/name"),
         ("infrastructure_api_version", "infrastructure.cluster.x-k8s.io", "Give group/version"),
         ("kubernetes_versions", '{"1.34": "v1.35.0"}', "is not a release of Kubernetes 1.34"),
@@ -63,3 +64,67 @@ def test_a_bad_field_is_refused_under_its_name_and_nothing_is_saved(operator, fi
     assert response.status_code == 200
     assert says in str(response.context["adminform"].form.errors[field])
     assert not ManagementCluster.objects.exists()
+
+
+def management_kubeconfig(fake, user: dict, **cluster) -> str:
+    """The fake's kubeconfig with its user entry (and cluster entry fields) replaced."""
+    document = yaml.safe_load(kubeconfig(fake, "management"))
+    document["users"][0]["user"] = user
+    document["clusters"][0]["cluster"].update(cluster)
+    return yaml.safe_dump(document)
+
+
+def test_an_exec_plugin_is_refused_and_never_run(operator, kubeapi, tmp_path):
+    """The official loader ran the plugin while the form was validated: a command as the server's user."""
+    ran = tmp_path / "ran"
+    plugin = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": "sh",
+        "args": ["-c", f'touch {ran}; echo \'{{"status": {{"token": "t"}}}}\''],
+        "interactiveMode": "Never",
+    }
+    text = management_kubeconfig(kubeapi, {"exec": plugin})
+    response = operator.post(reverse("admin:clusterapi_managementcluster_add"), form(kubeconfig=text))
+    assert response.status_code == 200
+    assert "uses exec" in str(response.context["adminform"].form.errors["kubeconfig"])
+    assert not ran.exists(), "the plugin ran"
+    assert not ManagementCluster.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "user, cluster, says",
+    [
+        (
+            {"client-certificate": "/etc/nvke/tls.crt", "client-key": "/etc/nvke/tls.key"},
+            {},
+            "uses client-certificate",
+        ),
+        ({"tokenFile": "/var/run/secrets/token"}, {}, "uses tokenFile"),
+        ({"auth-provider": {"name": "oidc"}}, {}, "uses auth-provider"),
+        ({"username": "admin", "password": "pw"}, {}, "uses username"),
+        ({}, {}, "neither a token nor client-certificate-data"),
+        ({"token": "t"}, {"certificate-authority": "/etc/passwd"}, "CA file on disk"),
+        ({"token": "t"}, {"server": "https://169.254.169.254"}, "address is not one NVKE may call"),
+        ({"token": "t"}, {"server": "http://203.0.113.7"}, "https:// URL"),
+        (
+            {"client-certificate-data": "%%%", "client-key-data": "a2V5"},
+            {},
+            "client-certificate-data is not base64",
+        ),
+    ],
+)
+def test_what_nvke_would_read_from_disk_or_could_not_call_is_refused_naming_it(
+    operator, kubeapi, user, cluster, says
+):
+    text = management_kubeconfig(kubeapi, user, **cluster)
+    response = operator.post(reverse("admin:clusterapi_managementcluster_add"), form(kubeconfig=text))
+    assert response.status_code == 200
+    assert says in str(response.context["adminform"].form.errors["kubeconfig"])
+    assert not ManagementCluster.objects.exists()
+
+
+def test_a_token_kubeconfig_is_taken(operator, kubeapi):
+    text = management_kubeconfig(kubeapi, {"token": kubeapi.token})
+    response = operator.post(reverse("admin:clusterapi_managementcluster_add"), form(kubeconfig=text))
+    assert response.status_code == 302
+    assert ManagementCluster.objects.get().kubeconfig == text

@@ -65,8 +65,12 @@ def test_a_redirect_is_not_followed():
 
 
 def test_unreachable_says_nothing_of_why():
+    """A closed port says only that nothing answered; a name that does not resolve reads as one the
+    address policy refuses (each connection checks it, nvke/outbound.py), as it does at attach."""
+    from nvke import outbound
     from tests.security.hostile import free_port
 
     _, refused = elapsed(lambda: version(f"http://127.0.0.1:{free_port()}"))
     _, unresolved = elapsed(lambda: version("http://no-such-host.invalid"))
-    assert refused.message == unresolved.message == "The API server did not answer."
+    assert refused.message == "The API server did not answer."
+    assert (unresolved.reason, unresolved.message) == ("AddressRefused", outbound.REFUSED)
