@@ -13,12 +13,15 @@ import asyncio
 import atexit
 import concurrent.futures
 import functools
+import ipaddress
 import json
+import socket
 import ssl
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import urllib3
@@ -26,9 +29,42 @@ import uvloop
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from nvke import outbound
 from nvke.providers.base import ProviderError
 
 from .client import CALL_DEADLINE_S, TIMEOUT, api_error, transport_error
+
+
+class _AddressRefused(OSError):
+    """The host resolved to an address the policy refuses (aiohttp wraps a resolver's OSError)."""
+
+
+class _CheckedResolver(aiohttp.abc.AbstractResolver):
+    """Names resolved as client.py's connections resolve them (nvke/outbound.py): to the address checked,
+    or not at all, on every new connection, so a name re-pointed after attach is refused here too."""
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
+        loop = asyncio.get_running_loop()
+        try:
+            address = await loop.run_in_executor(None, outbound.checked_address, host, port)
+        except outbound.AddressRefused:
+            raise _AddressRefused(outbound.REFUSED) from None
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        return [{"hostname": host, "host": address, "port": port, "family": family, "proto": 0, "flags": 0}]
+
+    async def close(self) -> None:
+        pass
+
+
+def _admitted(url: str) -> bool:
+    """Whether an endpoint given as an IP address may be called: aiohttp asks no resolver for one."""
+    host = urlsplit(url).hostname or ""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return True  # a name: the resolver checks it
+    return outbound.allowed(host)
+
 
 LISTS_AT_ONCE = 32  # lists in flight per process: a restart of many clusters queues, not floods
 MAX_LINE_BYTES = 8 * 1024 * 1024  # one watch event (the API server stores objects up to ~1.5 MiB)
@@ -118,7 +154,9 @@ class Hub:
             pass
 
     async def _open(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
-        connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
+        connector = aiohttp.TCPConnector(  # no DNS cache: every new connection's name is checked again
+            limit=0, enable_cleanup_closed=True, resolver=_CheckedResolver(), use_dns_cache=False
+        )
         return aiohttp.ClientSession(connector=connector, trust_env=False), asyncio.Semaphore(LISTS_AT_ONCE)
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -162,6 +200,8 @@ def hub() -> Hub:
 
 def _transport(error: BaseException) -> ProviderError:
     """client.py's words for a request that got no HTTP answer."""
+    if isinstance(getattr(error, "os_error", error), _AddressRefused):
+        return ProviderError("AddressRefused", outbound.REFUSED)
     if isinstance(error, aiohttp.ClientSSLError | ssl.SSLError):
         return transport_error(urllib3.exceptions.SSLError())
     return transport_error(urllib3.exceptions.HTTPError())
@@ -176,6 +216,8 @@ async def _open(list_fn: Callable, read_s: float, params: dict[str, Any]) -> aio
     """GET the request `list_fn(**params)` would send; a refusal raises its ProviderError."""
     built = request(list_fn, **params)
     context, server_name = tls_of(_method(list_fn)[0].__self__.api_client.configuration)
+    if not _admitted(built.url):
+        raise ProviderError("AddressRefused", outbound.REFUSED)
     try:
         response = await hub().session.get(
             built.url,

@@ -107,3 +107,18 @@ def test_a_redirect_is_an_answer_never_followed(server):
         streams.hub().call(streams.get_json(api.list_node), 10)
     assert error.value.status == 302 and "elsewhere" not in error.value.message
     assert seen == ["/api/v1/nodes"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_the_address_policy_holds_for_streams_too(server, settings, host):
+    async def handler(request):
+        listed = {"kind": "NodeList", "metadata": {"resourceVersion": "1"}, "items": []}
+        return web.json_response(listed, headers={"Connection": "close"})  # the next call connects anew
+
+    api, seen = server(handler)
+    api.api_client.configuration.host = api.api_client.configuration.host.replace("127.0.0.1", host)
+    assert streams.hub().call(streams.get_json(api.list_node), 10)["kind"] == "NodeList"  # admitted
+    settings.NVKE_OUTBOUND_ALLOWED_NETWORKS = []  # loopback refused, as in production
+    with pytest.raises(ProviderError) as refused:
+        streams.hub().call(streams.get_json(api.list_node), 10)
+    assert refused.value.reason == "AddressRefused" and len(seen) == 1  # nothing more was sent
