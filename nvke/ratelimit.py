@@ -27,6 +27,7 @@ from typing import TypeVar
 import redis
 from cachetools import TLRUCache
 from django.conf import settings
+from django.http import HttpResponse
 
 from nvke import caches
 from nvke.errors import DomainError
@@ -201,3 +202,25 @@ def forget(key: str) -> None:
     else:
         with MEMORY.lock:
             MEMORY.counts.pop(PREFIX + key, None)
+
+
+class UnavailableMiddleware:
+    """Outside the API (which answers `Unavailable` itself), a check the store could not make — the
+    sign-in lockout on the UI's and the admin's sign-in pages — is a 503 that says so, not a 500."""
+
+    def __init__(self, get_response: Callable):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception: Exception):
+        if not isinstance(exception, Unavailable):
+            return None
+        response = HttpResponse(
+            f"<!doctype html><title>Try again shortly</title><p>{exception.message}</p>",
+            status=503,
+            content_type="text/html; charset=utf-8",
+        )
+        response["Retry-After"] = "5"
+        return response

@@ -114,6 +114,7 @@ MIDDLEWARE = [
     "nvke.api.parsers.RejectNulInQueryMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "nvke.ratelimit.UnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "nvke.urls"

@@ -173,3 +173,18 @@ def test_bad_token_and_anonymous_handshakes_are_limited_per_address(owner, setti
     assert [ws_outcome("/ws/events/") for _ in range(4)] == ["closed 4403"] * 2 + ["closed 4429"] * 2
     # A signed-in session is not counted as anonymous.
     assert [ws_outcome("/ws/events/", owner) for _ in range(3)] == ["open"] * 3
+
+
+@pytest.mark.parametrize("path", ["/login/", "/admin/login/"])
+def test_without_redis_a_sign_in_page_says_503_not_500(client, settings, path):
+    """The sign-in lockout lives in Redis too: with it down, a sign-in is refused as unavailable."""
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    ratelimit._client.cache_clear()
+    ratelimit._scripts.cache_clear()
+    try:
+        response = client.post(path, {"username": "someone", "password": "guess"})
+        assert response.status_code == 503, response.content[:200]
+        assert b"Redis" in response.content and response["Retry-After"] == "5"
+    finally:
+        ratelimit._client.cache_clear()
+        ratelimit._scripts.cache_clear()
