@@ -20,6 +20,7 @@ from nvke.tenancy.api.views import (
     InvitationViewSet,
     MembershipViewSet,
     MyInvitationViewSet,
+    OperatorTokenViewSet,
     me,
 )
 from telemetry.api.views import (
@@ -33,6 +34,7 @@ from telemetry.api.views import (
     PreflightView,
     TelemetryEventViewSet,
 )
+from upgrades.api.fleet import fleet
 from upgrades.api.views import (
     ClusterMaintenanceViewSet,
     ClusterVersionsViewSet,
@@ -60,6 +62,7 @@ router.register("regions", RegionViewSet)
 router.register("claims", ClaimViewSet)
 router.register("claim-groups", ClaimGroupViewSet)
 router.register("tokens", ApiTokenViewSet)
+router.register("operator-tokens", OperatorTokenViewSet, basename="operator-token")
 router.register("telemetry/node-tokens", NodeTokenViewSet)
 router.register("telemetry/gpus", GpuTelemetryViewSet, basename="telemetry-gpu")
 router.register("telemetry/events", TelemetryEventViewSet)
@@ -75,6 +78,7 @@ router.register("fleet-rollouts", FleetRolloutViewSet)
 
 urlpatterns = [
     path("me/", me, name="me"),
+    path("fleet/", fleet, name="fleet"),
     path("telemetry/ingest/", IngestView.as_view(), name="telemetry-ingest"),
     path("telemetry/inventory/", InventoryView.as_view(), name="telemetry-inventory"),
     path("telemetry/preflight/", PreflightView.as_view(), name="telemetry-preflight"),
