@@ -19,6 +19,8 @@ PAGES = {
 VERBS = {"create": "created", "update": "changed", "delete": "deleted"}
 HIDDEN = {"tenant", "id"}
 EMPTY = (None, "", [], {})
+MOVE_FIELDS = {"node", "gpu_model", "isolation"}  # a move as claims.allocator.moves records it
+LABELS = {"gpu_model": "GPU model"}  # words a field's name does not give
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ def line(entry: AuditEntry) -> Line:
         model = None
     kind = str(model._meta.verbose_name) if model else entry.object_type
     verb = VERBS.get(entry.action, entry.action)
-    if entry.object_type == "claims.claim" and set(entry.changes) == {"node"}:
+    if entry.object_type == "claims.claim" and "node" in entry.changes and set(entry.changes) <= MOVE_FIELDS:
         verb = "moved"
     changes = []
     for field, (before, after) in entry.changes.items():
@@ -56,6 +58,8 @@ def line(entry: AuditEntry) -> Line:
 
 
 def _label(model, name: str) -> str:
+    if name in LABELS:
+        return LABELS[name]
     try:
         return str(model._meta.get_field(name).verbose_name) if model else name
     except Exception:  # a field since removed: its name is all there is

@@ -5,10 +5,10 @@ callers apply and write what it finds."""
 from collections import Counter
 
 from claims import allocation as core
-from claims.allocation.state import unplaceable
+from claims.allocation.state import isolation_on, unplaceable
 from claims.allocator.inventory import CACHE, Inventory, Snapshot
-from claims.allocator.shapes import pool_shape, request_of
-from claims.allocator.shortfall import shortfall
+from claims.allocator.shapes import catalog_shapes, pool_shape, request_of
+from claims.allocator.shortfall import AT_MAXIMUM, SCALE_UP, shortfall
 from claims.models import Claim
 from nodepools.models import NodePool
 from nvke import caches
@@ -16,16 +16,35 @@ from nvke import caches
 
 def refusal_if_never_fits(claim: Claim) -> str | None:
     """Why the claim can never fit: not even an empty node of its pool, or, when it names none, of any
-    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400)."""
+    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400);
+    with what it needs against the most an empty node offers, for the reason most nodes gave."""
+    request = request_of(claim)
     if claim.pool_id:
-        return core.fits_ever(request_of(claim), [pool_shape(claim.pool)])
-    return CACHE.catalog_refusal(request_of(claim))
+        shapes = [pool_shape(claim.pool)]
+        reason = core.fits_ever(request, shapes)
+    else:
+        reason = CACHE.catalog_refusal(request)
+        shapes = catalog_shapes() if reason else []  # the figures: only for a refusal, which is rare
+    if not reason:
+        return None
+    refused = core.empty_fleet(shapes).place(request, "binpack")
+    top = max(refused.counts, key=refused.counts.get) if refused.counts else ""
+    numbers = shortfall(request, shapes, top, helps="") if top else ""
+    return f"{reason}. It {numbers}" if numbers else reason
 
 
 def candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
+    """The pools to try, in order. Whole GPUs go to exclusive pools first (sharing pools give them only
+    idle GPUs); a fraction to the pools that isolate it most first (MPS holds its memory, time-slicing
+    does not), so "any pool" keeps what isolation it can and a move keeps it where it can."""
     pools = [p for p in inventory.pools if not claim.pool_id or p.pk == claim.pool_id]
-    # Whole GPUs go to exclusive pools first; sharing pools give them only idle GPUs.
-    return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
+    return sorted(
+        pools,
+        key=lambda p: (
+            claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive",
+            -core.ISOLATION_RANK[isolation_on(claim.kind, p.sharing_mode)],
+        ),
+    )
 
 
 def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None, str]:
@@ -66,5 +85,8 @@ def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapsho
     if numbers is None:
         top = max(reason.counts, key=reason.counts.get)
         nodes = [node for pk in pools for node in snap.inventory.pool_nodes[pk]]
-        numbers = _SHORTFALLS.put(key, shortfall(request, nodes, top))
+        # Scaling up helps only where a pool has room to grow.
+        tried = [pool for pool in snap.inventory.pools if pool.pk in pools]
+        helps = AT_MAXIMUM if tried and all(p.node_count >= p.max_nodes for p in tried) else SCALE_UP
+        numbers = _SHORTFALLS.put(key, shortfall(request, nodes, top, helps))
     return f"{reason.reason}. It {numbers}" if numbers else reason.reason
