@@ -393,7 +393,8 @@ def claim_filter(data, queryset, namespaces: list[str]) -> ClaimFilter:
         choices=[("", "Any namespace"), *((ns, ns) for ns in namespaces)]
     )
     # Released claims are gone from the table; the audit log keeps them (frontend.views.claims).
-    fields["status"].choices = [("", "Any status"), *Claim.Status.choices, (RELEASED, "Released")]
+    fields["status"].empty_label = "Any status"
+    fields["status"].choices = [*Claim.Status.choices, (RELEASED, "Released")]
     fields["namespace"].label, fields["status"].label = "Namespace", "Status"
     return filterset
 
