@@ -125,3 +125,12 @@ def test_a_pool_at_its_maximum_is_not_told_to_scale_up(pool, tenant):
     waiting = create_claim(context=ctx, cluster=pool.cluster, name="more", kind="whole", pool=pool)
     assert waiting.status == "pending" and "scale the pool up" not in waiting.pending_reason
     assert "max_nodes" in waiting.pending_reason
+
+
+def test_the_rbac_manifest_reads_as_grants_and_plain_yaml(ui, catalog):
+    page = text(ui.get("/clusters/attach/"))
+    grants = re.search(r"<table class=\"table\" data-rbac-grants>(.*?)</table>", page, re.S)[1]
+    assert "<code>nodes</code>" in grants and "cordon" in grants  # each resource, its verbs and why
+    assert page.index("data-rbac-grants") < page.index("data-rbac-manifest")  # the YAML folded below
+    download = ui.get("/clusters/attach/rbac.yaml").content.decode()
+    assert "&id0" not in download and "*id0" not in download and "&id0" not in page
