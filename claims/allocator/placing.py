@@ -5,6 +5,7 @@ callers apply and write what it finds."""
 from collections import Counter
 
 from claims import allocation as core
+from claims.allocation import fleet
 from claims.allocation.state import isolation_on, unplaceable
 from claims.allocator.inventory import CACHE, Inventory, Snapshot
 from claims.allocator.shapes import catalog_shapes, pool_shape, request_of
@@ -27,7 +28,7 @@ def refusal_if_never_fits(claim: Claim) -> str | None:
         shapes = catalog_shapes() if reason else []  # the figures: only for a refusal, which is rare
     if not reason:
         return None
-    refused = core.empty_fleet(shapes).place(request, "binpack")
+    refused = core.empty_fleet(shapes).place(request, fleet.BINPACK)
     top = max(refused.counts, key=refused.counts.get) if refused.counts else ""
     numbers = shortfall(request, shapes, top, helps="") if top else ""
     return f"{reason}. It {numbers}" if numbers else reason
