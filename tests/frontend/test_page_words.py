@@ -134,3 +134,12 @@ def test_the_rbac_manifest_reads_as_grants_and_plain_yaml(ui, catalog):
     assert page.index("data-rbac-grants") < page.index("data-rbac-manifest")  # the YAML folded below
     download = ui.get("/clusters/attach/rbac.yaml").content.decode()
     assert "&id0" not in download and "*id0" not in download and "&id0" not in page
+
+
+def test_driver_upgrade_forms_name_no_field_they_lack(ui, ui_for, pool, django_user_model):
+    operator = django_user_model.objects.create_user("operator", password="pw-secret-123", is_staff=True)
+    for page in (
+        text(ui.get(f"/pools/{pool.pk}/upgrade/")),
+        text(ui_for(operator).get("/fleet-rollouts/new/")),
+    ):
+        assert 'name="max_unavailable"' in page and "max_surge" not in page and "at least one" in page
