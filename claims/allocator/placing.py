@@ -34,28 +34,37 @@ def refusal_if_never_fits(claim: Claim) -> str | None:
     return f"{reason}. It {numbers}" if numbers else reason
 
 
-def candidate_pools(claim: Claim, inventory: Inventory) -> list[NodePool]:
+def candidate_pools(claim: Claim, inventory: Inventory, keep_model: str = "") -> list[NodePool]:
     """The pools to try, in order. Whole GPUs go to exclusive pools first (sharing pools give them only
     idle GPUs); a fraction to the pools that isolate it most first (MPS holds its memory, time-slicing
-    does not), so "any pool" keeps what isolation it can and a move keeps it where it can."""
+    does not), so "any pool" keeps what isolation it can; a claim being moved (`keep_model`: the GPU
+    model it leaves) to pools of its model before others."""
     pools = [p for p in inventory.pools if not claim.pool_id or p.pk == claim.pool_id]
     return sorted(
         pools,
         key=lambda p: (
             claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive",
             -core.ISOLATION_RANK[isolation_on(claim.kind, p.sharing_mode)],
+            bool(keep_model) and p.gpu_model.display_name != keep_model,
         ),
     )
 
 
-def find_placement(claim: Claim, snap: Snapshot) -> tuple[core.Placement | None, str]:
-    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits."""
+def model_at(snap: Snapshot, node_id: int) -> str:
+    """The GPU model (its name in words) of a node of the snapshot: what a move from it keeps if it can."""
+    pool_pk = snap.pool_of.get(node_id)
+    return next((p.gpu_model.display_name for p in snap.inventory.pools if p.pk == pool_pk), "")
+
+
+def find_placement(claim: Claim, snap: Snapshot, keep_model: str = "") -> tuple[core.Placement | None, str]:
+    """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits.
+    `keep_model`: the GPU model a claim being moved leaves, whose pools it tries first."""
     request = request_of(claim)
     workload = CACHE.workload(claim.cluster_id)
     counts: Counter[str] = Counter()
     total = 0
     tried = []
-    for pool in candidate_pools(claim, snap.inventory):
+    for pool in candidate_pools(claim, snap.inventory, keep_model):
         nodes = snap.inventory.pool_nodes[pool.pk]
         total += len(nodes)
         if not nodes:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from claims.allocator.groups import place_group
 from claims.allocator.inventory import CACHE, Snapshot
 from claims.allocator.locks import allocation_lock
-from claims.allocator.placing import find_placement
+from claims.allocator.placing import find_placement, model_at
 from claims.models import Claim
 from nodepools.models import Node
 
@@ -48,7 +48,7 @@ def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[DrainO
             if claim.group_id is not None:
                 result[node_id].append(_group_outcome(claim, snap, names))
                 continue
-            placement, reason = find_placement(claim, snap)
+            placement, reason = find_placement(claim, snap, model_at(snap, node_id))  # as evict_claims
             if placement is None:
                 result[node_id].append(DrainOutcome(claim, "", reason))
                 continue

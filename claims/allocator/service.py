@@ -194,7 +194,7 @@ def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
         Allocation.objects.filter(claim__in=claims).delete()
         for claim in claims:
             snap.remove(claim.pk)
-        placed = _place_all(claims, snap)
+        placed = _place_all(claims, snap, before)
         moves.record_moves(claims, before)
         return placed
 
@@ -312,11 +312,12 @@ def nodes_removed(nodes: QuerySet[Node]) -> None:
     )
 
 
-def _place_all(claims: list[Claim], snap: Snapshot) -> int:
+def _place_all(claims: list[Claim], snap: Snapshot, moved_from: dict | None = None) -> int:
     """Place what fits, in order (each placement counts for the next), let what still waits preempt
     claims of lower priority (`preemption`), record why the rest wait, and write it all in a handful of
     statements. A group's members are placed together, as a unit, where the first of them comes.
-    Returns how many were placed."""
+    `moved_from`: claim id → where a claim being moved was (`moves.Where`): it keeps its GPU model if
+    it can. Returns how many were placed."""
     placed = []
     now = timezone.now()
     groups_seen = set()
@@ -327,7 +328,8 @@ def _place_all(claims: list[Claim], snap: Snapshot) -> int:
                 members = [c for c in claims if c.group_id == claim.group_id]
                 placed += place_group(claim.group, members, snap)
             continue
-        placement, reason = find_placement(claim, snap)
+        was = (moved_from or {}).get(claim.pk)
+        placement, reason = find_placement(claim, snap, was.gpu_model if was else "")
         if placement is not None:
             snap.apply(claim.pk, placement)
             placed.append((claim, placement))

@@ -99,3 +99,23 @@ def test_a_move_that_keeps_model_and_isolation_records_the_node_alone():
     assert moves.move_changes(before, after) == {"node": ["n1", "n2"]}
     assert moves.move_changes(before, None) == {"node": ["n1", None]}
     assert moves.move_changes(before, before) == {}
+
+
+def test_a_drained_claim_keeps_its_gpu_model_where_it_can(owner, make_cluster, make_pool):
+    """Three MPS pools, by name: A10, L4, A10. A claim on the first A10 that a drain moves goes to the
+    other A10 pool, not to the L4 that comes first by name, and the drain preview says the same."""
+    cluster = make_cluster(owner.memberships.get().tenant, "models")
+    for name, model in (("a-a10", "a10"), ("b-l4", "l4"), ("c-a10", "a10")):
+        reconcile(make_pool(cluster, name=name, gpu_model=model, sharing_mode="mps", nodes=1).pk)
+    claim = fraction(owner, cluster, "stays")
+    assert pool_of(claim) == "a-a10"
+    node = Node.objects.get(pool__name="a-a10")
+    set_cordons(cluster.pk, {node.pk: True})
+    from claims.allocator import drain_preview
+
+    (outcome,) = drain_preview(cluster.pk, [node.pk])[node.pk]
+    assert outcome.to_node == Node.objects.get(pool__name="c-a10").name
+    evict_node(cluster.pk, node.pk)
+    assert pool_of(claim) == "c-a10"
+    entry = AuditEntry.objects.filter(object_type="claims.claim", object_id=str(claim.pk)).latest("id")
+    assert set(entry.changes) == {"node"}  # same model, same isolation: a move and nothing more
