@@ -4,20 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('claims', '0004_claim_preemption'),
+        ("claims", "0004_claim_preemption"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='claim',
-            name='min_isolation',
-            field=models.CharField(choices=[('none', 'Any: time-slicing will do'), ('memory-capped', 'Memory held (MPS or better)'), ('hard', 'Hard: a MIG slice or a whole GPU'), ('exclusive', 'Exclusive: whole GPUs')], default='none', help_text='The least isolation it may be placed with (claims.allocation.state.ISOLATION_LEVELS)', max_length=16),
+            model_name="claim",
+            name="min_isolation",
+            field=models.CharField(
+                choices=[
+                    ("none", "Any: time-slicing will do"),
+                    ("memory-capped", "Memory held (MPS or better)"),
+                    ("hard", "Hard: a MIG slice or a whole GPU"),
+                    ("exclusive", "Exclusive: whole GPUs"),
+                ],
+                default="none",
+                help_text="The least isolation it may be placed with (claims.allocation.state.ISOLATION_LEVELS)",
+                max_length=16,
+            ),
         ),
         migrations.AlterField(
-            model_name='claim',
-            name='source',
-            field=models.CharField(choices=[('api', "NVKE's API"), ('ui', "NVKE's web UI"), ('resourceclaim', 'A ResourceClaim on the cluster'), ('pod', 'A pod scheduled by NVKE')], default='api', help_text="What made it: NVKE's API, or a ResourceClaim or pod on the cluster that NVKE adopted", max_length=16),
+            model_name="claim",
+            name="source",
+            field=models.CharField(
+                choices=[
+                    ("api", "NVKE's API"),
+                    ("ui", "NVKE's web UI"),
+                    ("resourceclaim", "A ResourceClaim on the cluster"),
+                    ("pod", "A pod scheduled by NVKE"),
+                ],
+                default="api",
+                help_text="What made it: NVKE's API, or a ResourceClaim or pod on the cluster that NVKE adopted",
+                max_length=16,
+            ),
         ),
     ]
