@@ -84,6 +84,7 @@ class Claim(models.Model):
 
     class Source(models.TextChoices):
         API = "api", "NVKE's API"
+        UI = "ui", "NVKE's web UI"
         RESOURCE_CLAIM = "resourceclaim", "A ResourceClaim on the cluster"
         POD = "pod", "A pod scheduled by NVKE"
 
@@ -121,6 +122,17 @@ class Claim(models.Model):
     cpu_milli = models.PositiveIntegerField(default=0)
     host_memory_mib = models.PositiveIntegerField(default=0)
     allowed_models = models.JSONField(default=list, blank=True, help_text="GPU model names; empty = any")
+    min_isolation = models.CharField(
+        max_length=16,
+        choices=[
+            ("none", "Any: time-slicing will do"),
+            ("memory-capped", "Memory held (MPS or better)"),
+            ("hard", "Hard: a MIG slice or a whole GPU"),
+            ("exclusive", "Exclusive: whole GPUs"),
+        ],
+        default="none",
+        help_text="The least isolation it may be placed with (claims.allocation.state.ISOLATION_LEVELS)",
+    )
     priority = models.SmallIntegerField(default=0, help_text="Higher is placed first when capacity frees")
     training = models.BooleanField(
         default=False,

@@ -27,6 +27,7 @@ CLAIM_COLUMNS = (
     "cpu_milli",
     "host_memory_mib",
     "allowed_models",
+    "min_isolation",
     "priority",
     "training",
     "preemptible",

@@ -156,7 +156,7 @@ def record(cluster_id: int, report: WorkloadReport) -> None:
         state = states.get((claim.namespace, claim.name))
         if state is None:
             continue
-        if state.state == "gone" and claim.source != Claim.Source.API:
+        if state.state == "gone" and claim.source in (Claim.Source.RESOURCE_CLAIM, Claim.Source.POD):
             release_claim(claim)
             emptied.add(claim.group_id)
             continue

@@ -314,6 +314,14 @@ class ClaimCreateForm(forms.Form):
         help_text="Place it only on these GPU models (none chosen: any model of the cluster's pools).",
         widget=forms.CheckboxSelectMultiple,
     )
+    min_isolation = forms.ChoiceField(
+        choices=Claim._meta.get_field("min_isolation").choices,
+        initial="none",
+        required=False,  # as in the API: not given, any
+        label="Isolation at least",
+        help_text="Never placed with less: memory held needs an MPS pool (or a MIG slice or whole GPUs); "
+        "a fraction is at most memory held, a MIG slice at most hard.",
+    )
     training = forms.BooleanField(
         required=False,
         label="Training job",
@@ -363,6 +371,7 @@ class ClaimCreateForm(forms.Form):
         data = dict(self.cleaned_data)
         data["gpu_memory_mib"] = data.pop("gpu_memory")
         data["preemptible"] = not data.pop("non_preemptible")
+        data["min_isolation"] = data["min_isolation"] or "none"
         kind = data["kind"]
         if kind != Claim.Kind.WHOLE:
             data.update(gpus=1, nvlink_required=False)
@@ -377,6 +386,9 @@ class TenantSwitchForm(forms.Form):
     tenant = forms.IntegerField()
 
 
+RELEASED = "released"  # the claims page's status filter: released claims, from the audit log
+
+
 def claim_filter(data, queryset, namespaces: list[str]) -> ClaimFilter:
     """The API's ClaimFilter on a cluster's claims page: its namespaces and the statuses, as selects."""
     filterset = ClaimFilter(data, queryset=queryset)
@@ -386,7 +398,9 @@ def claim_filter(data, queryset, namespaces: list[str]) -> ClaimFilter:
     fields["namespace"].widget = forms.Select(
         choices=[("", "Any namespace"), *((ns, ns) for ns in namespaces)]
     )
-    fields["status"].widget.choices = [("", "Any status"), *Claim.Status.choices]
+    # Released claims are gone from the table; the audit log keeps them (frontend.views.claims).
+    fields["status"].empty_label = "Any status"
+    fields["status"].choices = [*Claim.Status.choices, (RELEASED, "Released")]
     fields["namespace"].label, fields["status"].label = "Namespace", "Status"
     return filterset
 

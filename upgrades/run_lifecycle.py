@@ -70,7 +70,7 @@ LIFECYCLE: tuple[LifecycleMove, ...] = (
         {P.RUNNING},
         P.PAUSED,
         "Paused",
-        "Paused by an operator; nodes in flight finish their upgrade.",
+        "Paused; nodes in flight finish their upgrade.",
     ),
     _move(
         Control.RESUME,

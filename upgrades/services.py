@@ -262,6 +262,9 @@ def control(run: UpgradeRun, action: str, *, context: TenantContext | None = Non
         if move.approves:
             run.approved_at = now
         enter(run, move, now)
+        if move.to == Phase.PAUSED:  # who paused it: a tenant's member, or an operator's rollout
+            who = f"by {user.get_username()}" if user is not None else "with its fleet rollout"
+            run.message = f"Paused {who}; nodes in flight finish their upgrade."
         run.save()
         events.publish_run(run)
         if run.status in LIVE:

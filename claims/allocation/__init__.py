@@ -6,6 +6,8 @@ from claims.allocation.defrag import ClaimMove, plan_defrag
 from claims.allocation.fgd import Distribution, Workload
 from claims.allocation.fleet import POLICIES, Fleet, PlacementCache, empty_fleet, fits_ever, place
 from claims.allocation.state import (
+    ISOLATION_LEVELS,
+    ISOLATION_RANK,
     GpuState,
     MigSlice,
     NodeState,
@@ -18,6 +20,8 @@ from claims.allocation.state import (
 )
 
 __all__ = [
+    "ISOLATION_LEVELS",
+    "ISOLATION_RANK",
     "POLICIES",
     "Distribution",
     "Fleet",

@@ -59,6 +59,7 @@ from claims.allocation.state import (
     MODES_FOR_KIND,
     WHOLE,
     Request,
+    isolation_allowed,
     mig_start_fits,
 )
 
@@ -309,6 +310,7 @@ def static_admits(static: StaticInfo, profile_names: set[str], shape: Request) -
         and not static.preflight_failure
         and (not shape.allowed_models or static.gpu_model in shape.allowed_models)
         and static.mode in MODES_FOR_KIND[shape.kind]
+        and isolation_allowed(shape, static.mode)
         and (shape.kind != MIG_SLICE or shape.mig_profile in profile_names)
     )
 

@@ -40,6 +40,7 @@ from claims.allocation.state import (
     Request,
     Unplaceable,
     apply_to_node,
+    isolation_allowed,
     mig_start_fits,
     release_from_node,
     unplaceable,
@@ -53,6 +54,7 @@ NOT_SCHEDULABLE = "node not schedulable"
 FAILED_PREFLIGHT = "node failed its sharing preflight"
 MODEL_NOT_ALLOWED = "GPU model not allowed"
 WRONG_MODE = "wrong sharing mode"
+ISOLATION_BELOW_ASKED = "isolation below the claim's"
 NO_PROFILE = "MIG profile not offered"
 INSUFFICIENT_CPU = "insufficient CPU"
 INSUFFICIENT_HOST_MEMORY = "insufficient host memory"
@@ -67,6 +69,7 @@ REASONS = (
     FAILED_PREFLIGHT,
     MODEL_NOT_ALLOWED,
     WRONG_MODE,
+    ISOLATION_BELOW_ASKED,
     NO_PROFILE,
     INSUFFICIENT_CPU,
     INSUFFICIENT_HOST_MEMORY,
@@ -146,6 +149,8 @@ def candidates(interner: Interner, node: InternedNode, request: Request) -> int 
         return _REASON[MODEL_NOT_ALLOWED]
     if static.mode not in MODES_FOR_KIND[request.kind]:
         return _REASON[WRONG_MODE]
+    if not isolation_allowed(request, static.mode):
+        return _REASON[ISOLATION_BELOW_ASKED]
     if request.kind == MIG_SLICE and not any(p.name == request.mig_profile for p in static.profiles):
         return _REASON[NO_PROFILE]
     if request.cpu_milli > node.cpu_free:

@@ -38,6 +38,24 @@ MODES_FOR_KIND = {
 
 # Isolation of a fraction by the node's sharing mode.
 FRACTION_ISOLATION = {MPS: "memory-capped", TIME_SLICING: "none", FRACTIONAL: "none"}
+# Isolation levels, weakest first: what a claim may ask for at least (`Request.min_isolation`).
+ISOLATION_LEVELS = ("none", "memory-capped", "hard", "exclusive")
+ISOLATION_RANK = {level: rank for rank, level in enumerate(ISOLATION_LEVELS)}
+
+
+def isolation_on(kind: str, mode: str) -> str:
+    """The isolation a claim of `kind` gets on a node of sharing `mode` (the mode fits the kind)."""
+    if kind == WHOLE:
+        return "exclusive"
+    if kind == MIG_SLICE:
+        return "hard"
+    return FRACTION_ISOLATION.get(mode, "none")
+
+
+def isolation_allowed(request: Request, mode: str) -> bool:
+    """Whether a node of sharing `mode` gives the claim at least the isolation it asks for."""
+    return ISOLATION_RANK[isolation_on(request.kind, mode)] >= ISOLATION_RANK[request.min_isolation]
+
 
 MILLI = 1000  # compute share of one whole GPU
 
@@ -148,11 +166,14 @@ class Request:
     cpu_milli: int = 0
     host_memory_mib: int = 0
     allowed_models: frozenset[str] = frozenset()  # empty = any
+    min_isolation: str = "none"  # the least isolation it may be placed with (ISOLATION_LEVELS)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allowed_models", frozenset(self.allowed_models))
         if self.kind not in KINDS:
             raise ValueError(f"unknown claim kind {self.kind!r}")
+        if self.min_isolation not in ISOLATION_RANK:
+            raise ValueError(f"unknown isolation {self.min_isolation!r}")
         if self.cpu_milli < 0 or self.host_memory_mib < 0 or self.memory_mib < 0:
             raise ValueError("negative resources")
         if self.kind == WHOLE and not 1 <= self.gpus <= 8:

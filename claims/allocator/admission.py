@@ -64,15 +64,18 @@ def use_of(placement: core.Placement) -> Use:
     return Use(gpus if placement.isolation == "exclusive" else 0, placement.memory_mib * gpus)
 
 
-def place(claim: Claim, snap: Snapshot, book: Book | None) -> tuple[core.Placement | None, str]:
-    """Where the claim fits among GPU models its queue admits it on; else why it waits (its queue's
-    reason when the fleet had room). Charges the book with what it places; the caller applies it."""
+def place(
+    claim: Claim, snap: Snapshot, book: Book | None, keep_model: str = ""
+) -> tuple[core.Placement | None, str]:
+    """Where the claim fits among GPU models its queue admits it on (those of `keep_model` first, as
+    `find_placement`); else why it waits (its queue's reason when the fleet had room). Charges the book
+    with what it places; the caller applies it."""
     if book is None or claim.queue_id is None:
-        return find_placement(claim, snap)
+        return find_placement(claim, snap, keep_model)
     refused: set[str] = set()
     why = ""
     while True:
-        placement, reason = find_placement(claim, snap, refused)
+        placement, reason = find_placement(claim, snap, keep_model, refused)
         if placement is None:
             return None, f"Waiting for its queue's quota: {why}." if why else reason
         model = model_of(snap, placement)

@@ -187,6 +187,7 @@ def placement_json(p: core.Placement) -> dict:
             "cpu_milli": r.cpu_milli,
             "host_memory_mib": r.host_memory_mib,
             "allowed_models": sorted(r.allowed_models),
+            "min_isolation": r.min_isolation,
         },
     }
 

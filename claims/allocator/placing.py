@@ -5,10 +5,11 @@ callers apply and write what it finds."""
 from collections import Counter
 
 from claims import allocation as core
-from claims.allocation.state import unplaceable
+from claims.allocation import fleet
+from claims.allocation.state import isolation_on, unplaceable
 from claims.allocator.inventory import CACHE, Inventory, Snapshot
-from claims.allocator.shapes import pool_shape, request_of
-from claims.allocator.shortfall import shortfall
+from claims.allocator.shapes import catalog_shapes, pool_shape, request_of
+from claims.allocator.shortfall import AT_MAXIMUM, SCALE_UP, shortfall
 from claims.models import Claim
 from nodepools.models import NodePool
 from nvke import caches
@@ -16,34 +17,64 @@ from nvke import caches
 
 def refusal_if_never_fits(claim: Claim) -> str | None:
     """Why the claim can never fit: not even an empty node of its pool, or, when it names none, of any
-    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400)."""
+    pool the cluster could be given from the catalog (a missing pool is a pending reason, not a 400);
+    with what it needs against the most an empty node offers, for the reason most nodes gave."""
+    request = request_of(claim)
     if claim.pool_id:
-        return core.fits_ever(request_of(claim), [pool_shape(claim.pool)])
-    return CACHE.catalog_refusal(request_of(claim))
+        shapes = [pool_shape(claim.pool)]
+        reason = core.fits_ever(request, shapes)
+    else:
+        reason = CACHE.catalog_refusal(request)
+        shapes = catalog_shapes() if reason else []  # the figures: only for a refusal, which is rare
+    if not reason:
+        return None
+    refused = core.empty_fleet(shapes).place(request, fleet.BINPACK)
+    top = max(refused.counts, key=refused.counts.get) if refused.counts else ""
+    numbers = shortfall(request, shapes, top, helps="") if top else ""
+    return f"{reason}. It {numbers}" if numbers else reason
 
 
-def candidate_pools(claim: Claim, inventory: Inventory, refused: set[str] = frozenset()) -> list[NodePool]:
-    """`refused`: GPU models the claim's queue does not admit it on."""
+def candidate_pools(
+    claim: Claim, inventory: Inventory, keep_model: str = "", refused: set[str] = frozenset()
+) -> list[NodePool]:
+    """The pools to try, in order. Whole GPUs go to exclusive pools first (sharing pools give them only
+    idle GPUs); a fraction to the pools that isolate it most first (MPS holds its memory, time-slicing
+    does not), so "any pool" keeps what isolation it can; a claim being moved (`keep_model`: the GPU
+    model it leaves) to pools of its model before others. `refused`: GPU models the claim's queue does
+    not admit it on."""
     pools = [
         p
         for p in inventory.pools
         if (not claim.pool_id or p.pk == claim.pool_id) and p.gpu_model.name not in refused
     ]
-    # Whole GPUs go to exclusive pools first; sharing pools give them only idle GPUs.
-    return sorted(pools, key=lambda p: claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive")
+    return sorted(
+        pools,
+        key=lambda p: (
+            claim.kind == Claim.Kind.WHOLE and p.sharing_mode != "exclusive",
+            -core.ISOLATION_RANK[isolation_on(claim.kind, p.sharing_mode)],
+            bool(keep_model) and p.gpu_model.display_name != keep_model,
+        ),
+    )
+
+
+def model_at(snap: Snapshot, node_id: int) -> str:
+    """The GPU model (its name in words) of a node of the snapshot: what a move from it keeps if it can."""
+    pool_pk = snap.pool_of.get(node_id)
+    return next((p.gpu_model.display_name for p in snap.inventory.pools if p.pk == pool_pk), "")
 
 
 def find_placement(
-    claim: Claim, snap: Snapshot, refused: set[str] = frozenset()
+    claim: Claim, snap: Snapshot, keep_model: str = "", refused: set[str] = frozenset()
 ) -> tuple[core.Placement | None, str]:
     """The first candidate pool (in order) that fits, by that pool's policy; else why nothing fits.
-    `refused`: GPU models its queue does not admit it on."""
+    `keep_model`: the GPU model a claim being moved leaves, whose pools it tries first; `refused`: GPU
+    models its queue does not admit it on."""
     request = request_of(claim)
     workload = CACHE.workload(claim.cluster_id)
     counts: Counter[str] = Counter()
     total = 0
     tried = []
-    for pool in candidate_pools(claim, snap.inventory, refused):
+    for pool in candidate_pools(claim, snap.inventory, keep_model, refused):
         nodes = snap.inventory.pool_nodes[pool.pk]
         total += len(nodes)
         if not nodes:
@@ -74,5 +105,8 @@ def _with_numbers(reason: core.Unplaceable, request: core.Request, snap: Snapsho
     if numbers is None:
         top = max(reason.counts, key=reason.counts.get)
         nodes = [node for pk in pools for node in snap.inventory.pool_nodes[pk]]
-        numbers = _SHORTFALLS.put(key, shortfall(request, nodes, top))
+        # Scaling up helps only where a pool has room to grow.
+        tried = [pool for pool in snap.inventory.pools if pool.pk in pools]
+        helps = AT_MAXIMUM if tried and all(p.node_count >= p.max_nodes for p in tried) else SCALE_UP
+        numbers = _SHORTFALLS.put(key, shortfall(request, nodes, top, helps))
     return f"{reason.reason}. It {numbers}" if numbers else reason.reason

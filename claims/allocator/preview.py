@@ -11,7 +11,7 @@ from claims.allocation.preemption import Victim, choose_victims
 from claims.allocator.groups import place_group
 from claims.allocator.inventory import CACHE, Snapshot
 from claims.allocator.locks import allocation_lock
-from claims.allocator.placing import find_placement
+from claims.allocator.placing import find_placement, model_at
 from claims.models import Claim
 from nodepools.models import Node
 
@@ -51,7 +51,7 @@ def drain_preview(cluster_id: int, node_ids: list[int]) -> dict[int, list[DrainO
             if claim.group_id is not None:
                 result[node_id].append(_group_outcome(claim, snap, names))
                 continue
-            placement, reason = find_placement(claim, snap)
+            placement, reason = find_placement(claim, snap, model_at(snap, node_id))  # as evict_claims
             victims: tuple[Claim, ...] = ()
             if placement is None:
                 victims, placement = _preempting(claim, snap, preempted)

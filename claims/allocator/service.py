@@ -48,6 +48,7 @@ def create_claim(
     cpu_milli: int = 0,
     host_memory_mib: int = 0,
     allowed_models: list[str] | None = None,
+    min_isolation: str = "none",
     priority: int = 0,
     training: bool = False,
     preemptible: bool = True,
@@ -78,6 +79,7 @@ def create_claim(
         cpu_milli=cpu_milli,
         host_memory_mib=host_memory_mib,
         allowed_models=allowed_models or [],
+        min_isolation=min_isolation,
         priority=priority,
         training=training,
         preemptible=preemptible,
@@ -197,7 +199,7 @@ def evict_claims(cluster_id: int, claim_ids: list[int]) -> int:
         Allocation.objects.filter(claim__in=claims).delete()
         for claim in claims:
             snap.remove(claim.pk)
-        placed = _place_all(claims, snap)
+        placed = _place_all(claims, snap, before)
         moves.record_moves(claims, before)
         return placed
 
@@ -315,12 +317,13 @@ def nodes_removed(nodes: QuerySet[Node]) -> None:
     )
 
 
-def _place_all(claims: list[Claim], snap: Snapshot) -> int:
+def _place_all(claims: list[Claim], snap: Snapshot, moved_from: dict | None = None) -> int:
     """Place what fits, in order (each placement counts for the next; across queues, the queue borrowing
     least goes first), within each claim's queue quota (`admission`), let what still waits preempt
     (`preemption`: lower priority in its queue, borrowed claims in its cohort), record why the rest
     wait, and write it all in a handful of statements. A group's members are placed together, as a
-    unit, where the first of them comes. Returns how many were placed."""
+    unit, where the first of them comes. `moved_from`: claim id → where a claim being moved was
+    (`moves.Where`): it keeps its GPU model if it can. Returns how many were placed."""
     placed = []
     now = timezone.now()
     groups_seen = set()
@@ -332,7 +335,8 @@ def _place_all(claims: list[Claim], snap: Snapshot) -> int:
                 members = [c for c in claims if c.group_id == claim.group_id]
                 placed += place_group(claim.group, members, snap, book)
             continue
-        placement, reason = admission.place(claim, snap, book)
+        was = (moved_from or {}).get(claim.pk)
+        placement, reason = admission.place(claim, snap, book, was.gpu_model if was else "")
         if placement is not None:
             snap.apply(claim.pk, placement)
             placed.append((claim, placement))

@@ -17,6 +17,7 @@ def request_of(claim: Claim) -> core.Request:
         "cpu_milli": claim.cpu_milli,
         "host_memory_mib": claim.host_memory_mib,
         "allowed_models": frozenset(claim.allowed_models),
+        "min_isolation": claim.min_isolation,
     }
     if claim.kind == Claim.Kind.WHOLE:
         return core.Request("whole", gpus=claim.gpus, nvlink_required=claim.nvlink_required, **common)
@@ -61,6 +62,7 @@ def validate_claim(claim: Claim) -> None:
             )
     elif claim.guaranteed_percent is not None:
         raise DomainError("guaranteed_percent applies to fractions.", field="guaranteed_percent")
+    _validate_isolation(claim)
     unknown = claim.allowed_models and sorted(
         set(claim.allowed_models) - set(GpuModel.objects.values_list("name", flat=True))
     )
@@ -68,6 +70,30 @@ def validate_claim(claim: Claim) -> None:
         raise DomainError(f"Unknown GPU model {unknown[0]!r}.", field="allowed_models")
     if claim.pool_id and claim.pool.cluster_id != claim.cluster_id:
         raise DomainError("The pool belongs to another cluster.", field="pool")
+
+
+# The most a claim of each kind can be given: asking for more could never be met.
+_MOST_ISOLATION = {
+    Claim.Kind.WHOLE: "exclusive",
+    Claim.Kind.MIG: "hard",
+    Claim.Kind.FRACTION: "memory-capped",
+}
+
+
+def _validate_isolation(claim: Claim) -> None:
+    if claim.min_isolation not in core.ISOLATION_LEVELS:
+        raise DomainError(
+            f"Unknown isolation {claim.min_isolation!r}; use one of {', '.join(core.ISOLATION_LEVELS)}.",
+            field="min_isolation",
+        )
+    most = _MOST_ISOLATION[claim.kind]
+    if core.ISOLATION_RANK[claim.min_isolation] > core.ISOLATION_RANK[most]:
+        raise DomainError(
+            f"A {claim.get_kind_display().lower()} claim is at most {most}-isolated, so it cannot ask for "
+            f"{claim.min_isolation}.",
+            field="min_isolation",
+            code="isolation_out_of_reach",
+        )
 
 
 def mig_profiles(pool: NodePool) -> list[core.Profile]:
@@ -119,6 +145,7 @@ def catalog_shapes() -> list[core.NodeState]:
 # Which claim field a "never fits" reason points at; reasons about where a node is (its mode, its model)
 # say nothing about the claim's size and are skipped.
 _FIELD_OF_REASON = {
+    fleet.ISOLATION_BELOW_ASKED: "min_isolation",
     fleet.NO_PROFILE: "mig_profile",
     fleet.NO_MIG_PLACEMENT: "mig_profile",
     fleet.INSUFFICIENT_GPU_MEMORY: "gpu_memory",
@@ -132,8 +159,9 @@ _FIELD_OF_REASON = {
 
 def field_at_fault(reason: str) -> str:
     """The field to name for a never-fits reason ("0/9 nodes: 6 insufficient GPU memory, 3 wrong sharing
-    mode" → gpu_memory): the most frequent reason that is about the claim's size, else `kind`."""
-    for part in reason.partition(": ")[2].split(", "):
+    mode" → gpu_memory): the most frequent reason that is about the claim's size, else `kind`. The
+    figures after the counts (". It needs …") are not looked at."""
+    for part in reason.partition(". ")[0].partition(": ")[2].split(", "):
         name = part.partition(" ")[2]
         if name in _FIELD_OF_REASON:
             return _FIELD_OF_REASON[name]

@@ -2,6 +2,7 @@
 `usage/export/` gives the same rows as CSV."""
 
 import csv
+import datetime
 import io
 
 from django.http import HttpResponse
@@ -24,6 +25,9 @@ COLUMNS = (
     "whole_card_gpu_hours",
     "cost",
 )
+
+
+CSV_DECIMALS = 4  # a spreadsheet reads 0.3333, not 0.33333333333333337
 
 
 class UsageQuerySerializer(serializers.Serializer):
@@ -81,8 +85,12 @@ def usage_export(request):
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(
+        {k: round(v, CSV_DECIMALS) if isinstance(v, float) else v for k, v in row.items()} for row in rows
+    )
     response = HttpResponse(out.getvalue(), content_type="text/csv")
-    name = f"nvke-usage-{head['group_by']}-{head['since']:%Y%m%d}-{head['until']:%Y%m%d}.csv"
+    # The days it covers: an `until` at midnight ends the day before, which the name says.
+    last_day = head["until"] - datetime.timedelta(microseconds=1)
+    name = f"nvke-usage-{head['group_by']}-{head['since']:%Y%m%d}-{last_day:%Y%m%d}.csv"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

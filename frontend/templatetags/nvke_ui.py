@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from claims.models import Claim
-from frontend.snapshot import MIG_SLOTS, gpu_bar
+from frontend.snapshot import MIG_SLOTS, css_percent, gpu_bar
 from nodepools.models import Gpu
 from nvke.quantity import human_mib
 
@@ -22,6 +22,12 @@ def ago(moment: datetime.datetime | None) -> str:
     if timezone.now() - moment < datetime.timedelta(minutes=1):
         return "just now"
     return f"{timesince(moment)} ago"
+
+
+@register.filter
+def width(fraction: float) -> str:
+    """A fraction as a bar's CSS width: 0.25 → '25%'."""
+    return css_percent(fraction)
 
 
 @register.filter

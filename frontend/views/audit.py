@@ -32,11 +32,13 @@ def audit_log(request: HttpRequest, context: TenantContext) -> HttpResponse:
         "frontend/account/audit.html",
         {
             "page": page,
-            "lines": [(entry, audit_lines.line(entry)) for entry in page],
+            "lines": list(zip(page, audit_lines.lines(page), strict=True)),
             "asked": asked,
             "query": urlencode(asked),
             "errors": found.errors if not found.is_valid() else {},
             "actors": mine.order_by("actor").values_list("actor", flat=True).distinct()[:100],
-            "object_types": mine.order_by("object_type").values_list("object_type", flat=True).distinct(),
+            "object_types": audit_lines.object_types(
+                mine.order_by("object_type").values_list("object_type", flat=True).distinct()
+            ),
         },
     )

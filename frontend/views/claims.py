@@ -4,11 +4,12 @@ why it waits, its rescaling and the pod that uses it), release."""
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Prefetch, Q, Sum
+from django.db.models import Prefetch, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
+from audit.models import AuditEntry
 from claims import allocator
 from claims.models import Allocation, Claim, GpuShare
 from claims.pod_templates import pod_template, serves_dra
@@ -20,15 +21,33 @@ from nvke.errors import DomainError
 from nvke.tenancy.context import TenantContext
 from telemetry.models import ClaimScaling, TelemetryEvent
 
-from ..forms import ClaimCreateForm, add_domain_error, claim_filter
+from .. import audit_lines
+from ..forms import RELEASED, ClaimCreateForm, add_domain_error, claim_filter
 from .shared import live, require_change, tenant_view
 
 CLAIMS_PER_PAGE = 100
 
 
-def _claims_page(request: HttpRequest, cluster: Cluster, claims) -> dict:
+def _released(context: TenantContext, cluster: Cluster, namespace: str) -> QuerySet[AuditEntry]:
+    """The cluster's released claims, newest first: their delete entries in the audit log, which keeps
+    what each asked for and who released it."""
+    entries = AuditEntry.objects.restrict(context).filter(
+        object_type="claims.claim", action=AuditEntry.Action.DELETE, changes__cluster_id__0=cluster.pk
+    )
+    return entries.filter(changes__namespace__0=namespace) if namespace else entries
+
+
+def _claims_page(request: HttpRequest, context: TenantContext, cluster: Cluster, claims) -> dict:
     namespaces = list(cluster.claims.order_by("namespace").values_list("namespace", flat=True).distinct())
     filterset = claim_filter(request.GET or None, claims, namespaces)
+    if request.GET.get("status") == RELEASED:
+        released = _released(context, cluster, request.GET.get("namespace", ""))
+        return {
+            "filters": filterset.form,
+            "filtered": True,
+            "showing_released": True,
+            "released": Paginator(released, CLAIMS_PER_PAGE).get_page(request.GET.get("page")),
+        }
     page = Paginator(filterset.qs, CLAIMS_PER_PAGE).get_page(request.GET.get("page"))
     for claim in page:
         claim.isolation_held = _isolation_of(claim, getattr(claim, "allocation", None))[0]
@@ -72,7 +91,7 @@ def claim_list(request: HttpRequest, context: TenantContext, pk: int) -> HttpRes
         "frontend/claim_list.html",
         {
             "cluster": cluster,
-            **_claims_page(request, cluster, claims),
+            **_claims_page(request, context, cluster, claims),
             "live": live(f"cluster={cluster.pk}", refresh_on=f"claims:{cluster.pk}"),
         },
     )
@@ -85,7 +104,9 @@ def claim_create(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
     form = ClaimCreateForm(request.POST or None, cluster=cluster)
     if request.method == "POST" and form.is_valid():
         try:
-            claim = allocator.create_claim(context=context, cluster=cluster, **form.claim_fields())
+            claim = allocator.create_claim(
+                context=context, cluster=cluster, source=Claim.Source.UI, **form.claim_fields()
+            )
         except DomainError as error:
             add_domain_error(form, error)
         else:
@@ -119,6 +140,16 @@ def _allocation_of(claim: Claim) -> Allocation | None:
     )
 
 
+RECENT_MOVES = 10  # the allocator's moves of a claim shown on its page (claims/allocator/moves.py)
+
+
+def _moves(context: TenantContext, claim: Claim) -> list[tuple[AuditEntry, audit_lines.Line]]:
+    entries = AuditEntry.objects.restrict(context).filter(
+        object_type="claims.claim", object_id=str(claim.pk), changes__has_key="node"
+    )
+    return [(entry, audit_lines.line(entry)) for entry in entries[:RECENT_MOVES]]
+
+
 RECENT_DECISIONS = 10  # rescaling decisions shown on a claim's page (telemetry/rescale.py)
 
 
@@ -147,6 +178,7 @@ def claim_detail(request: HttpRequest, context: TenantContext, pk: int) -> HttpR
             "grace_ends": preemption_notice(claim),
             "isolation": isolation,
             "isolation_detail": isolation_words,
+            "moves": _moves(context, claim),
             "shares": shares,
             "sizing": sizing_hints(claim, allocation),
             "pod_template": pod_template(claim),

@@ -101,7 +101,7 @@ def cluster_attach(request: HttpRequest, context: TenantContext) -> HttpResponse
     return render(
         request,
         "frontend/cluster_attach.html",
-        {"form": form, "checks": checks, "manifest": rbac.manifest()},
+        {"form": form, "checks": checks, "manifest": rbac.manifest(), "grants": rbac.RULES},
         status=400 if form.errors else 200,
     )
 

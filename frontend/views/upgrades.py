@@ -30,10 +30,18 @@ from .shared import live, require_change, tenant_view
 CONFIRMED_CONTROLS = {"abort", "rollback"}  # these ask first
 
 
+# Help that would name a field these forms do not have (a driver is installed in place: no max_surge).
+FORM_HELP = {
+    "max_unavailable": 'Nodes out of service at once: a count ("2") or a percent of the pool ("10%", rounded '
+    "up); at least one.",
+}
+
+
 def strategy_form_field(spec: StrategyField) -> forms.Field:
     """The form field of one strategy field of upgrades.strategy.STRATEGY_FIELDS."""
     initial = spec.default if spec.suggested is None else spec.suggested
-    common = {"label": spec.label or None, "help_text": spec.help, "initial": initial}
+    help_text = FORM_HELP.get(spec.name, spec.help)
+    common = {"label": spec.label or None, "help_text": help_text, "initial": initial}
     if spec.kind is bool:
         return forms.BooleanField(required=False, **common)
     if spec.kind is int:

@@ -60,6 +60,7 @@ def usage_page(request: HttpRequest, context: TenantContext) -> HttpResponse:
             "days": [(day, css_percent(day.gpu_hours / tallest)) for day in by_day],
             "total_gpu_hours": sum(row.gpu_hours for row in rows),
             "priced": any(row.cost is not None for row in rows),
+            "total_cost": sum(row.cost for row in rows if row.cost is not None),
             "csv_url": f"{reverse('usage-export')}?{urlencode(query)}",
             "since": since,
             "until": until,

@@ -1,3 +1,4 @@
+from rest_framework.exceptions import NotFound
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from nvke.tenancy.context import resolve_tenant
@@ -5,11 +6,41 @@ from nvke.tenancy.models import ApiToken
 from nvke.tenancy.roles import Action
 
 READ_ONLY_TOKEN = "This API token is read-only."
+OPERATOR_TOKEN = "An operator token acts in no tenant: it reads and runs the fleet endpoints."
 
 
 def read_only_token(request) -> bool:
     auth = getattr(request, "auth", None)
     return isinstance(auth, ApiToken) and auth.read_only
+
+
+def operator_token(request) -> bool:
+    auth = getattr(request, "auth", None)
+    return isinstance(auth, ApiToken) and auth.operator
+
+
+def operator_request(request) -> bool:
+    """A staff user signed in, or with an operator token. A tenant token acts in its tenant only,
+    whoever holds it: a staff user's tenant token does not open the fleet endpoints."""
+    user = request.user
+    if not (user and user.is_authenticated and user.is_staff):
+        return False
+    auth = getattr(request, "auth", None)
+    return not isinstance(auth, ApiToken) or auth.operator
+
+
+class IsOperator(BasePermission):
+    """The platform's operators (`operator_request`); a read-only token of theirs may only read."""
+
+    message = "This is for the platform's operators."
+
+    def has_permission(self, request, view) -> bool:
+        if not operator_request(request):
+            return False
+        if request.method not in SAFE_METHODS and read_only_token(request):
+            self.message = READ_ONLY_TOKEN
+            return False
+        return True
 
 
 class TenantRolePermission(BasePermission):
@@ -23,6 +54,11 @@ class TenantRolePermission(BasePermission):
         if not request.user or not request.user.is_authenticated:
             return False
         context = resolve_tenant(request)
+        if context is None and operator_token(request):
+            if view.kwargs:  # a tenant's object: as for another tenant's, 404
+                raise NotFound()
+            self.message = OPERATOR_TOKEN
+            return False
         if context is None:
             self.message = "You are not a member of any tenant."
             return False

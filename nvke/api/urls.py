@@ -21,6 +21,7 @@ from nvke.tenancy.api.views import (
     InvitationViewSet,
     MembershipViewSet,
     MyInvitationViewSet,
+    OperatorTokenViewSet,
     me,
 )
 from telemetry.api.views import (
@@ -34,6 +35,7 @@ from telemetry.api.views import (
     PreflightView,
     TelemetryEventViewSet,
 )
+from upgrades.api.fleet import fleet
 from upgrades.api.views import (
     ClusterMaintenanceViewSet,
     ClusterVersionsViewSet,
@@ -62,6 +64,7 @@ router.register("claims", ClaimViewSet)
 router.register("claim-groups", ClaimGroupViewSet)
 router.register("queues", QueueViewSet)
 router.register("tokens", ApiTokenViewSet)
+router.register("operator-tokens", OperatorTokenViewSet, basename="operator-token")
 router.register("telemetry/node-tokens", NodeTokenViewSet)
 router.register("telemetry/gpus", GpuTelemetryViewSet, basename="telemetry-gpu")
 router.register("telemetry/events", TelemetryEventViewSet)
@@ -77,6 +80,7 @@ router.register("fleet-rollouts", FleetRolloutViewSet)
 
 urlpatterns = [
     path("me/", me, name="me"),
+    path("fleet/", fleet, name="fleet"),
     path("telemetry/ingest/", IngestView.as_view(), name="telemetry-ingest"),
     path("telemetry/inventory/", InventoryView.as_view(), name="telemetry-inventory"),
     path("telemetry/preflight/", PreflightView.as_view(), name="telemetry-preflight"),

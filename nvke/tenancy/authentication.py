@@ -18,7 +18,8 @@ LAST_USE_RESOLUTION = datetime.timedelta(minutes=1)  # record a token's use at m
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
-    """`Authorization: Bearer nvke_…`. The token fixes the tenant the request acts in."""
+    """`Authorization: Bearer nvke_…`. The token fixes the tenant the request acts in (none, for an
+    operator token)."""
 
     keyword = "Bearer"
 
@@ -74,6 +75,8 @@ def active_token(raw: str) -> ApiToken | None:
     `find_context` needs no query of its own: one round trip less on every request."""
     token = _read_token(hash_token(raw))
     if token is None or not token.is_active or not token.user.is_active:
+        return None
+    if token.operator and not token.user.is_staff:  # an operator's token ends with their staff flag
         return None
     record_use(token)
     return token

@@ -68,7 +68,10 @@ def hash_token(raw: str) -> str:
 
 class ApiToken(models.Model):
     """A bearer token for automation, bound to one user in one tenant. Only its hash is stored; the
-    raw value is shown once, at creation. A read-only token cannot write, whatever its user's role."""
+    raw value is shown once, at creation. A read-only token cannot write, whatever its user's role.
+
+    An operator token has no tenant: a staff user's, it reaches what the operator reaches (the fleet
+    endpoints) and acts in no tenant. It stops working when its user is no longer staff."""
 
     PREFIX = "nvke_"
 
@@ -76,7 +79,14 @@ class ApiToken(models.Model):
         READ_ONLY = "read-only"
         READ_WRITE = "read-write"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.CASCADE,
+        related_name="tokens",
+        null=True,
+        blank=True,
+        help_text="Empty: an operator token (a staff user's, for the fleet endpoints)",
+    )
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     key_prefix = models.CharField(max_length=16, help_text="First characters of the token, to recognise it.")
@@ -95,7 +105,7 @@ class ApiToken(models.Model):
 
     @classmethod
     def issue(
-        cls, *, tenant: Tenant, user, name: str, expires_at=None, scope: str = Scope.READ_WRITE
+        cls, *, tenant: Tenant | None, user, name: str, expires_at=None, scope: str = Scope.READ_WRITE
     ) -> tuple["ApiToken", str]:
         raw = cls.PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
@@ -117,6 +127,10 @@ class ApiToken(models.Model):
     @property
     def read_only(self) -> bool:
         return self.scope == self.Scope.READ_ONLY
+
+    @property
+    def operator(self) -> bool:
+        return self.tenant_id is None
 
 
 class Quota(models.Model):

@@ -17,14 +17,18 @@ from .roles import Action, Role, role_allows
 
 
 def issue_token(
-    *, context: TenantContext, user, name: str, expires_at=None, scope: str = ApiToken.Scope.READ_WRITE
+    *, context: TenantContext | None, user, name: str, expires_at=None, scope: str = ApiToken.Scope.READ_WRITE
 ) -> tuple[ApiToken, str]:
-    """A new token for `user` in the context's tenant; returns it and its secret (shown once)."""
+    """A new token for `user` in the context's tenant; returns it and its secret (shown once). Context
+    None: an operator token, in no tenant, for staff only (the views check; this holds the line)."""
+    if context is None and not user.is_staff:
+        raise DomainError("Only the platform's operators hold operator tokens.", code="operator_only")
     if not name.strip():
         raise DomainError("name: Give the token a name.", field="name")
     if expires_at is not None and expires_at <= timezone.now():
         raise DomainError("expires_at: The expiry must lie in the future.", field="expires_at")
-    return ApiToken.issue(tenant=context.tenant, user=user, name=name, expires_at=expires_at, scope=scope)
+    tenant = context.tenant if context is not None else None
+    return ApiToken.issue(tenant=tenant, user=user, name=name, expires_at=expires_at, scope=scope)
 
 
 def revoke_token(token: ApiToken) -> ApiToken:

@@ -94,3 +94,19 @@ def test_everyone_but_staff_gets_404(owner, ui_for, fleet):
     client = ui_for(owner)
     assert client.get("/fleet/").status_code == 404
     assert 'href="/fleet/"' not in text(client.get("/"))
+
+
+def test_an_operator_makes_lists_and_revokes_operator_tokens(operator, ui_for, owner):
+    client = ui_for(operator)
+    assert 'href="/fleet/tokens/"' in text(client.get("/fleet/"))
+    page = text(client.post("/fleet/tokens/", {"name": "grafana", "scope": "read-only"}))
+    secret = re.search(r"data-token-secret>(nvke_[^<]+)<", page)[1]
+    token = operator.api_tokens.get()
+    assert token.tenant is None and token.read_only and "grafana" in text(client.get("/fleet/tokens/"))
+    response = client.post(f"/fleet/tokens/{token.pk}/revoke/")
+    assert response.status_code == 302 and "<td>grafana</td>" not in text(client.get("/fleet/tokens/"))
+    token.refresh_from_db()
+    assert token.revoked_at is not None and secret.startswith(token.key_prefix)
+    tenant_user = ui_for(owner)
+    assert tenant_user.get("/fleet/tokens/").status_code == 404
+    assert tenant_user.post("/fleet/tokens/", {"name": "x", "scope": "read-only"}).status_code == 404

@@ -12,8 +12,9 @@ Kinds:
 - ACCOUNT: about the caller (me/, tokens/). Like TENANT; `viewer_writes=True` where a viewer may write
   (holding tokens).
 - PUBLIC: answers everyone (health, schema, login).
-- STAFF: platform operators only (fleet rollouts). Anonymous, expired or revoked credentials → 401; a
-  user who is not staff → 403 for every method, reads too; a staff user's read-only token → 403 on writes.
+- STAFF: platform operators only (the fleet, fleet rollouts, operator tokens). Anonymous, expired or
+  revoked credentials → 401; a user who is not staff → 403 for every method, reads too, and so is a staff
+  user's tenant token; a staff user's read-only operator token → 403 on writes.
 - MACHINE: machine credentials, never a user's: a node token (`Authorization: Node …`) for ingestion,
   NVKE_METRICS_TOKEN for /metrics. No credentials, and every user credential (session, API token,
   staff) → 401; the right machine credential is accepted (test_machine_routes_take_only_their_credential).
@@ -123,7 +124,10 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/node-pools/<pk>/driver-options/": Api(TENANT, "pool"),
     "api/v1/node-pools/<pk>/autoscaling/": Api(TENANT, "pool"),
     "api/v1/node-pools/<pk>/upgrade-deferral/": Api(TENANT, "pool"),
-    # Fleet rollouts span every tenant: operators only.
+    # The fleet, its rollouts and the operators' tokens span every tenant: operators only.
+    "api/v1/fleet/": Api(STAFF),
+    "api/v1/operator-tokens/": Api(STAFF),
+    "api/v1/operator-tokens/<pk>/": Api(STAFF, "operator_token"),
     "api/v1/fleet-rollouts/": Api(STAFF),
     "api/v1/fleet-rollouts/<pk>/": Api(STAFF, "fleet_rollout"),
     "api/v1/fleet-rollouts/<pk>/pause/": Api(STAFF, "fleet_rollout"),
@@ -201,6 +205,8 @@ PAGES: dict[str, Page] = {
     "telemetry/": Page(),
     "getting-started/": Page(),
     "fleet/": Page(staff=True),
+    "fleet/tokens/": Page(post=True, staff=True),
+    "fleet/tokens/<pk>/revoke/": Page("operator_token", post=True, get=False, staff=True),
     "telemetry/clusters/<pk>/": Page("cluster"),
     "telemetry/pools/<pk>/": Page("pool"),
     "telemetry/gpus/<pk>/": Page("gpu"),

@@ -14,6 +14,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
@@ -114,6 +115,8 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
         tenant=tenant, cluster=cluster, name=f"{prefix}-group", members=1, min_members=1
     )
     token, _ = ApiToken.issue(tenant=tenant, user=owner, name=f"{prefix}-token")
+    operator = get_user_model().objects.create_user(f"{prefix}-operator", is_staff=True)
+    operator_token, _ = ApiToken.issue(tenant=None, user=operator, name=f"{prefix}-ops")
     node = pool.nodes.order_by("pk").first()
     target = DriverRelease.objects.get(version=UPGRADE_TARGET)
     rollout = FleetRollout.objects.create(target_release=target, pools_per_wave=1)
@@ -140,6 +143,7 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
         "claim_scaling": scaling.pk,
         "fleet_rollout": rollout.pk,
         "token": token.pk,
+        "operator_token": operator_token.pk,
         "membership": owner.memberships.get().pk,
         # Addressed to nobody of either tenant, so only its tenant's owners and admins see it.
         "invitation": Invitation.objects.create(
@@ -257,7 +261,8 @@ def test_viewers_and_read_only_tokens_cannot_write(world):
             if not entry.viewer_writes:
                 checks.append((method, f"{url} as viewer", request(viewer, method, url).status_code, {403}))
     assert _failures(checks) == []
-    assert Claim.objects.count() == 2 and ApiToken.objects.filter(revoked_at__isnull=True).count() == 3
+    tenant_tokens = ApiToken.objects.filter(revoked_at__isnull=True, tenant__isnull=False)
+    assert Claim.objects.count() == 2 and tenant_tokens.count() == 3
     assert set(UpgradeRun.objects.values_list("status", flat=True)) == {"pending"}
     assert NodeToken.objects.count() == 2 and FleetRollout.objects.filter(status="running").count() == 2
 
@@ -278,10 +283,12 @@ def test_owner_and_admin_reads_are_refused_to_members(world):
 def test_operator_routes_refuse_tenant_users_and_a_staff_read_only_token(world, django_user_model):
     operator = django_user_model.objects.create_user("operator", password="pw-secret-123", is_staff=True)
     tenant = world["owner"].memberships.get().tenant
-    tenant.memberships.create(user=operator, role="owner")  # a token needs a tenant
-    _, read_only = ApiToken.issue(tenant=tenant, user=operator, name="ro", scope="read-only")
+    tenant.memberships.create(user=operator, role="owner")
+    _, read_only = ApiToken.issue(tenant=None, user=operator, name="ro", scope="read-only")
+    _, in_tenant = ApiToken.issue(tenant=tenant, user=operator, name="acme")
     owner, viewer = api_client(world["owner"]), api_client(world["viewer"])
     token, staff = api_client(raw_token=read_only), api_client(operator)
+    tenant_token = api_client(raw_token=in_tenant)  # acts in its tenant only, whoever holds it
     checks = []
     for key, methods in api_routes():
         entry = API_ROUTES[key]
@@ -291,6 +298,8 @@ def test_operator_routes_refuse_tenant_users_and_a_staff_read_only_token(world, 
         for method in methods:
             checks.append((method, f"{url} as owner", request(owner, method, url).status_code, {403}))
             checks.append((method, f"{url} as viewer", request(viewer, method, url).status_code, {403}))
+            got = request(tenant_token, method, url).status_code
+            checks.append((method, f"{url} with a staff user's tenant token", got, {403}))
             if method in WRITES:
                 got = request(token, method, url).status_code
                 checks.append((method, f"{url} with a staff read-only token", got, {403}))

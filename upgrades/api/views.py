@@ -3,7 +3,7 @@ pool's driver options, a cluster's Kubernetes versions and control plane upgrade
 (operators only)."""
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, permissions, viewsets
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
@@ -13,7 +13,7 @@ from catalog.compatibility import CUDA_PARAMETER
 from catalog.models import DriverRelease, GpuModel
 from clusters.models import Cluster
 from nodepools.models import NodePool
-from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
+from nvke.api.permissions import IsOperator
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.errors import DomainError
 from nvke.tenancy.context import resolve_tenant
@@ -182,18 +182,8 @@ class DriverOptionsView(APIView):
         return Response(DriverCompatibilitySerializer(rows, many=True).data)
 
 
-class IsStaff(permissions.BasePermission):
-    """Staff users; like everywhere else, a read-only token of theirs may only read."""
-
+class IsStaff(IsOperator):
     message = "Fleet rollouts are for platform operators."
-
-    def has_permission(self, request, view) -> bool:
-        if not (request.user and request.user.is_authenticated and request.user.is_staff):
-            return False
-        if request.method not in permissions.SAFE_METHODS and read_only_token(request):
-            self.message = READ_ONLY_TOKEN
-            return False
-        return True
 
 
 class FleetRolloutViewSet(

@@ -5,7 +5,7 @@ from rest_framework.decorators import action, api_view
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
 
-from nvke.api.permissions import READ_ONLY_TOKEN, read_only_token
+from nvke.api.permissions import READ_ONLY_TOKEN, IsOperator, read_only_token
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.tenancy import services
 from nvke.tenancy.api.serializers import (
@@ -49,6 +49,30 @@ class ApiTokenViewSet(
         token, raw = services.issue_token(
             context=self.tenant_context, user=request.user, **serializer.validated_data
         )
+        token.token = raw
+        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        services.revoke_token(instance)
+
+
+class OperatorTokenViewSet(
+    mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet
+):
+    """Operator tokens (operators only): tokens in no tenant with the operator's reach, the fleet
+    endpoints (`fleet/`, `fleet-rollouts/`); on a tenant's endpoints they act as no member (a tenant's
+    object is a 404). Every operator sees and revokes all of them. The secret appears once; DELETE
+    revokes; a token stops working when its user is no longer staff."""
+
+    queryset = ApiToken.objects.select_related("user").filter(tenant=None, revoked_at__isnull=True)
+    serializer_class = ApiTokenSerializer
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=ApiTokenSerializer, responses={201: NewApiTokenSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, raw = services.issue_token(context=None, user=request.user, **serializer.validated_data)
         token.token = raw
         return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
 

@@ -133,7 +133,10 @@ def test_allowed_models_narrow_the_reason(api, cluster, pools):
 def test_claim_bigger_than_its_pool_is_400(api, cluster, pools):
     response = claim(api, cluster, "huge", kind="fraction", gpu_memory="30Gi", pool=pools["frac"].pk)
     assert response.status_code == 400 and response.data["code"] == "never_fits"
-    assert response.data["message"] == "This claim can never fit: 0/1 nodes: 1 insufficient GPU memory"
+    assert response.data["message"] == (
+        "This claim can never fit: 0/1 nodes: 1 insufficient GPU memory. It needs 30Gi of GPU memory; the "
+        "most free on one GPU is 22.5Gi."
+    )
     elsewhere = claim(api, cluster, "huge", kind="fraction", gpu_memory="30Gi")  # any pool: waits
     assert elsewhere.status_code == 201 and elsewhere.data["status"] == "pending"
 

@@ -1,6 +1,7 @@
-"""Reads of the operator's console: every tenant with its use and quotas, GPU capacity by region and
+"""The fleet as its operator reads it: every tenant with its use and quotas, GPU capacity by region and
 model, upgrades and rollouts in flight, and the nodes and GPUs that are failing. Across all tenants, so
-only staff views call it. A fixed number of queries, whatever the fleet's size."""
+only operators' views call it: the console (/fleet/) and the API's `fleet/`. A fixed number of
+queries, whatever the fleet's size."""
 
 from collections import defaultdict
 from dataclasses import dataclass
@@ -12,10 +13,9 @@ from claims.models import Claim, GpuShare
 from clusters.models import Cluster
 from nodepools.models import Gpu, Node
 from nvke.tenancy.models import GpuQuota, Quota, Tenant
-from upgrades.models import FleetRollout, UpgradeRun
-from upgrades.run_lifecycle import LIVE
 
-from .snapshot import css_percent
+from .models import FleetRollout, UpgradeRun
+from .run_lifecycle import LIVE
 
 IN_FLIGHT = sorted(LIVE)  # running, paused or aborting
 FAILING_SHOWN = 50  # the list of failing nodes and GPUs stops here; the counts are whole
@@ -50,8 +50,8 @@ class RegionModel:
         return f"{self.compute_held_milli / 1000:g}"
 
     @property
-    def held_width(self) -> str:
-        return css_percent(self.compute_held_milli / ((self.in_pools * 1000) or 1))
+    def held_fraction(self) -> float:
+        return self.compute_held_milli / ((self.in_pools * 1000) or 1)
 
 
 def _by(queryset: QuerySet, key: str, **aggregates) -> dict:
