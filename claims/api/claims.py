@@ -55,6 +55,26 @@ class WorkloadSerializer(serializers.Serializer):
     message = serializers.CharField(allow_blank=True)
 
 
+# What a claim asks for: also what each member of a claim group asks for (claims/api/groups.py).
+ASK_FIELDS = [
+    "pool",
+    "queue",
+    "kind",
+    "gpus",
+    "nvlink_required",
+    "mig_profile",
+    "gpu_memory",
+    "compute_percent",
+    "guaranteed_percent",
+    "cpu_milli",
+    "host_memory_mib",
+    "allowed_models",
+    "min_isolation",
+    "training",
+    "preemptible",
+]
+
+
 class ClaimSerializer(serializers.ModelSerializer):
     cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.none())
     pool = serializers.PrimaryKeyRelatedField(
@@ -95,24 +115,10 @@ class ClaimSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "cluster",
-            "pool",
-            "queue",
             "namespace",
             "name",
-            "kind",
-            "gpus",
-            "nvlink_required",
-            "mig_profile",
-            "gpu_memory",
-            "compute_percent",
-            "guaranteed_percent",
-            "cpu_milli",
-            "host_memory_mib",
-            "allowed_models",
-            "min_isolation",
+            *ASK_FIELDS,
             "priority",
-            "training",
-            "preemptible",
             "status",
             "pending_reason",
             "allocation",

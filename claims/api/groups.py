@@ -8,7 +8,7 @@ from rest_framework import mixins, serializers, status
 from rest_framework.response import Response
 
 from claims import allocator
-from claims.api.claims import ClaimSerializer
+from claims.api.claims import ASK_FIELDS, ClaimSerializer
 from claims.models import Claim, ClaimGroup, Queue
 from clusters.models import Cluster
 from nodepools.models import NodePool
@@ -16,29 +16,12 @@ from nvke.api.filters import IntegerFilter, StrictFilterSet
 from nvke.api.viewsets import TenantScopedViewSet
 from nvke.tenancy.context import resolve_tenant
 
-MEMBER_FIELDS = [
-    "pool",
-    "queue",
-    "kind",
-    "gpus",
-    "nvlink_required",
-    "mig_profile",
-    "gpu_memory",
-    "compute_percent",
-    "guaranteed_percent",
-    "cpu_milli",
-    "host_memory_mib",
-    "allowed_models",
-    "training",
-    "preemptible",
-]
-
 
 class MemberTemplateSerializer(ClaimSerializer):
     """What each member claim asks for (the claim's fields; name, namespace and priority are the group's)."""
 
     class Meta(ClaimSerializer.Meta):
-        fields = MEMBER_FIELDS
+        fields = ASK_FIELDS
         read_only_fields: list[str] = []
 
     def get_fields(self) -> dict:

@@ -83,6 +83,8 @@ API_ROUTES: dict[str, Api] = {
     "api/v1/claims/<pk>/": Api(TENANT, "claim"),
     "api/v1/claim-groups/": Api(TENANT),
     "api/v1/claim-groups/<pk>/": Api(TENANT, "claim_group"),
+    "api/v1/queues/": Api(TENANT),
+    "api/v1/queues/<pk>/": Api(TENANT, "queue"),
     "api/v1/gpu-models/": Api(CATALOG),
     "api/v1/gpu-models/<name>/": Api(CATALOG, "gpu_model"),
     "api/v1/gpu-models/<name>/drivers/": Api(CATALOG, "gpu_model"),
@@ -182,6 +184,8 @@ PAGES: dict[str, Page] = {
     "claims/<pk>/release/": Page("claim", post=True),
     "clusters/<pk>/groups/": Page("cluster"),
     "groups/<pk>/": Page("claim_group"),
+    "clusters/<pk>/queues/": Page("cluster"),
+    "queues/<pk>/": Page("queue"),
     # Switching tenants changes nothing in one; anyone may hold tokens.
     "tenant/switch/": Page(post=True, get=False, viewer_writes=True),
     "account/tokens/": Page(post=True, viewer_writes=True),

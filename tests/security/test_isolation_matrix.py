@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEntry
 from catalog.models import DriverRelease
-from claims.models import Claim, ClaimGroup
+from claims.models import Claim, ClaimGroup, Queue
 from nodepools.models import Gpu, Node
 from nodepools.services import reconcile
 from nvke.routing import websocket_urlpatterns
@@ -114,6 +114,7 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
     group = ClaimGroup.objects.create(
         tenant=tenant, cluster=cluster, name=f"{prefix}-group", members=1, min_members=1
     )
+    queue = Queue.objects.create(tenant=tenant, cluster=cluster, name=f"{prefix}-queue")
     token, _ = ApiToken.issue(tenant=tenant, user=owner, name=f"{prefix}-token")
     operator = get_user_model().objects.create_user(f"{prefix}-operator", is_staff=True)
     operator_token, _ = ApiToken.issue(tenant=None, user=operator, name=f"{prefix}-ops")
@@ -138,6 +139,7 @@ def _objects(owner, make_cluster, make_pool, prefix: str) -> dict:
         "gpu": node.gpus.order_by("pk").first().pk,
         "claim": claim.pk,
         "claim_group": group.pk,
+        "queue": queue.pk,
         "upgrade_run": run.pk,
         "telemetry_event": event.pk,
         "claim_scaling": scaling.pk,
