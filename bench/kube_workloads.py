@@ -114,15 +114,16 @@ def attached_cluster(server, context, path: str, nodes: int):
 
 def user_objects(path: str, i: int) -> list[tuple[str, dict]]:
     """What the user creates for pod i: ("claim", ResourceClaim) and ("pod", Pod)."""
-    from nvke.providers.kubernetes import dra, scheduler
+    from nvke.providers.kubernetes import admission, dra, scheduler
     from tests.kubeapi import objects
 
     pod = objects.pod(f"job-{i:05d}", namespace=NAMESPACE)
     if path == "scheduler":
         pod["spec"]["schedulerName"] = scheduler.SCHEDULER
-        # What NVKE's ValidatingAdmissionPolicy asks for where no MutatingAdmissionPolicy adds it (1.34)
+        # What NVKE's ValidatingAdmissionPolicy asks for where no MutatingAdmissionPolicy adds it (1.34):
+        # the pool toleration and one slot of NVKE's device plugin
         pod["spec"]["tolerations"] = [dict(dra.POOL_TOLERATION)]
-        limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "20"}
+        limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "20", admission.SLOT: "1"}
         pod["spec"]["containers"][0]["resources"] = {"limits": limits}
         return [("pod", pod)]
     name = f"job-{i:05d}"
