@@ -71,10 +71,10 @@ def submit(server):
         if complete and not mutating and set(admission.SHARED_RESOURCES) & set(limits):
             pod["spec"]["tolerations"] = [dict(admission.TOLERATION)]
             limits[admission.SLOT] = "1"
-        with client.ApiClient(client_configuration(server, token=token)) as api:
-            client.CoreV1Api(api).create_namespaced_pod(pod["metadata"]["namespace"], pod)
+        client.CoreV1Api(api).create_namespaced_pod(pod["metadata"]["namespace"], pod)
 
-    return run
+    with client.ApiClient(client_configuration(server, token=token)) as api:  # one connection a test
+        yield run
 
 
 def gpu_pod(name, memory, percent, namespace="ml"):
