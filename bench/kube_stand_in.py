@@ -24,11 +24,12 @@ def gpu_fleet(
     from tests.kubeapi import objects
 
     names = []
-    for i in range(nodes):
-        made = server.create(objects.gpu_node(f"{prefix}-{i:04d}", **node))
-        if slices:
-            server.create(objects.resource_slice(made, int(node.get("count", 8)), consumable=consumable))
-        names.append(made["metadata"]["name"])
+    with components_paused(server):
+        for i in range(nodes):
+            made = server.create(objects.gpu_node(f"{prefix}-{i:04d}", **node))
+            if slices:
+                server.create(objects.resource_slice(made, int(node.get("count", 8)), consumable=consumable))
+            names.append(made["metadata"]["name"])
     return names
 
 
@@ -72,31 +73,40 @@ def first_reached(server, api_version: str, kind: str, reached: Callable[[dict[s
 
 
 @contextlib.contextmanager
-def components_in_own_loop(server, interval_s: float = 0.05) -> Iterator[None]:
-    """Run the stand-in's cluster components (kube-scheduler, kubelet, claim controller, …) from a loop of
-    their own, pausing `interval_s` or as long as their last run took, instead of after every write. After
-    every write is what makes the tests deterministic, but each run reads every object, so N writes on a
-    cluster of M objects cost N × M: at a thousand nodes the stand-in, not NVKE, would be all the benchmark
-    measured. A real cluster's controllers work from their informers' queues, apart from the API server's
-    writes, as this loop does."""
+def components_paused(server) -> Iterator[None]:
+    """Write without the stand-in's cluster components (kube-scheduler, kubelet, claim controller, …), then
+    run them until quiet: seeding a thousand nodes with them after every write would cost nodes × objects."""
     store = server.store
     reconcile, store.on_write = store.on_write, None
-    stop = threading.Event()
-
-    def loop() -> None:
-        pause = interval_s
-        while not stop.wait(pause):
-            begun = time.perf_counter()
-            with store.lock:  # the lock every request takes: the requests wait while the components run
-                reconcile()
-            pause = max(interval_s, time.perf_counter() - begun)  # at most half the time the lock's
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
     try:
         yield
     finally:
-        stop.set()
-        thread.join()
         store.on_write = reconcile
         server.settle()
+
+
+@contextlib.contextmanager
+def components_in_own_loop(server, interval_s: float = 0.05) -> Iterator[None]:
+    """Run the stand-in's cluster components from a loop of their own, pausing `interval_s` or as long as
+    their last run took, instead of after every write. After every write is what makes the tests
+    deterministic, but each run reads every object, so N writes on a cluster of M objects cost N × M: at a
+    thousand nodes the stand-in, not NVKE, would be all the benchmark measured. A real cluster's
+    controllers work from their informers' queues, apart from the API server's writes, as this loop does."""
+    stop = threading.Event()
+
+    def loop(reconcile: Callable[[], None]) -> None:
+        pause = interval_s
+        while not stop.wait(pause):
+            begun = time.perf_counter()
+            with server.store.lock:  # the lock every request takes: the requests wait while they run
+                reconcile()
+            pause = max(interval_s, time.perf_counter() - begun)  # at most half the time the lock's
+
+    with components_paused(server):
+        thread = threading.Thread(target=loop, args=(server.actors.reconcile,), daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()

@@ -35,6 +35,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 from bench.bench_db import ensure_database, fresh_catalog  # noqa: E402
 from bench.kube_stand_in import (  # noqa: E402
     components_in_own_loop,
+    components_paused,
     first_reached,
     gpu_fleet,
     nvke_ref,
@@ -87,40 +88,42 @@ def attached_cluster(server, context, path: str, nodes: int):
     server.create(objects.namespace(NAMESPACE, {dra.MANAGED: "true"}))
     server.settle()
     ref = nvke_ref(server)
-    cluster = attach_cluster(
-        context=context,
-        name=f"{path}-{server.version.replace('.', '-')}",
-        endpoint=ref.endpoint,
-        token=ref.token,
-        ca_bundle=ref.ca_bundle,
-    )
-    pool = create_pool(
-        context=context,
-        cluster=cluster,
-        name="infer",
-        gpu_model=GpuModel.objects.get(name="a10"),
-        gpus_per_node=1,
-        node_count=nodes,
-        min_nodes=0,
-        max_nodes=nodes,
-        driver_release=DriverRelease.objects.get(version="580.126.09"),
-        sharing_mode="time-slicing",
-    )
-    reconcile(pool.pk)
+    with components_in_own_loop(server):  # NVKE labels and taints every node: not a full run a write
+        cluster = attach_cluster(
+            context=context,
+            name=f"{path}-{server.version.replace('.', '-')}",
+            endpoint=ref.endpoint,
+            token=ref.token,
+            ca_bundle=ref.ca_bundle,
+        )
+        pool = create_pool(
+            context=context,
+            cluster=cluster,
+            name="infer",
+            gpu_model=GpuModel.objects.get(name="a10"),
+            gpus_per_node=1,
+            node_count=nodes,
+            min_nodes=0,
+            max_nodes=nodes,
+            driver_release=DriverRelease.objects.get(version="580.126.09"),
+            sharing_mode="time-slicing",
+        )
+        reconcile(pool.pk)
     return cluster
 
 
 def user_objects(path: str, i: int) -> list[tuple[str, dict]]:
     """What the user creates for pod i: ("claim", ResourceClaim) and ("pod", Pod)."""
-    from nvke.providers.kubernetes import dra, scheduler
+    from nvke.providers.kubernetes import admission, dra, scheduler
     from tests.kubeapi import objects
 
     pod = objects.pod(f"job-{i:05d}", namespace=NAMESPACE)
     if path == "scheduler":
         pod["spec"]["schedulerName"] = scheduler.SCHEDULER
-        # What NVKE's ValidatingAdmissionPolicy asks for where no MutatingAdmissionPolicy adds it (1.34)
+        # What NVKE's ValidatingAdmissionPolicy asks for where no MutatingAdmissionPolicy adds it (1.34):
+        # the pool toleration and one slot of NVKE's device plugin
         pod["spec"]["tolerations"] = [dict(dra.POOL_TOLERATION)]
-        limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "20"}
+        limits = {"nvidia.com/gpu-memory": "4Gi", "nvidia.com/gpu-utilization": "20", admission.SLOT: "1"}
         pod["spec"]["containers"][0]["resources"] = {"limits": limits}
         return [("pod", pod)]
     name = f"job-{i:05d}"
@@ -252,9 +255,9 @@ def upgrade(server, context, nodes: int) -> dict:
     from upgrades.services import create_run
 
     objects.gpu_operator(server)
-    for name in gpu_fleet(server, nodes, slices=False, prefix=f"up{server.version.replace('.', '')}"):
-        server.create(objects.pod(f"job-{name}", node=name, labels={"app": "train"}))
-    server.settle()
+    with components_paused(server):
+        for name in gpu_fleet(server, nodes, slices=False, prefix=f"up{server.version.replace('.', '')}"):
+            server.create(objects.pod(f"job-{name}", node=name, labels={"app": "train"}))
     ref = nvke_ref(server)
     cluster = attach_cluster(
         context=context,

@@ -21,7 +21,7 @@ from .features import FeatureGates
 from .kube_scheduler import KubeScheduler
 from .objects import OPERATOR_NAMESPACE, VALIDATOR_IMAGE, driver_version_labels
 from .selectors import Requirement
-from .store import Store, parse_timestamp, timestamp
+from .store import Store, copied, parse_timestamp, timestamp
 from .subresources import condition_true, pdb_pods, pdb_status
 
 DRIVER_COMPONENT = "nvidia-driver"
@@ -143,9 +143,9 @@ class Actors:
             self.store.react()
 
     def _kubelet(self) -> None:
-        nodes = {n["metadata"]["name"]: n for n in self.store.list(self._nodes)}
+        nodes = {n["metadata"]["name"]: n for n in self.store.snapshot(self._nodes)}
         for node_name, manager in self.device_managers.items():
-            on_node = self.store.list(self._pods, fields=[("spec.nodeName", True, node_name)])
+            on_node = self.store.snapshot(self._pods, fields=[("spec.nodeName", True, node_name)])
             manager.keep(
                 {
                     p["metadata"]["uid"]
@@ -155,7 +155,7 @@ class Actors:
             )
             if node_name in nodes and (status := kubelet.advertised(nodes[node_name], manager)):
                 self.store.update(self._nodes, {**nodes[node_name], "status": status}, api=False)
-        for pod in self.store.list(self._pods):
+        for pod in self.store.snapshot(self._pods):
             meta, node_name = pod["metadata"], pod.get("spec", {}).get("nodeName")
             node = nodes.get(node_name)
             if not node_name or (node is not None and not condition_true(node, "Ready")):
@@ -178,9 +178,8 @@ class Actors:
         if "startTime" not in old:
             admitted = [
                 p
-                for p in self.store.list(self._pods)
-                if p["spec"].get("nodeName") == node_name
-                and "startTime" in p.get("status", {})
+                for p in self.store.snapshot(self._pods, fields=[("spec.nodeName", True, node_name)])
+                if "startTime" in p.get("status", {})
                 and p["status"].get("phase") not in ("Succeeded", "Failed")
             ]
             # the device manager's admit handler runs before the predicates' (kubelet.go NewMainKubelet)
@@ -195,7 +194,7 @@ class Actors:
         published = {
             device["name"]
             for piece in (
-                self.store.list(self._slices, fields=[("spec.nodeName", True, node_name)])
+                self.store.snapshot(self._slices, fields=[("spec.nodeName", True, node_name)])
                 if self._slices
                 else []
             )
@@ -203,7 +202,7 @@ class Actors:
         }
         why = kubelet.prepare_claims(
             pod,
-            lambda name: self.store.find(self._claims, namespace, name) if self._claims else None,
+            lambda name: self.store.stored(self._claims, namespace, name) if self._claims else None,
             published,
             self.dra_driver_gates[node_name],
         )
@@ -233,7 +232,7 @@ class Actors:
         """A Warning event from the kubelet on `obj`, once per message (as the event recorder aggregates)."""
         meta = obj["metadata"]
         name = f"{meta['name']}.{hashlib.sha256((meta['uid'] + reason + message).encode()).hexdigest()[:10]}"
-        if self.store.find(self._events, meta["namespace"], name) is not None:
+        if self.store.stored(self._events, meta["namespace"], name) is not None:
             return
         now = timestamp(self.store.now())
         event = {
@@ -264,15 +263,13 @@ class Actors:
         )
 
     def _node_driver_ready(self, node_name: str) -> bool:
-        pods = self.store.list(
-            self._pods, OPERATOR_NAMESPACE, _is("app.kubernetes.io/component", DRIVER_COMPONENT)
+        pods = self.store.snapshot(
+            self._pods,
+            OPERATOR_NAMESPACE,
+            _is("app.kubernetes.io/component", DRIVER_COMPONENT),
+            [("spec.nodeName", True, node_name)],
         )
-        return any(
-            p["spec"].get("nodeName") == node_name
-            and "deletionTimestamp" not in p["metadata"]
-            and _running_ready(p)
-            for p in pods
-        )
+        return any("deletionTimestamp" not in p["metadata"] and _running_ready(p) for p in pods)
 
     def _pod_status(self, pod: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
         old, node_name = pod["status"], node["metadata"]["name"]
@@ -329,14 +326,14 @@ class Actors:
         registry = self.store.registry
         drivers_rt = registry.by_kind("nvidia.com/v1alpha1", "NVIDIADriver")
         policies_rt = registry.by_kind("nvidia.com/v1", "ClusterPolicy")
-        namespace = self.store.find(registry.by_kind("v1", "Namespace"), None, OPERATOR_NAMESPACE)
-        policies = self.store.list(policies_rt) if policies_rt and namespace else []
+        namespace = self.store.stored(registry.by_kind("v1", "Namespace"), None, OPERATOR_NAMESPACE)
+        policies = self.store.snapshot(policies_rt) if policies_rt and namespace else []
         if not policies:
             return  # the operator is not installed
-        nodes = self.store.list(self._nodes)
+        nodes = self.store.snapshot(self._nodes)
         gpu_nodes = [n["metadata"]["name"] for n in nodes if _labels(n).get(GPU_PRESENT) == "true"]
         self._validators(policies[0], gpu_nodes)
-        drivers = [d for d in self.store.list(drivers_rt) if "deletionTimestamp" not in d["metadata"]]
+        drivers = [d for d in self.store.snapshot(drivers_rt) if "deletionTimestamp" not in d["metadata"]]
         if not any(p["spec"].get("driver", {}).get("useNvidiaDriverCRD") for p in policies):
             for driver in drivers:
                 message = "useNvidiaDriverCRD is not enabled in ClusterPolicy"
@@ -464,13 +461,13 @@ class Actors:
     ) -> None:
         """One pod per node from the DaemonSet's current template (OnDelete: existing pods keep theirs); pods
         on other nodes go."""
-        pods = self.store.list(self._pods, OPERATOR_NAMESPACE, requirement)
+        pods = self.store.snapshot(self._pods, OPERATOR_NAMESPACE, requirement)
         for pod in pods:
             if pod["spec"].get("nodeName") not in nodes and "deletionTimestamp" not in pod["metadata"]:
                 self.store.delete(
                     self._pods, OPERATOR_NAMESPACE, pod["metadata"]["name"], grace=self.pod_grace_seconds
                 )
-        taken = {p["metadata"]["name"] for p in self.store.list(self._pods, OPERATOR_NAMESPACE)}
+        taken = {p["metadata"]["name"] for p in self.store.snapshot(self._pods, OPERATOR_NAMESPACE)}
         template = ds["spec"]["template"]
         for node in sorted(nodes):
             name = f"{prefix}-{node}"
@@ -498,7 +495,7 @@ class Actors:
             self._daemon_pods(ds, nodes, _is("nvidia.com/driver-name", name), ds["metadata"]["name"])
         # DaemonSets (and so pods) of NVIDIADrivers that are gone; the garbage collector's work.
         stale = _is("app.kubernetes.io/component", DRIVER_COMPONENT)
-        for pod in self.store.list(self._pods, OPERATOR_NAMESPACE, stale):
+        for pod in self.store.snapshot(self._pods, OPERATOR_NAMESPACE, stale):
             if (
                 _labels(pod).get("nvidia.com/driver-name") not in daemonsets
                 and "deletionTimestamp" not in pod["metadata"]
@@ -506,7 +503,7 @@ class Actors:
                 self.store.delete(
                     self._pods, OPERATOR_NAMESPACE, pod["metadata"]["name"], grace=self.pod_grace_seconds
                 )
-        for ds in self.store.list(self._daemonsets, OPERATOR_NAMESPACE, stale):
+        for ds in self.store.snapshot(self._daemonsets, OPERATOR_NAMESPACE, stale):
             if _labels(ds).get("nvidia.com/driver-name") not in daemonsets:
                 self.store.delete(self._daemonsets, OPERATOR_NAMESPACE, ds["metadata"]["name"])
 
@@ -573,7 +570,7 @@ class Actors:
         self._daemon_pods(ds, set(gpu_nodes), _is("app", VALIDATOR_APP), VALIDATOR_APP)
 
     def _validator_ready(self, node: str) -> bool:
-        pod = self.store.find(self._pods, OPERATOR_NAMESPACE, f"{VALIDATOR_APP}-{node}")
+        pod = self.store.stored(self._pods, OPERATOR_NAMESPACE, f"{VALIDATOR_APP}-{node}")
         return pod is not None and _running_ready(pod)
 
     # ---- GPU Feature Discovery and the DRA driver's slices -----------------------------------------------
@@ -581,7 +578,7 @@ class Actors:
     def _feature_discovery(self) -> None:
         slices_rt = self.store.registry.by_kind("resource.k8s.io/v1", "ResourceSlice")
         newest: dict[str, dict] = {}
-        for pod in self.store.list(
+        for pod in self.store.snapshot(
             self._pods, OPERATOR_NAMESPACE, _is("app.kubernetes.io/component", DRIVER_COMPONENT)
         ):
             node = pod["spec"].get("nodeName")
@@ -593,7 +590,7 @@ class Actors:
                     newest[node] = pod
         for node_name, pod in sorted(newest.items()):
             version = image_version(pod["spec"]["containers"][0]["image"])
-            node = self.store.find(self._nodes, None, node_name)
+            node = self.store.stored(self._nodes, None, node_name)
             if node is None:
                 continue
             labels = {**_labels(node), **driver_version_labels(version)}
@@ -604,10 +601,12 @@ class Actors:
             if slices_rt is None:
                 continue
             fields = [("spec.nodeName", True, node_name), ("spec.driver", True, "gpu.nvidia.com")]
-            for resource_slice in self.store.list(slices_rt, fields=fields):
+            for resource_slice in self.store.snapshot(slices_rt, fields=fields):
                 devices = resource_slice["spec"].get("devices") or []
                 if all(d.get("attributes", {}).get("driverVersion") == {"version": version} for d in devices):
                     continue
+                resource_slice = copied(resource_slice)  # changed below: the stored one must not be
+                devices = resource_slice["spec"].get("devices") or []
                 for device in devices:
                     device.setdefault("attributes", {})["driverVersion"] = {"version": version}
                 resource_slice["spec"]["pool"]["generation"] += 1  # the driver republishes its pool
@@ -627,7 +626,7 @@ class Actors:
     def _service_account_tokens(self) -> None:
         """Fill a service-account-token Secret whose ServiceAccount exists with a token the server accepts
         (kept in `store.tokens`), the namespace and the CA, as kube-controller-manager's token controller."""
-        for secret in self.store.list(self._secrets):
+        for secret in self.store.snapshot(self._secrets):
             meta = secret["metadata"]
             account = (meta.get("annotations") or {}).get(SERVICE_ACCOUNT_ANNOTATION)
             if (
@@ -636,7 +635,7 @@ class Actors:
                 or (secret.get("data") or {}).get("token")
             ):
                 continue
-            if self.store.find(self._service_accounts, meta["namespace"], account) is None:
+            if self.store.stored(self._service_accounts, meta["namespace"], account) is None:
                 continue
             token = secrets.token_urlsafe(24)
             self.store.tokens.add(token)

@@ -257,16 +257,8 @@ class Admission:
             "JSONPatch": _json_patch,
             "Object": _ObjectType(),
         }
-        variables: dict[str, Any] = {}
-        for variable in policy["spec"].get("variables") or []:
-            context["variables"] = celtypes.MapType(variables)  # a variable may use those before it
-            try:
-                variables[celtypes.StringType(variable["name"])] = _program(variable["expression"]).evaluate(
-                    context
-                )
-            except celpy.CELEvalError as error:  # kept as the error: it fails only the expressions using it
-                variables[celtypes.StringType(variable["name"])] = error
-        context["variables"] = celtypes.MapType(variables)
+        definitions = policy["spec"].get("variables") or []
+        context["variables"] = _Variables(definitions, context, {}, len(definitions))
         for condition in policy["spec"].get("matchConditions") or []:
             verdict = self._evaluate(policy, None, rt, obj, condition["expression"], context)
             if verdict is not None and not verdict:
@@ -312,6 +304,37 @@ class Admission:
         who = f"{policy['kind']} '{policy['metadata']['name']}'{bound}"
         text = f'{rt.qualified} "{name}" is forbidden: {who} denied request: {message}'
         return ApiError(REASON_CODES.get(reason, 422), text, reason)
+
+
+class _Variables(celtypes.MapType):
+    """`variables` as kube-apiserver composes them (kubernetes/kubernetes
+    staging/src/k8s.io/apiserver/pkg/cel/lazy/lazy.go MapValue, used by
+    staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/composition.go): each one evaluated when an
+    expression first reads it, then kept; one that errs is kept as the error, failing only the
+    expressions that read it. A variable sees those before it (`limit`: how many)."""
+
+    def __init__(self, definitions: list[dict], context: dict, values: dict, limit: int) -> None:
+        super().__init__(
+            {celtypes.StringType(v["name"]): celtypes.BoolType(False) for v in definitions[:limit]}
+        )
+        self._definitions, self._context, self._values = definitions, context, values
+
+    def __getitem__(self, key: Any) -> Any:
+        names = [v["name"] for v in self._definitions]
+        if key not in self:
+            raise KeyError(key)
+        name = str(key)
+        if name not in self._values:
+            index = names.index(name)
+            context = {
+                **self._context,
+                "variables": _Variables(self._definitions, self._context, self._values, index),
+            }
+            try:
+                self._values[name] = _program(self._definitions[index]["expression"]).evaluate(context)
+            except celpy.CELEvalError as error:
+                self._values[name] = error
+        return self._values[name]
 
 
 _programs: dict[str, Any] = {}

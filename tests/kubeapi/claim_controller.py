@@ -43,11 +43,11 @@ class ClaimController:
     def run(self) -> None:
         if self._claims is None:
             return
-        if self._templates and self.store.list(self._templates):  # else no pod has a claim to generate
-            for pod in self.store.list(self._pods):
+        if self._templates and self.store.snapshot(self._templates):  # else no pod has a claim to generate
+            for pod in self.store.snapshot(self._pods):
                 if not done(pod) and "deletionTimestamp" not in pod["metadata"]:
                     self._generate(pod)
-        for claim in self.store.list(self._claims):
+        for claim in self.store.snapshot(self._claims):
             self._sync(claim)
 
     def _generate(self, pod: dict[str, Any]) -> None:
@@ -84,7 +84,7 @@ class ClaimController:
             pod = self.store.update(self._pods, {**pod, "status": status}, api=False)
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.store.find(self._pods, namespace, name)
+        return self.store.stored(self._pods, namespace, name)
 
     def _sync(self, claim: dict[str, Any]) -> None:
         meta, status = claim["metadata"], dict(claim.get("status") or {})
@@ -106,7 +106,7 @@ class ClaimController:
                 finalizers = [f for f in meta.get("finalizers") or [] if f != DELETE_PROTECTION]
                 metadata = {**claim["metadata"], "finalizers": finalizers}
                 self.store.update(self._claims, {**claim, "metadata": metadata}, api=False)
-        if valid or self.store.find(self._claims, meta["namespace"], meta["name"]) is None:
+        if valid or self.store.stored(self._claims, meta["namespace"], meta["name"]) is None:
             return
         name, uid = owning_pod(claim)
         pod = self._pod(meta["namespace"], name) if name else None

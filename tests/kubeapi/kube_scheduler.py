@@ -221,7 +221,7 @@ class KubeScheduler:
         self._classes = registry.by_kind("resource.k8s.io/v1", "DeviceClass")
 
     def run(self) -> None:
-        unbound = self.store.list(self._pods, fields=[("spec.nodeName", True, "")])  # filtered before copying
+        unbound = self.store.snapshot(self._pods, fields=[("spec.nodeName", True, "")])
         pending = [
             p
             for p in unbound
@@ -244,17 +244,11 @@ class KubeScheduler:
         if why:
             self._scheduled_condition(pod, "Unschedulable", why)
             return
-        nodes = sorted(self.store.list(self._nodes), key=lambda n: n["metadata"]["name"])
-        on_node: dict[str, list[dict]] = {}
-        for other in self.store.list(self._pods):
-            if other["spec"].get("nodeName") and active(other):
-                on_node.setdefault(other["spec"]["nodeName"], []).append(other)
+        nodes = sorted(self.store.snapshot(self._nodes), key=lambda n: n["metadata"]["name"])
         reasons: dict[str, int] = {}
         unavailable: set[int] = set()  # allocated claims whose node selector some node failed
         for node in nodes:
-            reason, allocations = self._filter(
-                pod, node, claims, on_node.get(node["metadata"]["name"], []), unavailable
-            )
+            reason, allocations = self._filter(pod, node, claims, unavailable)
             if reason is None:
                 self._bind(pod, node["metadata"]["name"], claims, allocations)
                 return
@@ -270,7 +264,7 @@ class KubeScheduler:
             if name is None:  # resourceclaim.Name: the claim controller has not generated it yet
                 return [], f"pod {pod['metadata']['name']}: waiting for its ResourceClaims to be generated"
             claim = (
-                self.store.find(self._claims, pod["metadata"]["namespace"], name) if self._claims else None
+                self.store.stored(self._claims, pod["metadata"]["namespace"], name) if self._claims else None
             )
             if claim is None:
                 return [], f'resourceclaim "{name}" not found'
@@ -279,7 +273,7 @@ class KubeScheduler:
             claims.append(claim)
         return claims, ""
 
-    def _filter(self, pod, node, claims, others, unavailable) -> tuple[str | None, list[dict] | None]:
+    def _filter(self, pod, node, claims, unavailable) -> tuple[str | None, list[dict] | None]:
         spec = node.get("spec", {})
         if spec.get("unschedulable") and not tolerates(
             pod["spec"].get("tolerations") or [], {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
@@ -289,6 +283,8 @@ class KubeScheduler:
             return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}", None
         if not affinity_matches(pod, node):
             return "node(s) didn't match Pod's node affinity/selector", None
+        bound = [("spec.nodeName", True, node["metadata"]["name"])]  # the store's index by node
+        others = [p for p in self.store.snapshot(self._pods, fields=bound) if active(p)]
         if short := insufficient(requests(pod), node, others):
             return f"Insufficient {short[0]}", None
         allocations = []
@@ -333,7 +329,7 @@ class KubeScheduler:
             self.store.update(self._claims, {**claim, "metadata": meta, "status": status}, api=False)
         spec = {**pod["spec"], "nodeName": node_name}
         self.store.update(self._pods, {**pod, "spec": spec}, api=False)
-        bound = self.store.find(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        bound = self.store.stored(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
         self._scheduled_condition(bound, "", "", true=True)
 
     def _scheduled_condition(
@@ -368,7 +364,7 @@ class KubeScheduler:
             if not exactly or exactly.get("allocationMode", "ExactCount") != "ExactCount":
                 return None  # firstAvailable and All are not modelled: such a claim is never placed here
             device_class = (
-                self.store.find(self._classes, None, exactly["deviceClassName"]) if self._classes else None
+                self.store.stored(self._classes, None, exactly["deviceClassName"]) if self._classes else None
             )
             if device_class is None:
                 return None
@@ -403,7 +399,7 @@ class KubeScheduler:
         """(driver, pool, device) of the newest generation of each pool published for the node."""
         if self._slices is None:
             return []
-        slices = self.store.list(self._slices, fields=[("spec.nodeName", True, node_name)])
+        slices = self.store.snapshot(self._slices, fields=[("spec.nodeName", True, node_name)])
         newest: dict[str, int] = {}
         for piece in slices:
             pool = piece["spec"]["pool"]
@@ -422,7 +418,7 @@ class KubeScheduler:
         allocates never shares a device (NVKE writes its own shared allocations)."""
         return {
             (r["pool"], r["device"])
-            for claim in self.store.list(self._claims)
+            for claim in self.store.snapshot(self._claims)
             for r in ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
             or []
         }

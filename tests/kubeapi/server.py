@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import admission, authorization, resources, subresources
 from .actors import Actors
-from .errors import ApiError, bad_request, conflict
+from .errors import ApiError, bad_request, conflict, not_found
 from .features import FeatureGates
 from .objects import namespace
 from .resources import Registry, ResourceType
@@ -267,13 +267,17 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _get(self, rt: ResourceType, ns, name, sub, query, body) -> None:
-        self._send(200, self.server.api.store.get(rt, ns, name))
+        store = self.server.api.store
+        obj = store.stored(rt, ns, name)
+        if obj is None:
+            raise not_found(rt, name)
+        self._send(200, {**obj, "apiVersion": rt.api_version})  # serialized, not copied: never changed
 
     def _list(self, rt: ResourceType, ns, name, sub, query, body) -> None:
         store = self.server.api.store
         labels, fields = self._selectors(rt, query)
-        with store.lock:
-            items, version = store.list(rt, ns, labels, fields), store.rv
+        with store.lock:  # the stored objects, serialized rather than copied (stored objects never change)
+            items, version = store.snapshot(rt, ns, labels, fields), store.rv
         token = query.get("continue")
         if token:
             try:
@@ -294,7 +298,9 @@ class _Handler(BaseHTTPRequestHandler):
             meta["continue"] = base64.b64encode(json.dumps({"rv": version, "key": key}).encode()).decode()
             meta["remainingItemCount"] = len(items) - limit
             items = items[:limit]
-        if not rt.custom:  # items of built-in lists carry no apiVersion and kind
+        if rt.custom:
+            items = [{**i, "apiVersion": rt.api_version} for i in items]
+        else:  # items of built-in lists carry no apiVersion and kind
             items = [{k: v for k, v in i.items() if k not in ("apiVersion", "kind")} for i in items]
         self._send(
             200, {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": meta, "items": items}

@@ -2,7 +2,9 @@
 
 A global integer resourceVersion orders every write; each write is kept in a per-resource history that watches
 replay from any resourceVersion until compact() forgets it. Objects are never mutated in place once stored, so
-readers get deep copies and the history can share them.
+the history can share them, API readers get copies and the simulated components, which only read, may be
+handed the stored objects themselves (snapshot(), stored()). Pods and ResourceSlices are indexed by
+spec.nodeName, the field the kubelet and kube-scheduler select them by.
 """
 
 from __future__ import annotations
@@ -42,6 +44,28 @@ def parse_timestamp(text: str) -> float:
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
 
 
+# The kinds indexed by spec.nodeName, a field selector both serve (kubernetes/kubernetes
+# pkg/registry/core/pod/strategy.go ToSelectableFields, pkg/registry/resource/resourceslice/strategy.go):
+# what the kubelet and kube-scheduler select them by.
+NODE_INDEXED = {("", "pods"), ("resource.k8s.io", "resourceslices")}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def copied(value: Any) -> Any:
+    """A deep copy of a JSON document: what copy.deepcopy gives for dicts, lists and scalars, without its
+    memo and dispatch (several times faster; every read and write of the store copies)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: copied(v) for k, v in value.items()}
+    if kind is list:
+        return [copied(v) for v in value]
+    return value if kind in _SCALARS else copy.deepcopy(value)
+
+
+def _node_name(obj: dict[str, Any]) -> str:
+    return (obj.get("spec") or {}).get("nodeName") or ""
+
+
 def _generated_suffix() -> str:
     return "".join(random.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
 
@@ -70,6 +94,10 @@ class Store:
         self.strategy: Callable[[str, dict | None, dict], None] | None = None
         self._objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = defaultdict(dict)
         self._history: dict[tuple[str, str], list[tuple[int, str, dict, dict | None]]] = defaultdict(list)
+        # kind -> spec.nodeName ("" unset) -> (namespace, name) -> object, for NODE_INDEXED kinds
+        self._by_node: dict[tuple[str, str], dict[str, dict[tuple[str, str], dict]]] = defaultdict(
+            lambda: defaultdict(dict)
+        )
         self._reacting = False
         self.tokens: set[str] = set()  # service account tokens the token controller issued
         self.ca_bundle = ""  # the server's CA, which token Secrets carry
@@ -119,18 +147,39 @@ class Store:
         fields: list[tuple[str, bool, str]] = (),
     ) -> list[dict[str, Any]]:
         with self.lock:
+            return [self._wire(rt, obj) for obj in self.snapshot(rt, namespace, labels, fields)]
+
+    def snapshot(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        labels: list[selectors.Requirement] = (),
+        fields: list[tuple[str, bool, str]] = (),
+    ) -> list[dict[str, Any]]:
+        """What list() returns, in storage form and not copied: the stored objects themselves, which the
+        caller must not change (for the simulated components and for serializing)."""
+        with self.lock:
+            objects = self._objects[rt.key]
+            node = next((v for f, equal, v in fields if f == "spec.nodeName" and equal), None)
+            if node is not None and rt.key in NODE_INDEXED:
+                objects = self._by_node[rt.key].get(node, {})
             return [
-                self._wire(rt, obj)
-                for key, obj in sorted(self._objects[rt.key].items())
+                obj
+                for key, obj in sorted(objects.items())
                 if (namespace is None or key[0] == namespace)
                 and selectors.labels_match(labels, obj)
                 and selectors.fields_match(fields, obj)
             ]
 
+    def stored(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """What find() returns, not copied: the stored object, which the caller must not change."""
+        with self.lock:
+            return self._objects[rt.key].get((namespace or "", name))
+
     @staticmethod
     def _wire(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """A copy in the requested version (one storage form serves every version of a kind)."""
-        return {**copy.deepcopy(obj), "apiVersion": rt.api_version}
+        return {**copied(obj), "apiVersion": rt.api_version}
 
     # ---- writes ------------------------------------------------------------------------------------------
 
@@ -140,6 +189,12 @@ class Store:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if rt.key in NODE_INDEXED:
+            by_node, stored = self._by_node[rt.key], self._objects[rt.key].get(key)
+            if stored is not None:
+                by_node[_node_name(stored)].pop(key, None)
+            if event != "DELETED":
+                by_node[_node_name(obj)][key] = obj
         if event == "DELETED":
             del self._objects[rt.key][key]
         else:
@@ -148,13 +203,13 @@ class Store:
         if rt.key == CRD_KEY:
             self._crd_changed(obj, event)
         self.changed.notify_all()
-        return copy.deepcopy(obj)
+        return copied(obj)
 
     def _crd_changed(self, crd: dict[str, Any], event: str) -> None:
         if event == "DELETED":
             for rt in self.registry.crd_types(crd["metadata"]["name"]):
                 for obj in list(self._objects[rt.key].values()):
-                    self._commit(rt, "DELETED", copy.deepcopy(obj), obj)
+                    self._commit(rt, "DELETED", copied(obj), obj)
             self.registry.remove_crd(crd["metadata"]["name"])
         else:
             self.registry.set_crd(crd)
@@ -210,7 +265,7 @@ class Store:
         self, rt: ResourceType, obj: dict[str, Any], *, api: bool = True, dry_run: bool = False
     ) -> dict:
         with self._transaction():
-            obj = copy.deepcopy(obj)
+            obj = copied(obj)
             obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
             meta = obj.setdefault("metadata", {})
             if not meta.get("name"):
@@ -257,7 +312,7 @@ class Store:
         if api and rt.has_status:
             part = new.get("status")
             if subresource == "status":
-                new = copy.deepcopy(old)
+                new = copied(old)
             new.pop("status", None)
             kept = part if subresource == "status" else old.get("status")
             if kept is not None:
@@ -290,7 +345,7 @@ class Store:
         if self.strategy:
             self.strategy(rt.kind, old, new)
         if _without_version(new) == _without_version(old):
-            return copy.deepcopy(old)  # kube-apiserver neither bumps the resourceVersion nor emits an event
+            return copied(old)  # kube-apiserver neither bumps the resourceVersion nor emits an event
         if _spec_part(new) != _spec_part(old):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         self._validate(rt, new, old)
@@ -332,7 +387,7 @@ class Store:
                     "Invalid value: 0x0: must be specified for an update",
                 )
                 raise invalid(rt.kind, meta["name"], [cause], rt.group)
-            new = self._merged_update(rt, old, copy.deepcopy(obj), subresource, api)
+            new = self._merged_update(rt, old, copied(obj), subresource, api)
             return self._write(rt, old, new, dry_run, api, subresource)
 
     def patch(
@@ -349,7 +404,7 @@ class Store:
     ) -> dict[str, Any]:
         with self._transaction():
             old = self._stored(rt, namespace, name)
-            current = copy.deepcopy(old)  # a merge patch shares what it leaves alone
+            current = copied(old)  # a merge patch shares what it leaves alone
             try:
                 if content_type == "application/json-patch+json":
                     patched = patches.json_patch(current, body)
@@ -400,17 +455,17 @@ class Store:
             if meta.get("finalizers") or grace:
                 current = meta.get("deletionGracePeriodSeconds")
                 if current is not None and current <= grace:
-                    return copy.deepcopy(old), False
-                new = copy.deepcopy(old)
+                    return copied(old), False
+                new = copied(old)
                 new["metadata"].update(
                     deletionTimestamp=timestamp(self.now() + grace), deletionGracePeriodSeconds=grace
                 )
                 return (new if dry_run else self._commit(rt, "MODIFIED", new, old)), False
             if dry_run:
-                return copy.deepcopy(old), True
+                return copied(old), True
             if rt.key == NAMESPACES_KEY:
                 self._empty_namespace(name)
-            return self._commit(rt, "DELETED", copy.deepcopy(old), old), True
+            return self._commit(rt, "DELETED", copied(old), old), True
 
     def _empty_namespace(self, namespace: str) -> None:
         # The namespace controller's work, done at once rather than through a Terminating phase.
@@ -418,7 +473,7 @@ class Store:
             if rt.namespaced:
                 for key, obj in list(self._objects[rt.key].items()):
                     if key[0] == namespace:
-                        self._commit(rt, "DELETED", copy.deepcopy(obj), obj)
+                        self._commit(rt, "DELETED", copied(obj), obj)
 
     def compact(self) -> None:
         with self.lock:
@@ -472,7 +527,7 @@ class Watcher:
         now, before = self._matches(obj), kind == "MODIFIED" and self._matches(previous)
         if kind == "MODIFIED" and before and not now:
             # Left the selection: a DELETED event with the old content at the new resourceVersion.
-            gone = copy.deepcopy(previous)
+            gone = copied(previous)
             gone["metadata"]["resourceVersion"] = str(version)
             return {"type": "DELETED", "object": self.store._wire(self.rt, gone)}
         if not now:

@@ -15,7 +15,8 @@ from 1.36. So from 1.36 NVKE mutates and validates; on 1.34–1.35 it only valid
 lacks the gate or the toleration is refused with a message that says what to add (the floor).
 
 The policies are CEL over the pod alone: admission cannot read the ResourceClaims a pod names, so every
-claim-using pod in a managed namespace is gated (and waits for NVKE, whatever driver its claims name).
+claim-using pod in a managed namespace is gated, whatever driver its claims name; NVKE's workloads pass
+lifts the gate of one whose claims ask no NVIDIA DeviceClass (workloads.py _lift_gates).
 Attach compares what it finds on the cluster with these objects (`check`)."""
 
 import hashlib

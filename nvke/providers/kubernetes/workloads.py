@@ -14,8 +14,8 @@ withdrawn once no pod holds it (`reservedFor` empty). An allocation NVKE did not
 kube-scheduler's, say, for a pod that slipped past the gate) is never overwritten, and the devices it
 holds are never written into another claim: it is reported.
 
-Every change is said on the object it concerns as an Event (reason Allocated, FailedScheduling or
-NotPlaceable), once per change: the reason last said is kept in the object's `nvke.io/reason`
+Every change is said on the object it concerns as an Event (reason Allocated, FailedScheduling,
+NotPlaceable or OtherDriver), once per change: the reason last said is kept in the object's `nvke.io/reason`
 annotation."""
 
 import datetime
@@ -88,7 +88,7 @@ class WorkloadSync:
         users = gangs.pods_by_claim(ours, claim_names)
         dra_found = [self.gangs.tag(f, users.get((f.namespace, f.name))) for f in dra_found]
         held = self._gang_gates(ours, dra_states, enforced)
-        self._lift_gates([p for p in pods if gangs.key_of(p) not in held], dra_states, enforced)
+        self._lift_gates([p for p in pods if gangs.key_of(p) not in held], dra_states, enforced, existing)
         states += dra_states
         self._publish_records(claims, states, existing)
         return WorkloadReport(states=tuple(states), found=tuple(found + dra_found))
@@ -384,12 +384,18 @@ class WorkloadSync:
 
     # --- pods ---------------------------------------------------------------------------------------
 
-    def _lift_gates(self, pods: list[dict], states: list[WorkloadState], claims: dict) -> None:
+    def _lift_gates(
+        self, pods: list[dict], states: list[WorkloadState], claims: dict, existing: dict
+    ) -> None:
         """Remove `nvke.io/placement` from pods whose NVIDIA claims are all allocated by NVKE, once each
         claim is reserved for the pod, annotating them with what they hold (as the scheduler path does)
         and saying it in an Allocated Event; say the reason on pods that still wait (among them those
         that do not tolerate their claims' nodes' taints).
-        Pods already released have their annotations brought up to date when a claim is resized."""
+        Pods already released have their annotations brought up to date when a claim is resized.
+        NVKE's admission gates every pod with claims in a managed namespace (it cannot read the claims):
+        a pod none of whose claims asks an NVIDIA DeviceClass (another DRA driver's) is released as it
+        is, for kube-scheduler to allocate and bind, and told so in an OtherDriver Event.
+        `existing`: the ResourceClaims of the managed namespaces."""
         by_claim = {(s.namespace, s.name): s for s in states}
         for pod in pods:
             gates = pod.get("spec", {}).get("schedulingGates") or []
@@ -397,6 +403,15 @@ class WorkloadSync:
             if namespace not in self.managed:
                 continue
             names = claim_names(pod)
+            if any(g["name"] == dra.GATE for g in gates) and other_drivers_only(pod, names, existing):
+                if self._ungate(pod, gates, {}):
+                    message = (
+                        f"None of its ResourceClaims ({', '.join(names)}) asks an NVIDIA DeviceClass "
+                        f"({dra.DEVICE_CLASS}, {dra.MIG_DEVICE_CLASS}): NVKE lifted its scheduling gate "
+                        f"{dra.GATE}, for kube-scheduler to place it."
+                    )
+                    self._say(pod, "Normal", "OtherDriver", message)
+                continue
             blocking = [
                 by_claim.get((namespace, name))
                 for name in names
@@ -415,22 +430,25 @@ class WorkloadSync:
                 continue
             if not all(self._reserve(pod, name) for name in names):
                 continue  # a claim changed or went meanwhile: the next pass decides again
-            meta = pod["metadata"]
-            patch = {
-                "metadata": {
-                    "resourceVersion": meta["resourceVersion"],
-                    "annotations": held(namespace, names, claims),
-                },
-                "spec": {"schedulingGates": [g for g in gates if g["name"] != dra.GATE] or None},
-            }
-            try:
-                call(self.core.patch_namespaced_pod, meta["name"], namespace, patch, _content_type=MERGE)
-            except ProviderError as error:
-                if error.status not in (404, 409):
-                    raise
-                continue
-            holds = "; ".join(f"{name}: {holding(claims[(namespace, name)])}" for name in names)
-            self._say(pod, "Normal", "Allocated", f"NVKE allocated its GPU claims ({holds}).")
+            if self._ungate(pod, gates, held(namespace, names, claims)):
+                holds = "; ".join(f"{name}: {holding(claims[(namespace, name)])}" for name in names)
+                self._say(pod, "Normal", "Allocated", f"NVKE allocated its GPU claims ({holds}).")
+
+    def _ungate(self, pod: dict, gates: list[dict], annotations: dict[str, str]) -> bool:
+        """Remove NVKE's gate from the pod (and add `annotations`) under its resourceVersion; False where
+        the pod changed or went meanwhile (the next pass decides again)."""
+        meta = pod["metadata"]
+        patch = {
+            "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": annotations},
+            "spec": {"schedulingGates": [g for g in gates if g["name"] != dra.GATE] or None},
+        }
+        try:
+            call(self.core.patch_namespaced_pod, meta["name"], meta["namespace"], patch, _content_type=MERGE)
+        except ProviderError as error:
+            if error.status not in (404, 409):
+                raise
+            return False
+        return True
 
     def _taints_in_the_way(self, pod: dict, nodes: set[str]) -> str:
         """Why kube-scheduler could not bind the pod to its claims' nodes (taints it does not tolerate),
@@ -518,6 +536,18 @@ def claim_names(pod: dict) -> list[str]:
         if name:
             names.append(name)
     return names
+
+
+def other_drivers_only(pod: dict, names: list[str], existing: dict) -> bool:
+    """Whether every ResourceClaim of the pod exists (templates' generated) and none asks an NVIDIA
+    DeviceClass. `names`: claim_names(pod); `existing`: the ResourceClaims by (namespace, name)."""
+    namespace = pod["metadata"]["namespace"]
+    found = [existing.get((namespace, name)) for name in names]
+    return (
+        len(names) == len(pod["spec"].get("resourceClaims") or [])
+        and bool(found)
+        and all(rc is not None and not dra.asks_nvidia_gpus(rc) for rc in found)
+    )
 
 
 def held(namespace: str, names: list[str], claims: dict) -> dict[str, str]:

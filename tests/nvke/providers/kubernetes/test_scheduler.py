@@ -3,19 +3,25 @@
 they hold and bound through pods/binding; those that cannot be placed say why and are bound once
 capacity frees; a claim taken back evicts its pod; pods in namespaces NVKE does not manage are left
 alone. Against the fake API server, at 1.33 (no resource.k8s.io/v1), 1.34 and 1.36, with kube-scheduler
-running: it leaves pods that name another scheduler alone."""
+running: it leaves pods that name another scheduler alone. Pods are created as a user's service account
+does, through NVKE's admission policies: before 1.36 the user writes what the ValidatingAdmissionPolicy
+asks (the pool toleration, a device-plugin slot), and one without the toleration is refused; from 1.36
+the MutatingAdmissionPolicy adds them."""
 
+import copy
 import json
 
 import pytest
+from kubernetes import client
 
 from claims.allocator.service import evict_claims, resize_claim
 from claims.models import Claim
 from claims.workloads import sync_workloads
 from nodepools.models import Gpu
 from nodepools.nodes import fail_gpu, record_preflight
-from nvke.providers.kubernetes import dra, records, scheduler
-from tests.kubeapi import objects
+from nvke.providers.kubernetes import admission, dra, records, scheduler
+from tests.kubeapi import accounts, objects
+from tests.kubeapi.fixtures import client_configuration
 from tests.kubeapi.server import FakeKubeApi
 
 from .access import ungranted
@@ -49,6 +55,28 @@ def cluster(server, attach, sharing_pool):
     return make
 
 
+@pytest.fixture
+def submit(server):
+    """submit(pod, complete=True): create the pod as a user's service account (allowed to create pods)
+    does, through NVKE's admission policies, which attach installs. `complete`: with what the
+    ValidatingAdmissionPolicy asks of a GPU-share pod where no MutatingAdmissionPolicy adds it (before
+    1.36): the pool toleration and one slot of NVKE's device plugin."""
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    token = accounts.grant(server, rules, name="user", namespace="ml")
+    mutating = server.store.registry.by_kind(admission.API_VERSION, "MutatingAdmissionPolicy")
+
+    def run(pod, complete: bool = True):
+        pod = copy.deepcopy(pod)
+        limits = pod["spec"]["containers"][0].get("resources", {}).get("limits") or {}
+        if complete and not mutating and set(admission.SHARED_RESOURCES) & set(limits):
+            pod["spec"]["tolerations"] = [dict(admission.TOLERATION)]
+            limits[admission.SLOT] = "1"
+        client.CoreV1Api(api).create_namespaced_pod(pod["metadata"]["namespace"], pod)
+
+    with client.ApiClient(client_configuration(server, token=token)) as api:  # one connection a test
+        yield run
+
+
 def gpu_pod(name, memory, percent, namespace="ml"):
     pod = objects.pod(name, namespace=namespace)
     pod["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
@@ -70,13 +98,17 @@ def reasons(server, name, namespace="ml"):
     ]
 
 
-def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
+def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster, submit):
     attached = cluster()
-    server.create(gpu_pod("train", "8Gi", 70))
+    submit(gpu_pod("train", "8Gi", 70))
     for i in range(3):
-        server.create(gpu_pod(f"infer-{i}", "2Gi", 20))
+        submit(gpu_pod(f"infer-{i}", "2Gi", 20))
     server.clear_requests()
 
+    sync_workloads(attached.pk)
+    # Each pod asks a device-plugin slot: pods whose Allocate answers differ (train's, the infers') are
+    # bound to one node one pass after another, the kubelet admitting between (the last test).
+    assert sum(bool(pod(server, n)["spec"].get("nodeName")) for n in ("train", "infer-0")) == 1
     sync_workloads(attached.pk)
 
     assert ungranted(server.requests) == set()  # NVKE's access manifest lets it do all this
@@ -102,11 +134,11 @@ def test_four_pods_share_one_a10_and_the_node_says_so(server, cluster):
 
 
 def test_a_pod_that_does_not_fit_says_why_and_is_bound_once_capacity_frees(
-    server, cluster, django_capture_on_commit_callbacks
+    server, cluster, submit, django_capture_on_commit_callbacks
 ):
     attached = cluster()
-    server.create(gpu_pod("big", "20Gi", 50))
-    server.create(gpu_pod("late", "8Gi", 50))
+    submit(gpu_pod("big", "20Gi", 50))
+    submit(gpu_pod("late", "8Gi", 50))
 
     sync_workloads(attached.pk)
 
@@ -129,19 +161,19 @@ def test_a_pod_that_does_not_fit_says_why_and_is_bound_once_capacity_frees(
 
 
 def test_a_pods_priority_orders_it_as_any_claims_when_capacity_frees(
-    server, cluster, django_capture_on_commit_callbacks
+    server, cluster, submit, django_capture_on_commit_callbacks
 ):
     attached = cluster()
     big = gpu_pod("big", "20Gi", 50)
     big["metadata"]["annotations"] = {dra.PRIORITY: "10"}  # as high as urgent's: it cannot preempt big
-    server.create(big)
-    server.create(gpu_pod("low", "12Gi", 50))
+    submit(big)
+    submit(gpu_pod("low", "12Gi", 50))
     urgent = gpu_pod("urgent", "12Gi", 50)
     urgent["metadata"]["annotations"] = {dra.PRIORITY: "10"}
-    server.create(urgent)
+    submit(urgent)
     odd = gpu_pod("odd", "1Gi", 10)
     odd["metadata"]["annotations"] = {dra.PRIORITY: "high"}
-    server.create(odd)
+    submit(odd)
     sync_workloads(attached.pk)
     assert Claim.objects.get(name="urgent").priority == 10
     assert (Claim.objects.get(name="low").status, Claim.objects.get(name="urgent").status) == (
@@ -159,9 +191,9 @@ def test_a_pods_priority_orders_it_as_any_claims_when_capacity_frees(
     assert Claim.objects.get(name="low").status == "pending"
 
 
-def test_a_claim_taken_back_evicts_its_pod(server, cluster):
+def test_a_claim_taken_back_evicts_its_pod(server, cluster, submit):
     attached = cluster()
-    server.create(gpu_pod("train", "8Gi", 70))
+    submit(gpu_pod("train", "8Gi", 70))
     sync_workloads(attached.pk)
     assert pod(server, "train")["spec"]["nodeName"] == "a10-0"
 
@@ -187,15 +219,15 @@ def test_a_claim_taken_back_evicts_its_pod(server, cluster):
     assert not Claim.objects.filter(name="train").exists()
 
 
-def test_a_fatal_xid_evicts_only_the_pod_on_that_gpu_and_says_where_its_claim_moved(server, cluster):
+def test_a_fatal_xid_evicts_only_the_pod_on_that_gpu_and_says_where_its_claim_moved(server, cluster, submit):
     server.create(objects.gpu_node("a10x3", product="NVIDIA-A10", count=3, memory_mib=23028))
     server.settle()
     attached = cluster(gpus_per_node=3, name="trio", node_selector={"kubernetes.io/hostname": "a10x3"})
     whole = objects.pod("whole", namespace="ml")
     whole["spec"].update(schedulerName=scheduler.SCHEDULER, tolerations=[dict(dra.POOL_TOLERATION)])
     whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-    server.create(whole)
-    server.create(gpu_pod("serve", "8Gi", 70))
+    submit(whole)
+    submit(gpu_pod("serve", "8Gi", 70))
     sync_workloads(attached.pk)
     was = pod(server, "serve")["metadata"]["annotations"][scheduler.ANNOTATIONS["uuids"]]
     failed = Gpu.objects.get(uuid=was.removeprefix("GPU-"))
@@ -217,9 +249,9 @@ def test_a_fatal_xid_evicts_only_the_pod_on_that_gpu_and_says_where_its_claim_mo
     ) in reasons(server, "serve")
 
 
-def test_a_resized_claim_reaches_its_running_pod(server, cluster):
+def test_a_resized_claim_reaches_its_running_pod(server, cluster, submit):
     attached = cluster()
-    server.create(gpu_pod("serve", "8Gi", 70))
+    submit(gpu_pod("serve", "8Gi", 70))
     sync_workloads(attached.pk)
 
     resize_claim(Claim.objects.get(name="serve").pk, compute_percent=40)
@@ -232,9 +264,9 @@ def test_a_resized_claim_reaches_its_running_pod(server, cluster):
     assert resized == ["NVKE resized its GPU claim: 8Gi of GPU memory, compute 10% guaranteed up to 40%."]
 
 
-def test_mps_pods_carry_their_mps_limits_and_the_isolation_their_node_enforces(server, cluster):
+def test_mps_pods_carry_their_mps_limits_and_the_isolation_their_node_enforces(server, cluster, submit):
     attached = cluster("mps")
-    server.create(gpu_pod("serve", "6Gi", 40))
+    submit(gpu_pod("serve", "6Gi", 40))
 
     sync_workloads(attached.pk)
 
@@ -253,13 +285,13 @@ def test_mps_pods_carry_their_mps_limits_and_the_isolation_their_node_enforces(s
     )
 
 
-def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(server, cluster):
+def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(server, cluster, submit):
     attached = cluster()
     server.create(objects.namespace("other"))
-    server.create(gpu_pod("elsewhere", "2Gi", 20, namespace="other"))
+    submit(gpu_pod("elsewhere", "2Gi", 20, namespace="other"))
     both = gpu_pod("both", "2Gi", 20)
     both["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
-    server.create(both)
+    submit(both)
 
     sync_workloads(attached.pk)
 
@@ -270,11 +302,11 @@ def test_pods_outside_managed_namespaces_and_unreadable_requests_are_not_placed(
     assert reason == "FailedScheduling" and "Ask for one of" in message
 
 
-def test_a_managed_namespace_belongs_to_the_first_tenant_that_acts_in_it(server, cluster, context):
+def test_a_managed_namespace_belongs_to_the_first_tenant_that_acts_in_it(server, cluster, submit, context):
     attached = cluster()
     server.create(objects.namespace("theirs", {dra.MANAGED: "true", dra.TENANT: "globex"}))
-    server.create(gpu_pod("mine", "2Gi", 20))
-    server.create(gpu_pod("other", "2Gi", 20, namespace="theirs"))
+    submit(gpu_pod("mine", "2Gi", 20))
+    submit(gpu_pod("other", "2Gi", 20, namespace="theirs"))
 
     sync_workloads(attached.pk)
 
@@ -286,11 +318,11 @@ def test_a_managed_namespace_belongs_to_the_first_tenant_that_acts_in_it(server,
     assert reasons(server, "other", "theirs") == []  # another tenant's: left alone, not even told
 
 
-def test_a_budget_holds_back_the_eviction_of_a_pod_whose_claim_was_taken_back(server, cluster):
+def test_a_budget_holds_back_the_eviction_of_a_pod_whose_claim_was_taken_back(server, cluster, submit):
     attached = cluster()
     training = gpu_pod("train", "8Gi", 70)
     training["metadata"]["labels"] = {"app": "train"}
-    server.create(training)
+    submit(training)
     server.create(objects.pdb("train", selector={"app": "train"}, namespace="ml", min_available=1))
     sync_workloads(attached.pk)
 
@@ -302,12 +334,12 @@ def test_a_budget_holds_back_the_eviction_of_a_pod_whose_claim_was_taken_back(se
     assert Claim.objects.get(name="train").workload["state"] == "waiting"
 
 
-def test_a_pod_over_its_tenants_quota_is_told_which_quota(server, cluster, context):
+def test_a_pod_over_its_tenants_quota_is_told_which_quota(server, cluster, submit, context):
     from nvke.tenancy.models import Quota
 
     attached = cluster()
     Quota.objects.update_or_create(tenant=context.tenant, defaults={"max_claim_gpu_memory_mib": 4096})
-    server.create(gpu_pod("big", "8Gi", 50))
+    submit(gpu_pod("big", "8Gi", 50))
 
     sync_workloads(attached.pk)
 
@@ -329,7 +361,7 @@ def test_a_claim_made_through_the_api_says_why_no_pod_can_use_it_without_dra(ser
     assert state["state"] == "waiting" and "schedulerName: nvke" in state["message"]
 
 
-def test_pods_the_device_plugin_could_not_tell_apart_are_bound_one_at_a_time(server, cluster):
+def test_pods_the_device_plugin_could_not_tell_apart_are_bound_one_at_a_time(server, cluster, submit):
     """The kubelet's Allocate names no pod (nvke/agent/allocation.py): two pods asking one
     nvke.io/gpu-share slot each, with different limits, are not bound to one node before the kubelet
     admitted the first; pods with the same answer would be."""
@@ -337,7 +369,7 @@ def test_pods_the_device_plugin_could_not_tell_apart_are_bound_one_at_a_time(ser
     for name, memory, percent in (("train", "8Gi", 70), ("serve", "2Gi", 20)):
         slotted = gpu_pod(name, memory, percent)
         slotted["spec"]["containers"][0]["resources"]["limits"]["nvke.io/gpu-share"] = "1"
-        server.create(slotted)
+        submit(slotted)
 
     sync_workloads(attached.pk)
 
@@ -352,3 +384,32 @@ def test_pods_the_device_plugin_could_not_tell_apart_are_bound_one_at_a_time(ser
     sync_workloads(attached.pk)
     assert pod(server, held)["spec"]["nodeName"] == "a10-0"
     assert Claim.objects.get(name=held).workload["state"] == "allocated"
+
+
+@pytest.mark.parametrize("minor", ["1.33.5", "1.34.2"], indirect=False)
+def test_a_users_share_pod_without_the_pool_toleration_is_refused_where_nothing_adds_it(
+    server, cluster, submit
+):
+    cluster()
+    bare = gpu_pod("bare", "2Gi", 20)
+    bare["spec"]["containers"][0]["resources"]["limits"][admission.SLOT] = "1"
+
+    with pytest.raises(client.ApiException) as refused:
+        submit(bare, complete=False)
+
+    assert refused.value.status == 422
+    message = json.loads(refused.value.body)["message"]
+    assert "NVKE's GPU nodes carry the taint nvke.io/pool:NoSchedule: add spec.tolerations [" in message
+    assert pod(server, "bare") is None
+
+
+@pytest.mark.parametrize("minor", ["1.36.0"], indirect=False)
+def test_a_users_share_pod_gets_the_pool_toleration_and_a_slot_from_1_36(server, cluster, submit):
+    attached = cluster()
+    submit(gpu_pod("bare", "2Gi", 20), complete=False)
+
+    admitted = pod(server, "bare")
+    assert admitted["spec"]["tolerations"] == [admission.TOLERATION]
+    assert admitted["spec"]["containers"][0]["resources"]["limits"][admission.SLOT] == "1"
+    sync_workloads(attached.pk)
+    assert pod(server, "bare")["spec"]["nodeName"] == "a10-0"
