@@ -392,6 +392,7 @@ def test_a_users_share_pod_without_the_pool_toleration_is_refused_where_nothing_
 ):
     cluster()
     bare = gpu_pod("bare", "2Gi", 20)
+    del bare["spec"]["tolerations"]
     bare["spec"]["containers"][0]["resources"]["limits"][admission.SLOT] = "1"
 
     with pytest.raises(client.ApiException) as refused:
@@ -406,7 +407,9 @@ def test_a_users_share_pod_without_the_pool_toleration_is_refused_where_nothing_
 @pytest.mark.parametrize("minor", ["1.36.0"], indirect=False)
 def test_a_users_share_pod_gets_the_pool_toleration_and_a_slot_from_1_36(server, cluster, submit):
     attached = cluster()
-    submit(gpu_pod("bare", "2Gi", 20), complete=False)
+    bare = gpu_pod("bare", "2Gi", 20)
+    del bare["spec"]["tolerations"]
+    submit(bare, complete=False)
 
     admitted = pod(server, "bare")
     assert admitted["spec"]["tolerations"] == [admission.TOLERATION]
