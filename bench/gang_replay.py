@@ -55,7 +55,7 @@ from claims.allocation.state import NodeState, Placement  # noqa: E402
 
 PRIORITY = {"LS": 2, "Guaranteed": 2, "Burstable": 1, "BE": 0}
 PREEMPTIBLE = 0  # claims of this priority or lower may be preempted
-COMPRESS = 100
+COMPRESS = 4000  # the fleet fills: claims wait and preempt (bench/README.md)
 DEPART, ARRIVE = 0, 1  # at one instant departures go first: what leaves frees GPUs for what comes
 
 
