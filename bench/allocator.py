@@ -48,6 +48,7 @@ from claims.allocation.state import FRACTIONAL, GpuState, NodeState, Placement, 
 class Pod:
     request: Request
     gpus: float  # requested GPUs: num_gpu for whole pods, gpu_milli / 1000 for GPU-share pods, 0 for CPU
+    row: traces.PodRow | None = None  # its line of the trace (qos, creation and deletion times)
 
 
 def read_nodes(path: Path, scale: int = 1) -> list[NodeState]:
@@ -78,7 +79,7 @@ def read_pods(path: Path) -> list[Pod]:
             request = Request("fraction", compute_milli=row.gpu_milli, **common)
         else:
             request = Request("whole", gpus=row.num_gpu, **common)
-        pods.append(Pod(request, row.gpus))
+        pods.append(Pod(request, row.gpus, row))
     return pods
 
 

@@ -18,8 +18,8 @@ other pod is a single claim. Topology: the node list in order, eight 8-GPU nodes
 Printed: GPU allocation at 100% arrived; at the end (130% arrived), jobs arrived and fully placed, GPUs
 held by part-placed jobs and the share of placed jobs inside one clique or one rack; single-claim and
 gang decisions/s (each over its own calls, by this process's CPU time, so a loaded machine skews them
-less). Wait times and preemptions need departures and priorities, which this replay has not: not
-measured here."""
+less). Wait times and preemptions need departures and priorities, which this replay has not:
+bench/gang_replay.py replays the same jobs on the trace's clock for those."""
 
 from __future__ import annotations
 

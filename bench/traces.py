@@ -65,6 +65,9 @@ class PodRow:
     num_gpu: int
     gpu_milli: int
     gpu_spec: str = ""  # "" = any model, else models separated by '|'
+    qos: str = ""  # LS, Burstable, BE, Guaranteed; "" where the list has no such column
+    created: int = 0  # creation_time and deletion_time, seconds (0 where the list has none)
+    deleted: int = 0
 
     @property
     def sharing(self) -> bool:
@@ -126,6 +129,9 @@ def read_pods(path: Path) -> list[PodRow]:
                 num_gpu=num_gpu,
                 gpu_milli=gpu_milli,
                 gpu_spec="" if spec in ("", "nan") else spec,
+                qos=(row.get("qos") or "").strip(),
+                created=_whole(path, line, row, "creation_time") if row.get("creation_time") else 0,
+                deleted=_whole(path, line, row, "deletion_time") if row.get("deletion_time") else 0,
             )
         )
     return pods
