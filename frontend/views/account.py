@@ -47,9 +47,9 @@ def _tokens(request: HttpRequest, context: TenantContext):
     return tokens if context.allows(Action.MANAGE) else tokens.filter(user=request.user)
 
 
-@tenant_view
-def token_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
-    """Tokens, and a form for a new one. Everyone may hold tokens; a token acts with its user's role."""
+def token_page(request: HttpRequest, context: TenantContext | None, tokens, **extra) -> HttpResponse:
+    """The tokens page: `tokens` (a queryset, read after any new one is issued) and a form issuing one in
+    `context` (None: an operator's token, in no tenant)."""
     form = TokenForm(request.POST or None)
     secret = None
     if request.method == "POST" and form.is_valid():
@@ -63,9 +63,15 @@ def token_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
     return render(
         request,
         "frontend/account/tokens.html",
-        {"tokens": _tokens(request, context), "form": form, "secret": secret},
+        {"tokens": tokens, "form": form, "secret": secret, **extra},
         status=400 if form.errors else 200,
     )
+
+
+@tenant_view
+def token_list(request: HttpRequest, context: TenantContext) -> HttpResponse:
+    """Tokens, and a form for a new one. Everyone may hold tokens; a token acts with its user's role."""
+    return token_page(request, context, _tokens(request, context))
 
 
 @require_POST

@@ -7,13 +7,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from nvke.errors import DomainError
 from nvke.tenancy import services
 from nvke.tenancy.models import ApiToken
 from upgrades import fleet_overview
 
-from ..forms import add_domain_error
-from .account import TokenForm
+from .account import token_page
 from .shared import staff_view
 
 
@@ -43,22 +41,7 @@ def _operator_tokens():
 @staff_view
 def operator_tokens(request: HttpRequest) -> HttpResponse:
     """Operator tokens: in no tenant, for the API's fleet endpoints. Every operator sees them all."""
-    form = TokenForm(request.POST or None)
-    secret = None
-    if request.method == "POST" and form.is_valid():
-        try:
-            token, secret = services.issue_token(context=None, user=request.user, **form.cleaned_data)
-        except DomainError as error:
-            add_domain_error(form, error)
-        else:
-            form = TokenForm()
-            messages.success(request, f"Token {token.name} is created. Copy it now: it is shown only once.")
-    return render(
-        request,
-        "frontend/account/tokens.html",
-        {"tokens": _operator_tokens(), "form": form, "secret": secret, "operator": True},
-        status=400 if form.errors else 200,
-    )
+    return token_page(request, None, _operator_tokens(), operator=True)
 
 
 @require_POST
