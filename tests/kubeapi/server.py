@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import io
 import json
 import re
 import select
@@ -14,11 +15,12 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from http.client import HTTPMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import admission, authorization, resources, subresources
+from . import admission, authorization, http2, resources, subresources
 from .actors import Actors
 from .errors import ApiError, bad_request, conflict, not_found
 from .features import FeatureGates
@@ -133,6 +135,15 @@ class _Handler(BaseHTTPRequestHandler):
             super().finish()
         finally:
             self.request.close()
+
+    def handle(self) -> None:
+        if self.request.selected_alpn_protocol() == "h2":
+            http2.Connection(self.request, self._serve_stream).serve()
+        else:
+            super().handle()
+
+    def _serve_stream(self, connection: http2.Connection, stream: http2.Stream) -> None:
+        _StreamHandler(self.server, self.request, connection, stream).serve()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -452,6 +463,69 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, obj)
 
 
+class _StreamWriter(io.RawIOBase):
+    def __init__(self, connection: http2.Connection, stream: http2.Stream):
+        self.connection, self.stream = connection, stream
+
+    def write(self, data: bytes) -> int:
+        self.connection.send(self.stream, bytes(data))
+        return len(data)
+
+
+class _StreamHandler(_Handler):
+    """One HTTP/2 stream's request, served by _Handler's code: the status and headers it sends become a
+    HEADERS frame (without HTTP/1.1's connection-specific fields, which HTTP/2 forbids: RFC 9113 8.2.2),
+    what it writes DATA frames, and the end of the handler the stream's end."""
+
+    HOP_BY_HOP = {"connection", "transfer-encoding", "keep-alive"}
+
+    def __init__(
+        self, server: _Server, sock: ssl.SSLSocket, connection: http2.Connection, stream: http2.Stream
+    ):
+        # Not BaseHTTPRequestHandler's __init__: the request was read by the connection's thread.
+        self.server, self.request, self.h2 = server, sock, connection
+        self.stream = stream
+        self.command = stream.headers[":method"]
+        self.path = stream.headers[":path"]
+        self.headers = HTTPMessage()
+        for key, value in stream.headers.items():
+            if not key.startswith(":"):
+                self.headers[key] = value
+        del self.headers["Content-Length"]
+        self.headers["Content-Length"] = str(len(stream.body))
+        self.rfile = io.BytesIO(bytes(stream.body))
+        self.wfile = _StreamWriter(connection, stream)
+        self.close_connection = False
+        self._status, self._fields = 200, []
+
+    def serve(self) -> None:
+        try:
+            self._handle()
+            if self.close_connection and not self._fields:  # a `drop` fault: no answer at all
+                self.h2.drop()
+        except OSError:
+            pass  # the client went away
+        finally:
+            self.h2.end(self.stream)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._status, self._fields = code, [("date", self.date_time_string())]
+
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() not in self.HOP_BY_HOP:
+            self._fields.append((keyword.lower(), value))
+
+    def end_headers(self) -> None:
+        self.h2.respond(self.stream, self._status, self._fields)
+
+    def _chunk(self, text: str) -> None:
+        if text:  # HTTP/2 frames the body itself: the last chunk of HTTP/1.1 is the stream's end here
+            self.h2.send(self.stream, text.encode())
+
+    def _client_gone(self) -> bool:
+        return self.h2.gone(self.stream)
+
+
 class FakeKubeApi:
     """A fake kube-apiserver on https://127.0.0.1:<port>, with simulated cluster components (see actors.py).
 
@@ -493,12 +567,19 @@ class FakeKubeApi:
         # A client may authenticate with a certificate of the server's CA instead of a bearer token.
         tls.verify_mode = ssl.CERT_OPTIONAL
         tls.load_verify_locations(cadata=self.ca_bundle)
+        tls.set_alpn_protocols(["h2", "http/1.1"])  # as kube-apiserver: HTTP/2 for a client that offers it
         self._server = _Server(self, tls)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
         self._thread.start()
         return self
+
+    def open_connections(self) -> dict[str, int]:
+        """The client connections open now, by the protocol each negotiated ("h2" or "http/1.1")."""
+        with self._server.connections_lock:
+            protocols = [c.selected_alpn_protocol() or "http/1.1" for c in self._server.connections]
+        return {protocol: protocols.count(protocol) for protocol in set(protocols)}
 
     def stop(self) -> None:
         if self._server is None:
