@@ -3,12 +3,12 @@ open sockets, the time until every watch is up, and event latency (a node change
 kube_sync's `ClusterWatch` has it and has called `changed()`).
 
 Each cluster is a DRA-capable one (the most watches: Nodes, ResourceSlices, pods, ResourceClaims,
-managed namespaces, NVIDIADrivers) of one node, served by a light stand-in: one aiohttp HTTPS process
-answering every cluster under its own path (https://127.0.0.1:PORT/c17), lists and watches with
-`resourceVersion` and `timeoutSeconds`, and a plain-HTTP control port that changes a cluster's node
-(a MODIFIED event on its node watches). tests/kubeapi's FakeKubeApi is a thread per connection with a
-full store and its actors: 500 of them (4,000 watch connections before this change) do not fit two
-cores beside the process measured. The clusters share one CA (one TLS context in NVKE).
+managed namespaces, NVIDIADrivers) of one node, served by a light stand-in: one HTTPS process (an ASGI
+app under hypercorn, HTTP/2 by ALPN as kube-apiserver) answering every cluster under its own path
+(https://127.0.0.1:PORT/c17), lists and watches with `timeoutSeconds`, and a plain-HTTP control port that
+changes a cluster's node (a MODIFIED event on its node watches). tests/kubeapi's FakeKubeApi is a thread
+per connection and stream with a full store and its actors: 500 of them do not fit two cores beside the
+process measured. The clusters share one CA, yet each has its own connection, as each has its ApiClient.
 
 Each (code, size) runs in a fresh process; `--before DIR` measures another checkout's code (e.g. a
 worktree of the commit before) beside this one's. kube_sync's passes are not run here (they need the
@@ -37,11 +37,13 @@ NODE = "gpu-0"
 
 
 def serve(port: int, control: int, material: str) -> None:
-    """List and watch every resource under /c<i>/; POST control:/touch?cluster=i&value=v relabels
-    cluster i's node and sends the event to its node watches."""
-    import ssl
+    """List and watch every resource under /c<i>/ (HTTP/2 by ALPN, as kube-apiserver, or HTTP/1.1);
+    POST control:/touch?cluster=i&value=v relabels cluster i's node and sends the event to its node
+    watches. An ASGI app under hypercorn, which speaks HTTP/2."""
+    from urllib.parse import parse_qs
 
-    from aiohttp import web
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
 
     ca_bundle, cert_file, key_file = json.loads(Path(material).read_text())
     revision = {"rv": 1}
@@ -56,54 +58,80 @@ def serve(port: int, control: int, material: str) -> None:
         }
         return {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
 
-    async def api(request: web.Request) -> web.StreamResponse:
-        cluster, tail = request.match_info["cluster"], request.match_info["tail"]
-        nodes = tail == "api/v1/nodes"
-        if request.query.get("watch") not in ("true", "1", "True"):
-            items = [node(cluster)] if nodes else []
-            return web.json_response({"metadata": {"resourceVersion": str(revision["rv"])}, "items": items})
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
+    async def respond(send, body: bytes, more: bool = False) -> None:
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+
+    async def watch(cluster: str, nodes: bool, query: dict, receive, send) -> None:
         queue: asyncio.Queue = asyncio.Queue()
         if nodes:
             watchers.setdefault(cluster, set()).add(queue)
-        deadline = time.monotonic() + float(request.query.get("timeoutSeconds", 60))
-        try:
-            while (left := deadline - time.monotonic()) > 0:
-                try:
-                    event = await asyncio.wait_for(queue.get(), left)
-                except TimeoutError:
-                    break
-                await response.write(json.dumps(event).encode() + b"\n")
-        except ConnectionError:  # the client went away (a measured process ends without closing)
-            pass
-        finally:
-            watchers.get(cluster, set()).discard(queue)
-        return response
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", 60))
+        async def disconnected() -> None:  # past the (empty) request body: the client went away
+            while (await receive())["type"] != "http.disconnect":
+                pass
 
-    async def touch(request: web.Request) -> web.Response:
-        cluster = request.query["cluster"]
-        labels[cluster] = request.query["value"]
-        revision["rv"] += 1
-        for queue in watchers.get(cluster, ()):
-            queue.put_nowait({"type": "MODIFIED", "object": node(cluster)})
-        return web.Response(text="ok")
+        gone = asyncio.ensure_future(disconnected())
+        try:
+            while (left := deadline - time.monotonic()) > 0 and not gone.done():
+                got = asyncio.ensure_future(queue.get())
+                await asyncio.wait({got, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                if not got.done():
+                    got.cancel()
+                    continue
+                await respond(send, json.dumps(got.result()).encode() + b"\n", more=True)
+            await respond(send, b"")
+        finally:
+            gone.cancel()
+            watchers.get(cluster, set()).discard(queue)
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        query = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
+        headers = [(b"content-type", b"application/json")]
+        if scope["path"] == "/touch":
+            cluster = query["cluster"]
+            labels[cluster] = query["value"]
+            revision["rv"] += 1
+            for queue in watchers.get(cluster, ()):
+                queue.put_nowait({"type": "MODIFIED", "object": node(cluster)})
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            return await respond(send, b"ok")
+        cluster, _, tail = scope["path"].lstrip("/").partition("/")
+        nodes = tail == "api/v1/nodes"
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if query.get("watch") in ("true", "1", "True"):
+            return await watch(cluster, nodes, query, receive, send)
+        items = [node(cluster)] if nodes else []
+        await respond(
+            send, json.dumps({"metadata": {"resourceVersion": str(revision["rv"])}, "items": items}).encode()
+        )
+
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.insecure_bind = [f"127.0.0.1:{control}"]
+    config.certfile, config.keyfile = cert_file, key_file
+    config.backlog = 4096
+    config.keep_alive_timeout = 90  # kube-apiserver's IdleTimeout
+    config.h2_max_concurrent_streams = 100  # kube-apiserver's, secure_serving.go
+    config.accesslog = config.errorlog = None
+    del ca_bundle
 
     async def main() -> None:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(cert_file, key_file)
-        app = web.Application()
-        app.router.add_get("/{cluster}/{tail:.*}", api)
-        control_app = web.Application()
-        control_app.router.add_post("/touch", touch)
-        for application, at, context in ((app, port, tls), (control_app, control, None)):
-            runner = web.AppRunner(application, access_log=None)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", at, ssl_context=context, backlog=4096).start()
+        server = asyncio.ensure_future(hypercorn_serve(app, config))
+        while True:  # ready once it accepts
+            try:
+                writer = (await asyncio.open_connection("127.0.0.1", port))[1]
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
         print("ready", flush=True)
-        await asyncio.Event().wait()
+        await server
 
-    del ca_bundle
     asyncio.run(main())
 
 

@@ -398,7 +398,7 @@ class Supervisor:
             if pk in self.syncs and self.syncs[pk][0] == key:
                 continue
             if pk in self.syncs:
-                self.syncs.pop(pk)[1].close(CLOSE_S)
+                self._drop(pk)
             try:
                 sync = ClusterSync(cluster, **self.options)
             except (
@@ -411,7 +411,11 @@ class Supervisor:
             self.syncs[pk] = (key, sync.start())
             log.info("kube_sync: watching cluster %s (%s)", cluster.name, pk)
         for pk in set(self.syncs) - set(wanted):
-            self.syncs.pop(pk)[1].close(CLOSE_S)
+            self._drop(pk)
+
+    def _drop(self, pk: int) -> None:
+        self.syncs[pk][1].close(CLOSE_S)
+        del self.syncs[pk]  # once closed: a cluster not in `syncs` has no stream left
 
 
 def run(stop: threading.Event, *, shard: int = 0, shards: int = 1, poll_s: float = 30.0, **options) -> None:

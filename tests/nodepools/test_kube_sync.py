@@ -19,7 +19,7 @@ from nvke.providers.kubernetes import dra, streams
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch
 from nvke.tenancy.context import TenantContext
-from tests.kubeapi import objects
+from tests.kubeapi import http2, objects
 from tests.kubeapi.fixtures import client_configuration, wait_until
 from tests.kubeapi.server import FakeKubeApi
 from tests.nvke.providers.kubernetes.access import ungranted
@@ -331,22 +331,29 @@ def test_the_resource_claim_watch_sees_events_and_the_cluster_stays_reachable(
 
 
 def nvke_threads() -> list[str]:
-    """This process's threads but the stand-ins' (each server's loop and one per open connection)."""
+    """This process's threads but the stand-ins' (each server's loop, one per open connection and one per
+    HTTP/2 stream)."""
     stand_in = ("(serve_forever)", "(process_request_thread)")
-    return sorted(t.name for t in threading.enumerate() if not t.name.endswith(stand_in))
+    return sorted(
+        t.name
+        for t in threading.enumerate()
+        if not (t.name.endswith(stand_in) or t.name.startswith(http2.THREAD_PREFIX))
+    )
 
 
 def test_threads_stay_the_same_as_clusters_are_attached(attach, gpu_cluster, syncing):
     """A cluster watched costs streams on the shared loop, not threads: 20 clusters take the threads 1
-    took (it was 9 more per cluster)."""
+    took (it was 9 more per cluster); and its streams share one HTTP/2 connection (it was one each)."""
     first = attach(gpu_cluster)
     watching = lambda sync: all(w.resource_version for w in sync.watch.watches)  # noqa: E731
     syncs = [syncing(first)]
     wait_until(lambda: watching(syncs[0]), timeout=15)
     one = nvke_threads()
+    stand_ins = [gpu_cluster]
     with contextlib.ExitStack() as servers:
         for i in range(19):
             server = servers.enter_context(FakeKubeApi())
+            stand_ins.append(server)
             objects.gpu_operator(server)
             server.create(objects.gpu_node(f"gpu-{i}"))
             # A row as attach leaves it (the same tenant and features), on its own stand-in.
@@ -358,8 +365,13 @@ def test_threads_stay_the_same_as_clusters_are_attached(attach, gpu_cluster, syn
         wait_until(lambda: all(watching(sync) for sync in syncs), timeout=30)
         assert nvke_threads() == one
         assert all(len(sync.watch.watches) <= 6 for sync in syncs), "six streams per cluster at most"
+        # Every cluster's lists and watches on one HTTP/2 connection (the passes' calls are the
+        # blocking client's, on HTTP/1.1).
+        assert [server.open_connections().get("h2") for server in stand_ins] == [1] * 20
         for sync in syncs:
             sync.close(timeout=10)
+        # A cluster no longer watched lets go of its connection at once.
+        wait_until(lambda: not any(server.open_connections().get("h2") for server in stand_ins), timeout=5)
 
 
 def reachable(cluster) -> tuple[str, str]:

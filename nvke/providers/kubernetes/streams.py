@@ -1,29 +1,35 @@
-"""The process's one event loop for list-watches of every cluster it follows: one thread and one aiohttp
-session (its connector's pool shared by all clusters), so the threads a process needs do not grow with
-the clusters it watches. A watch still holds one connection while it is open (HTTP/1.1), a list one
-while it runs (at most LISTS_AT_ONCE at a time, each within client.py's CALL_DEADLINE_S).
+"""The process's one event loop for list-watches of every cluster it follows: one thread, so the threads a
+process needs do not grow with the clusters it watches, and one connection per cluster: an ApiClient's
+lists and watches share one HTTP/2 connection (http2.py), as client-go's do (kube-apiserver offers
+HTTP/2 by ALPN and takes 100 concurrent streams per connection; a cluster needs at most 7), or, where a
+server does not agree to HTTP/2, one HTTP/1.1 connection (httpcore) per stream. A list runs within
+CALL_DEADLINE_S, at most LISTS_AT_ONCE at a time.
 
 A request is the one the official client would send: its own method builds the path, query and
 Authorization header against an ApiClient that hands the request back instead of sending it (`request`),
 so a stream asks for exactly what the blocking client would and is authorized the same way. TLS is the
-client configuration's (CA bundle, client certificate, server name); redirects are never followed.
-Failures become the ProviderErrors client.py makes; a watch's lines are cut at MAX_LINE_BYTES."""
+client configuration's (CA bundle, client certificate, server name); redirects are never followed; every
+new connection's address is checked (nvke/outbound.py). Failures become the ProviderErrors client.py
+makes; a watch's lines are cut at MAX_LINE_BYTES. A cluster's connection closes when its watches end
+(`release`), or once unused for IDLE_S."""
 
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import functools
-import ipaddress
 import json
-import socket
 import ssl
 import threading
+import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from http import HTTPStatus
+from typing import Any, NamedTuple, TypeVar
+from urllib.parse import SplitResult, urlsplit
 
-import aiohttp
+import anyio
+import httpcore
 import urllib3
 import uvloop
 from kubernetes import client
@@ -32,46 +38,48 @@ from kubernetes.client.exceptions import ApiException
 from nvke import outbound
 from nvke.providers.base import ProviderError
 
+from . import http2
 from .client import CALL_DEADLINE_S, TIMEOUT, api_error, transport_error
 
 
 class _AddressRefused(OSError):
-    """The host resolved to an address the policy refuses (aiohttp wraps a resolver's OSError)."""
+    """The host resolved to an address the policy refuses."""
 
 
-class _CheckedResolver(aiohttp.abc.AbstractResolver):
-    """Names resolved as client.py's connections resolve them (nvke/outbound.py): to the address checked,
-    or not at all, on every new connection, so a name re-pointed after attach is refused here too."""
+class _CheckedBackend(httpcore.AsyncNetworkBackend):
+    """Connections as client.py's are made (nvke/outbound.py): to the address checked, or not at all, on
+    every new connection, so a name re-pointed after attach is refused here too. TLS still names the host
+    (httpcore starts TLS with the origin's name, or the request's `sni_hostname`)."""
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
-        loop = asyncio.get_running_loop()
-        try:
-            address = await loop.run_in_executor(None, outbound.checked_address, host, port)
-        except outbound.AddressRefused:
-            raise _AddressRefused(outbound.REFUSED) from None
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        return [{"hostname": host, "host": address, "port": port, "family": family, "proto": 0, "flags": 0}]
+    def __init__(self) -> None:
+        self._anyio = httpcore.AnyIOBackend()
 
-    async def close(self) -> None:
-        pass
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        address = await _checked(host, port)
+        return await self._anyio.connect_tcp(address, port, timeout, local_address, socket_options)
 
-
-def _admitted(url: str) -> bool:
-    """Whether an endpoint given as an IP address may be called: aiohttp asks no resolver for one."""
-    host = urlsplit(url).hostname or ""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return True  # a name: the resolver checks it
-    return outbound.allowed(host)
+    async def sleep(self, seconds: float) -> None:
+        await self._anyio.sleep(seconds)
 
 
 LISTS_AT_ONCE = 32  # lists in flight per process: a restart of many clusters queues, not floods
 MAX_LINE_BYTES = 8 * 1024 * 1024  # one watch event (the API server stores objects up to ~1.5 MiB)
 ERROR_BODY_BYTES = 64 * 1024  # of a refusal's Status, for its message
+# A cluster's connections close once nothing has used them for IDLE_S (under kube-apiserver's own 90 s
+# IdleTimeout: secure_serving.go), looked at every REAP_S.
+IDLE_S = 60.0
+REAP_S = 15.0
 PARSE_ON_LOOP_BYTES = 1024 * 1024  # a larger list is decoded off the loop, which every stream shares
 
 T = TypeVar("T")
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 class Request(Exception):
@@ -113,29 +121,128 @@ def request(list_fn: Callable, **params: Any) -> Request:
 
 
 @functools.lru_cache(maxsize=1024)
-def _tls(verify: bool, ca_data: str | None, ca_file: str | None, cert: str | None, key: str | None):
-    """A TLS context per set of credentials, shared by the streams of a cluster (and their connections)."""
-    if not verify:
-        return False
+def _tls(
+    verify: bool, ca_data: str | None, ca_file: str | None, cert: str | None, key: str | None, alpn: tuple
+):
+    """A TLS context per set of credentials, as the blocking client would verify and authenticate."""
     context = ssl.create_default_context(cafile=ca_file, cadata=ca_data)
+    if not verify:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     if cert:
         context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(list(alpn))
     return context
 
 
-def tls_of(config: client.Configuration) -> tuple[ssl.SSLContext | bool, str | None]:
+def tls_of(
+    config: client.Configuration, alpn: tuple = ("h2", "http/1.1")
+) -> tuple[ssl.SSLContext, str | None]:
     """The TLS context and server name of a client configuration, as the blocking client uses them."""
     ca_data = config.ca_cert_data.decode() if isinstance(config.ca_cert_data, bytes) else config.ca_cert_data
-    context = _tls(config.verify_ssl, ca_data, config.ssl_ca_cert, config.cert_file, config.key_file)
+    context = _tls(config.verify_ssl, ca_data, config.ssl_ca_cert, config.cert_file, config.key_file, alpn)
     return context, config.tls_server_name
 
 
+class _Answer(NamedTuple):
+    status: int
+    chunks: AsyncIterator[bytes]
+
+
+class _Pool:
+    """The connections of one ApiClient (one cluster): one HTTP/2 connection for all of its lists and
+    watches where the server offers HTTP/2, as client-go's; else HTTP/1.1 (httpcore), one per stream."""
+
+    def __init__(self, api_client: client.ApiClient):
+        self.owner = weakref.ref(api_client)
+        self.configuration = api_client.configuration
+        self.connection: http2.Connection | None = None
+        self.connecting = asyncio.Lock()
+        self.http1: httpcore.AsyncConnectionPool | None = None  # once the server did not agree to h2
+        self.in_flight = 0
+        self.used_at = time.monotonic()
+
+    @contextlib.asynccontextmanager
+    async def get(self, url: str, headers: dict[str, str], read_s: float) -> AsyncIterator[_Answer]:
+        self.in_flight += 1
+        try:
+            parts = urlsplit(url)
+            connection = await self._connection(parts) if parts.scheme == "https" else None
+            if connection is not None:
+                stream = await connection.request(
+                    f"{parts.path}?{parts.query}" if parts.query else parts.path, headers
+                )
+                try:
+                    yield _Answer(await stream.response(read_s), stream.chunks(read_s))
+                finally:
+                    stream.close()
+            else:
+                async with self._http1().stream(
+                    "GET", url, headers=list(headers.items()), extensions=self._extensions(read_s)
+                ) as response:
+                    yield _Answer(response.status, response.aiter_stream())
+        finally:
+            self.in_flight -= 1
+            self.used_at = time.monotonic()
+
+    async def _connection(self, parts: SplitResult) -> http2.Connection | None:
+        """The cluster's HTTP/2 connection, made if need be; None for a server that did not agree to it."""
+        async with self.connecting:
+            if self.http1 is None and (self.connection is None or not self.connection.usable):
+                context, server_name = tls_of(self.configuration)
+                port = parts.port or 443
+                address = await _checked(parts.hostname or "", port)
+                async with asyncio.timeout(TIMEOUT[0]):
+                    reader, writer = await asyncio.open_connection(
+                        address, port, ssl=context, server_hostname=server_name or parts.hostname
+                    )
+                if writer.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
+                    writer.close()
+                    self.http1 = self._http1()
+                    return None
+                self.connection = http2.Connection(reader, writer, parts.netloc)
+            return self.connection
+
+    def _http1(self) -> httpcore.AsyncConnectionPool:
+        if self.http1 is None:
+            self.http1 = httpcore.AsyncConnectionPool(
+                ssl_context=tls_of(self.configuration, alpn=("http/1.1",))[0],
+                max_connections=None,  # a connection per stream, as many as the cluster's streams
+                keepalive_expiry=IDLE_S,
+                network_backend=_CheckedBackend(),
+            )
+        return self.http1
+
+    def _extensions(self, read_s: float) -> dict:
+        extensions: dict[str, Any] = {"timeout": {**_TIMEOUTS, "read": read_s}}
+        if self.configuration.tls_server_name:
+            extensions["sni_hostname"] = self.configuration.tls_server_name
+        return extensions
+
+    def idle(self, now: float) -> bool:
+        """Whether its cluster is gone, or nothing has used it for IDLE_S: its connections can close."""
+        return self.in_flight == 0 and (self.owner() is None or now - self.used_at > IDLE_S)
+
+    async def aclose(self) -> None:
+        if self.connection is not None:
+            await self.connection.aclose()
+        if self.http1 is not None:
+            await self.http1.aclose()
+
+
+async def _checked(host: str, port: int) -> str:
+    """The address of `host` to connect to, as nvke/outbound.py admits it (resolved off the loop)."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, outbound.checked_address, host, port)
+    except outbound.AddressRefused:
+        raise _AddressRefused(outbound.REFUSED) from None
+
+
 class Hub:
-    """The loop's thread, the shared session, and a way in from other threads (`call`)."""
+    """The loop's thread, each cluster's connections (`pool`), and a way in from other threads (`call`)."""
 
     def __init__(self) -> None:
         # uvloop: asyncio's own TLS transport fills a 256 KiB read buffer per connection (sslproto's
-        # max_size), 750 MiB resident at 3,000 streams; uvloop's is allocated, touched only as it fills.
+        # max_size); uvloop's is allocated, touched only as it fills.
         self.loop = uvloop.new_event_loop()
         # Name resolution (for an endpoint given by name) runs on the loop's default executor: two threads.
         self.loop.set_default_executor(
@@ -143,21 +250,58 @@ class Hub:
         )
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="kube-watch-loop")
         self.thread.start()
-        self.session, self.lists = self.call(self._open())
+        self.pools: dict[int, _Pool] = {}  # by id() of their ApiClient, which each checks is still its own
+        self.lists = self.call(self._start())
         atexit.register(self.close)
 
-    def close(self) -> None:
-        """Close the session's connections (at exit: the loop's thread is a daemon)."""
+    async def _start(self) -> asyncio.Semaphore:
+        asyncio.get_running_loop().create_task(self._reap())
+        return asyncio.Semaphore(LISTS_AT_ONCE)
+
+    def pool(self, api_client: client.ApiClient) -> _Pool:
+        """The connections of `api_client`'s cluster (on the loop's thread)."""
+        pool = self.pools.get(id(api_client))
+        if pool is None or pool.owner() is not api_client:
+            if pool is not None:  # an id reused after its client was collected: never its TLS context
+                asyncio.get_running_loop().create_task(pool.aclose())
+            pool = self.pools[id(api_client)] = _Pool(api_client)
+        return pool
+
+    def release(self, api_client: client.ApiClient, timeout: float | None = None) -> None:
+        """Close the connections of `api_client`'s cluster now: its streams are over."""
+
+        async def close() -> None:
+            pool = self.pools.get(id(api_client))
+            if pool is not None and pool.owner() is api_client:
+                del self.pools[id(api_client)]
+                await pool.aclose()
+
         try:
-            self.call(self.session.close(), 2)
+            self.call(close(), timeout)
+        except TimeoutError:
+            pass  # it closes on the loop all the same
+
+    async def _reap(self) -> None:
+        """Close the connections of clusters no longer watched (a pool per cluster ends with it)."""
+        while True:
+            await asyncio.sleep(REAP_S)
+            now = time.monotonic()
+            for key, pool in list(self.pools.items()):
+                if pool.idle(now):
+                    del self.pools[key]
+                    await pool.aclose()
+
+    def close(self) -> None:
+        """Close every connection (at exit: the loop's thread is a daemon)."""
+
+        async def close_all() -> None:
+            for pool in list(self.pools.values()):
+                await pool.aclose()
+
+        try:
+            self.call(close_all(), 2)
         except (TimeoutError, RuntimeError):
             pass
-
-    async def _open(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
-        connector = aiohttp.TCPConnector(  # no DNS cache: every new connection's name is checked again
-            limit=0, enable_cleanup_closed=True, resolver=_CheckedResolver(), use_dns_cache=False
-        )
-        return aiohttp.ClientSession(connector=connector, trust_env=False), asyncio.Semaphore(LISTS_AT_ONCE)
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the loop and wait for its result (never from the loop's own thread)."""
@@ -198,43 +342,57 @@ def hub() -> Hub:
         return _hub
 
 
+def _caused_by(error: BaseException, kind: type) -> bool:
+    while error is not None:
+        if isinstance(error, kind):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _transport(error: BaseException) -> ProviderError:
     """client.py's words for a request that got no HTTP answer."""
-    if isinstance(getattr(error, "os_error", error), _AddressRefused):
+    if _caused_by(error, _AddressRefused):
         return ProviderError("AddressRefused", outbound.REFUSED)
-    if isinstance(error, aiohttp.ClientSSLError | ssl.SSLError):
+    if _caused_by(error, ssl.SSLError):
         return transport_error(urllib3.exceptions.SSLError())
     return transport_error(urllib3.exceptions.HTTPError())
 
 
-@functools.cache
-def _timeouts(read_s: float) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=None, connect=TIMEOUT[0], sock_read=read_s)
+# What a request that got no (whole) answer raises: httpcore's errors, our own refusal, and anyio's for a
+# peer gone mid-write (which httpcore's HTTP/2 write lets through unmapped).
+_TRANSPORT = (
+    httpcore.NetworkError,
+    httpcore.TimeoutException,
+    httpcore.ProtocolError,
+    OSError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
+_TIMEOUTS = {"connect": TIMEOUT[0], "write": TIMEOUT[1], "pool": CALL_DEADLINE_S}
 
 
-async def _open(list_fn: Callable, read_s: float, params: dict[str, Any]) -> aiohttp.ClientResponse:
+@contextlib.asynccontextmanager
+async def _open(list_fn: Callable, read_s: float, params: dict[str, Any]) -> AsyncIterator[httpcore.Response]:
     """GET the request `list_fn(**params)` would send; a refusal raises its ProviderError."""
     built = request(list_fn, **params)
-    context, server_name = tls_of(_method(list_fn)[0].__self__.api_client.configuration)
-    if not _admitted(built.url):
-        raise ProviderError("AddressRefused", outbound.REFUSED)
-    try:
-        response = await hub().session.get(
-            built.url,
-            headers=built.headers,
-            ssl=context,
-            server_hostname=server_name,
-            allow_redirects=False,
-            timeout=_timeouts(read_s),
-        )
+    pool = hub().pool(_method(list_fn)[0].__self__.api_client)
+    async with pool.get(built.url, built.headers, read_s) as response:
         if response.status == 200:
-            return response
-        async with response:
-            body = await response.content.read(ERROR_BODY_BYTES)
-    except (aiohttp.ClientError, OSError, TimeoutError) as error:
-        raise _transport(error) from None
+            yield response
+            return
+        body = bytearray()
+        async for chunk in response.chunks:
+            body += chunk
+            if len(body) >= ERROR_BODY_BYTES:
+                break
     raise api_error(
-        ApiException(status=response.status, reason=response.reason, body=body.decode("utf-8", "replace"))
+        ApiException(
+            status=response.status,
+            reason=_REASONS.get(response.status, ""),
+            body=bytes(body[:ERROR_BODY_BYTES]).decode("utf-8", "replace"),
+        )
     )
 
 
@@ -244,11 +402,11 @@ async def get_json(list_fn: Callable, **params: Any) -> dict:
     async with hub().lists:
         try:
             async with asyncio.timeout(CALL_DEADLINE_S):
-                async with await _open(list_fn, TIMEOUT[1], params) as response:
-                    body = await response.read()
+                async with _open(list_fn, TIMEOUT[1], params) as response:
+                    body = b"".join([chunk async for chunk in response.chunks])
         except TimeoutError:
             raise ProviderError("Timeout", "The API server did not answer in time.") from None
-        except (aiohttp.ClientError, OSError) as error:
+        except _TRANSPORT as error:
             raise _transport(error) from None
     if len(body) < PARSE_ON_LOOP_BYTES:
         return json.loads(body)
@@ -259,9 +417,9 @@ async def watch_events(list_fn: Callable, read_s: float, **params: Any) -> Async
     """The events of a watch, each a decoded line, until the server ends the stream. An ERROR event
     raises its Status as client.py would (410 Gone included); a read silent for `read_s` is cut off."""
     try:
-        async with await _open(list_fn, read_s, {**params, "watch": True}) as response:
+        async with _open(list_fn, read_s, {**params, "watch": True}) as response:
             buffer = bytearray()
-            async for chunk in response.content.iter_any():
+            async for chunk in response.chunks:
                 buffer += chunk
                 while (end := buffer.find(b"\n")) >= 0:
                     line = bytes(buffer[:end])
@@ -270,7 +428,7 @@ async def watch_events(list_fn: Callable, read_s: float, **params: Any) -> Async
                         yield _event(json.loads(line))
                 if len(buffer) > MAX_LINE_BYTES:
                     raise ProviderError("WatchFailed", "A watch event was larger than NVKE accepts.")
-    except (aiohttp.ClientError, OSError, TimeoutError) as error:
+    except _TRANSPORT as error:
         raise _transport(error) from None
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import random
 import threading
 import time
@@ -96,13 +97,17 @@ class ListWatch:
 
     async def _watch(self) -> None:
         # Each event's object is the API's JSON, as the mapping code reads it: no client model is built
-        # (37.x has none named for a ResourceClaim list's items: ResourceV1ResourceClaim).
+        # (37.x has none named for a ResourceClaim list's items: ResourceV1ResourceClaim). The server
+        # ends the watch when the next resync is due: a stream closed early by us would go on being sent
+        # on the shared HTTP/2 connection until its timeout (httpcore resets no stream it gives up).
+        left_s = math.ceil(self.listed_at + self.resync_s - time.monotonic())
+        timeout_s = max(1, min(self.watch_timeout_s, left_s))
         events = streams.watch_events(
             self.list_fn,
-            self.watch_timeout_s + 10,
+            timeout_s + 10,
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
-            timeout_seconds=self.watch_timeout_s,
+            timeout_seconds=timeout_s,
             **self.selectors,
         )
         async with contextlib.aclosing(events):  # a return below closes the stream at once
@@ -145,6 +150,7 @@ class ClusterWatch:
         )
         self._lock, self._nodes = threading.Lock(), {}
         self.tasks: list[asyncio.Task] = []
+        self.api_client = ops.core.api_client
         common = dict(on_error=failed, stop=self.stop, resync_s=resync_s, watch_timeout_s=watch_timeout_s)
         self.watches = [
             ListWatch(
@@ -225,3 +231,4 @@ class ClusterWatch:
     def close(self, timeout: float | None = None) -> None:
         self.stop.set()
         streams.hub().cancel(self.tasks, timeout)
+        streams.hub().release(self.api_client, timeout)

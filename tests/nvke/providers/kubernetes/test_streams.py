@@ -1,5 +1,6 @@
-"""The shared loop's requests (nvke/providers/kubernetes/streams.py) against a small HTTP server of the
-test's own, for what the stand-in does not do: redirects, oversized lines, ERROR events mid-stream."""
+"""The shared loop's requests (nvke/providers/kubernetes/streams.py) against a small HTTP/1.1 server of
+the test's own, for what the stand-in does not do (redirects, oversized lines, ERROR events mid-stream),
+and against the stand-in over HTTP/2."""
 
 import json
 
@@ -7,8 +8,12 @@ import pytest
 from aiohttp import web
 from kubernetes import client
 
-from nvke.providers.base import ProviderError
+from nvke.providers.base import ClusterRef, ProviderError
 from nvke.providers.kubernetes import streams
+from nvke.providers.kubernetes.operations import KubernetesOperations
+from nvke.providers.kubernetes.watch import ClusterWatch
+from tests.kubeapi import objects
+from tests.kubeapi.fixtures import wait_until
 
 
 @pytest.fixture
@@ -122,3 +127,27 @@ def test_the_address_policy_holds_for_streams_too(server, settings, host):
     with pytest.raises(ProviderError) as refused:
         streams.hub().call(streams.get_json(api.list_node), 10)
     assert refused.value.reason == "AddressRefused" and len(seen) == 1  # nothing more was sent
+
+
+def test_an_event_on_any_of_a_clusters_watches_arrives_at_once(gpu_cluster):
+    """A cluster's six watches share one HTTP/2 connection, and an event on one of them reaches its
+    watch at once, not when the next frame of another stream happens to be read (as with httpcore's
+    HTTP/2, where these events waited seconds: http2.py). No bookmarks here to move frames along."""
+    kubeapi = gpu_cluster
+    kubeapi.bookmark_interval = 3600
+    seen: list[str] = []
+    ref = ClusterRef(name="c", endpoint=kubeapi.url, token=kubeapi.token, ca_bundle=kubeapi.ca_bundle)
+    watch = ClusterWatch(
+        KubernetesOperations(ref),
+        changed=lambda: seen.extend(watch.nodes),
+        failed=lambda error: None,
+        dra=True,
+    ).start()
+    try:
+        wait_until(lambda: all(w.resource_version for w in watch.watches), timeout=10)
+        assert len(watch.watches) == 6 and kubeapi.open_connections().get("h2") == 1
+        for i in range(5):
+            kubeapi.create(objects.gpu_node(f"gpu-{i}"))
+            wait_until(lambda i=i: f"gpu-{i}" in seen, timeout=2)
+    finally:
+        watch.close(timeout=5)
