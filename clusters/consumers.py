@@ -1,10 +1,12 @@
 """The events stream, one websocket per page. `ws/events/` streams the tenant's events;
-`ws/events/?cluster=<id>` only one cluster's; `ws/events/?rollouts=1` fleet rollouts' events, to staff
-users only (rollouts span every tenant, so that stream needs no tenant). A socket acts in its API
-token's tenant (nvke.websocket_auth) or its session's. Access is checked before joining a group, and
-again once the stream has joined the groups that close it when access ends (so a revocation in between
-cannot slip past). A refused stream (signed out, another tenant's cluster, not staff) is accepted and
-closed at once with code 4403, so a client can tell a refusal from an outage and stop retrying."""
+`ws/events/?cluster=<id>` only one cluster's; `ws/events/?rollouts=1` fleet rollouts' events, to the
+platform's operators only (rollouts span every tenant, so that stream needs no tenant): a staff user's
+session or operator token, never a tenant token, whoever holds it (as on the fleet endpoints). A socket
+acts in its API token's tenant (nvke.websocket_auth) or its session's. Access is checked before joining
+a group, and again once the stream has joined the groups that close it when access ends (so a
+revocation in between cannot slip past). A refused stream (signed out, another tenant's cluster, not an
+operator) is accepted and closed at once with code 4403, so a client can tell a refusal from an outage
+and stop retrying."""
 
 from urllib.parse import parse_qs
 
@@ -14,14 +16,15 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from clusters.models import Cluster
 from nvke.consumers import StreamAccess, object_id, stream_context
 from nvke.realtime import OPERATORS_GROUP, cluster_group, tenant_group
+from nvke.tenancy.context import acts_as_operator
 
 
 @database_sync_to_async
 def _group_for(scope: dict, query: dict) -> tuple[str, int | None] | None:
     """The group this connection may join and its tenant (None for the operators' stream), or None."""
-    if "rollouts" in query:
-        user = scope.get("user")
-        return (OPERATORS_GROUP, None) if user is not None and user.is_staff else None
+    if "rollouts" in query:  # decided as for the API's fleet endpoints
+        operator = acts_as_operator(scope.get("user"), scope.get("token"))
+        return (OPERATORS_GROUP, None) if operator else None
     context = stream_context(scope)
     if context is None:
         return None

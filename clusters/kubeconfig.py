@@ -62,13 +62,19 @@ def kubeconfig_yaml(cluster: Cluster, username: str) -> str:
 def parse_kubeconfig(text: str) -> tuple[str, str, str]:
     """(endpoint, bearer token, CA bundle PEM) of a kubeconfig's current context, for attaching a cluster.
     NVKE keeps a bearer token only: client certificates, exec plugins and auth providers are refused,
-    because NVKE cannot renew what they hand out. Parsed and checked by nvke.kubeconfigs: a wrong shape
-    is refused naming its place in the document, never quoting it."""
+    because NVKE cannot renew what they hand out; so is tls-server-name, which NVKE does not keep.
+    Parsed and checked by nvke.kubeconfigs: a wrong shape is refused naming its place in the document,
+    never quoting it."""
     try:
         context = kubeconfigs.current_context(text)
         token = kubeconfigs.string(context.user, "token", "the user's token")
     except kubeconfigs.Refused as refused:
         raise _refuse(str(refused)) from None
+    if context.tls_server_name:  # an attached cluster keeps its endpoint, token and CA: no other name
+        raise _refuse(
+            "The kubeconfig's cluster sets tls-server-name, which NVKE does not honour for an attached "
+            "cluster: give a server URL whose name (or address) the certificate holds."
+        )
     if not token:
         kinds = sorted(
             set(context.user) & {"client-certificate-data", "client-certificate", "exec", "auth-provider"}

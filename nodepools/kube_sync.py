@@ -15,7 +15,12 @@ ready once its machines are).
 Clusters are sharded over processes by a stable hash of their id (`--shard 2/4`), so more clusters are
 served by more processes. A process's threads do not grow with its clusters: every watch is a task of one
 event loop (nvke/providers/kubernetes/streams.py) and every pass a job for PASS_WORKERS threads (`Passes`);
-a failing cluster's watches back off on their own and its passes fail fast or within a call's deadline."""
+a failing cluster's watches back off on their own. Bulkheads keep a tenant's stalled clusters from delaying
+everyone else's passes: a whole pass runs within PASS_DEADLINE_S (every call to the cluster in it); one
+tenant's passes hold at most TENANT_SHARE of the threads at once (the others' due passes run meanwhile);
+and a cluster whose last pass took over SLOW_PASS_S or could not reach it (SLOW_REASONS) has its next
+passes run on SLOW_WORKERS threads of their own until one is quick again, so known-bad clusters, of any
+number of tenants, hold the main threads for one pass deadline at most, once."""
 
 import heapq
 import itertools
@@ -24,6 +29,7 @@ import re
 import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable
 
 from django.conf import settings
@@ -48,15 +54,22 @@ from nvke.providers.clusterapi import management, manifests
 from nvke.providers.clusterapi import status as capi_status
 from nvke.providers.clusterapi.watch import ManagementWatch
 from nvke.providers.kubernetes import gpus
+from nvke.providers.kubernetes.client import deadline
 from nvke.providers.kubernetes.watch import ClusterWatch
 
 log = logging.getLogger(__name__)
 # How long the supervisor waits for a cluster's streams to let go of their connections.
 CLOSE_S = 5.0
-# The threads that run every cluster's passes: a pass is database work and calls to one cluster (each
-# within client.py's deadline), so a few threads serve hundreds of clusters; a cluster slow to answer
-# holds one of them for at most a call's deadline at a time.
+# The threads that run every cluster's passes: a pass is database work and calls to one cluster, so a few
+# threads serve hundreds of clusters. Bulkheads keep a tenant's stalled clusters from holding them all:
 PASS_WORKERS = 4
+PASS_DEADLINE_S = 60.0  # a whole pass, every call to the cluster in it (client.deadline)
+TENANT_SHARE = 0.5  # of a lane's threads, the most one tenant's clusters hold at once
+SLOW_WORKERS = 2  # the slow lane: the threads that run known-bad clusters' passes
+SLOW_PASS_S = 10.0  # a pass longer than this sends its cluster's next passes to the slow lane
+# Failures that say the cluster is slow or gone (client.py's transport errors and the deadline), not that
+# it answered: its next passes go to the slow lane, as after a slow pass.
+SLOW_REASONS = frozenset({"Timeout", "Unreachable", "TLSError", "AddressRefused"})
 LOG_POLL_S = 0.5  # how often the allocation logs of every cluster served are looked at, in one query
 
 
@@ -65,38 +78,83 @@ def shard_of(cluster_id: int, shards: int) -> int:
     return zlib.crc32(str(cluster_id).encode()) % shards
 
 
-class Passes:
-    """The process's PASS_WORKERS threads and the jobs they run, each when it comes due, earliest first:
-    clusters' passes (a cluster's next one waits out its debounce) and the allocation logs' look."""
+class Lane:
+    """Threads and their jobs, each run when it comes due, earliest first, except that a tenant's jobs hold
+    at most `cap` of the threads at once: a tenant at its cap waits while other tenants' due jobs run.
+    A job of no tenant (NVKE's own) is never capped."""
 
-    def __init__(self, workers: int = PASS_WORKERS):
-        self._due: list[tuple[float, int, Callable[[], None]]] = []
+    def __init__(self, name: str, workers: int):
+        self.cap = max(1, int(workers * TENANT_SHARE))
+        self._due: list[tuple[float, int, int | None, Callable[[], None]]] = []
+        self._running: Counter[int] = Counter()  # by tenant
         self._changed = threading.Condition()
         self._order = itertools.count()  # ties run in the order they were put
-        self.following: set[ClusterSync] = set()
         self.threads = [
-            threading.Thread(target=self._work, daemon=True, name=f"kube-sync-{i}") for i in range(workers)
+            threading.Thread(target=self._work, daemon=True, name=f"{name}-{i}") for i in range(workers)
         ]
         for thread in self.threads:
             thread.start()
-        self.put(self._follow_allocations)
 
-    def put(self, job: Callable[[], None], at: float = 0.0) -> None:
-        """Run `job` on a worker once time.monotonic() reaches `at`; the job handles its own errors."""
+    def put(self, job: Callable[[], None], at: float = 0.0, tenant: int | None = None) -> None:
         with self._changed:
-            heapq.heappush(self._due, (at, next(self._order), job))
+            heapq.heappush(self._due, (at, next(self._order), tenant, job))
             self._changed.notify()
 
+    def running(self, tenant: int) -> int:
+        """How many of the tenant's jobs run now."""
+        with self._changed:
+            return self._running[tenant]
+
     def _work(self) -> None:
+        tenant = None
         while True:
             with self._changed:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
-                job = heapq.heappop(self._due)[2]
+                if tenant is not None:
+                    self._running[tenant] -= 1  # the thread that frees a slot looks for a job next
+                tenant, job = self._take()
             try:
                 job()
             except Exception:  # a job's bug must not cost the process one of its few workers
                 log.exception("kube_sync: a pass failed")
+
+    def _take(self) -> tuple[int | None, Callable[[], None]]:
+        """The earliest due job whose tenant is under its cap, counted as running; waits for one. A slot
+        is freed only by the thread that goes on to take the next job: no other needs waking."""
+        while True:
+            capped = []  # jobs of tenants at their cap: set aside while the others' are looked at
+            while self._due and self._due[0][2] is not None and self._running[self._due[0][2]] >= self.cap:
+                capped.append(heapq.heappop(self._due))
+            now = time.monotonic()
+            taken = heapq.heappop(self._due) if self._due and self._due[0][0] <= now else None
+            wait = self._due[0][0] - now if self._due and not taken else None
+            for entry in capped:
+                heapq.heappush(self._due, entry)
+            if taken:
+                _, _, tenant, job = taken
+                if tenant is not None:
+                    self._running[tenant] += 1
+                return tenant, job
+            self._changed.wait(wait)
+
+
+class Passes:
+    """The process's pass threads, in two lanes (`Lane`): PASS_WORKERS for clusters' passes (a cluster's
+    next one waits out its debounce) and the allocation logs' look, and SLOW_WORKERS for the passes of
+    clusters whose last pass was slow or could not reach them, so that known-bad clusters, of any number
+    of tenants, never occupy the main threads."""
+
+    def __init__(self, workers: int = PASS_WORKERS, slow_workers: int = SLOW_WORKERS):
+        self.main = Lane("kube-sync", workers)
+        self.slow = Lane("kube-sync-slow", slow_workers)
+        self.following: set[ClusterSync] = set()
+        self.put(self._follow_allocations)
+
+    def put(
+        self, job: Callable[[], None], at: float = 0.0, *, tenant: int | None = None, slow: bool = False
+    ) -> None:
+        """Run `job` on a thread of its lane once time.monotonic() reaches `at` and its tenant is under
+        its cap; the job handles its own errors."""
+        (self.slow if slow else self.main).put(job, at, tenant)
 
     def _follow_allocations(self) -> None:
         """A workloads pass for every cluster whose allocation log moved (a claim placed, moved or
@@ -132,7 +190,8 @@ def passes() -> Passes:
 
 class ClusterSync:
     """One cluster's watches (on the shared loop) and its passes (on the shared workers): a change marks
-    it dirty and queues one pass, which events meanwhile join; the next waits `debounce_s` after it."""
+    it dirty and queues one pass, which events meanwhile join; the next waits `debounce_s` after it. A
+    pass runs within PASS_DEADLINE_S, under its tenant's cap, and in the slow lane while `slow`."""
 
     def __init__(
         self,
@@ -142,12 +201,17 @@ class ClusterSync:
         resync_s: float = 300.0,
         watch_timeout_s: int = 60,
     ):
-        self.cluster_id, self.debounce_s, self.passes = cluster.pk, debounce_s, passes()
+        self.cluster_id, self.tenant_id, self.debounce_s = cluster.pk, cluster.tenant_id, debounce_s
+        self.passes = passes()
         self._lock = threading.Lock()
         # What the next pass has to do, and where this cluster's pass stands.
         self._dirty = self._drivers = self._allocations = False
         self._queued = self._running = self.closed = False
         self._next_at = 0.0
+        # Whether the last pass ran past SLOW_PASS_S or could not reach the cluster (SLOW_REASONS): the
+        # next passes run in the slow lane until one is quick again.
+        self.slow = False
+        self._unreached = False  # whether the pass running failed for one of SLOW_REASONS
         self._idle = threading.Event()  # clear while a pass runs: `close` waits for it
         self._idle.set()
         self.seen_log: int | None = -1  # the allocation log's position the last workloads pass saw
@@ -156,7 +220,7 @@ class ClusterSync:
             changed=self.poke,
             drivers_changed=lambda: self.poke(drivers=True),
             workloads_changed=self.poke,
-            failed=lambda error: self.passes.put(lambda: self._failed(error)),  # off the loop's thread
+            failed=lambda error: self._put(lambda: self._failed(error)),  # off the loop's thread
             dra=bool(cluster.observed.get("features", {}).get("dra")),
             resync_s=resync_s,
             watch_timeout_s=watch_timeout_s,
@@ -182,10 +246,13 @@ class ClusterSync:
             self._dirty |= not allocations
             self._queue()
 
+    def _put(self, job: Callable[[], None], at: float = 0.0) -> None:
+        self.passes.put(job, at, tenant=self.tenant_id, slow=self.slow)
+
     def _queue(self) -> None:  # with self._lock held
         if not (self._queued or self._running or self.closed):
             self._queued = True
-            self.passes.put(self._pass, self._next_at)
+            self._put(self._pass, self._next_at)
 
     def _pass(self) -> None:
         with self._lock:
@@ -193,18 +260,21 @@ class ClusterSync:
             self._idle.clear()
             dirty, drivers, allocations = self._dirty, self._drivers, self._allocations
             self._dirty = self._drivers = self._allocations = False
+        started, self._unreached = time.monotonic(), False
         try:
             if self.closed:
                 return
             if drivers:
                 in_own_connection(jobs.enqueue, "upgrades.tasks.kick_cluster_runs", self.cluster_id)
-            if dirty:
-                in_own_connection(self.refresh)
-            elif allocations:
-                in_own_connection(self.follow_allocations)
+            with deadline(PASS_DEADLINE_S):  # every call of the pass: no pass holds a thread longer
+                if dirty:
+                    in_own_connection(self.refresh)
+                elif allocations:
+                    in_own_connection(self.follow_allocations)
         finally:
             with self._lock:
                 self._running = False
+                self.slow = self._unreached or time.monotonic() - started > SLOW_PASS_S
                 self._idle.set()
                 if dirty:  # events meanwhile coalesce into one more pass, after the debounce
                     self._next_at = time.monotonic() + self.debounce_s
@@ -215,6 +285,10 @@ class ClusterSync:
         in_own_connection(
             record_observation, self.cluster_id, reachable=False, reason=error.reason, message=error.message
         )
+
+    def _pass_failed(self, error: ProviderError) -> None:
+        self._unreached |= error.reason in SLOW_REASONS
+        self._failed(error)
 
     def settled(self) -> bool:
         """Whether every change seen so far has had its pass: none running, none pending."""
@@ -232,7 +306,7 @@ class ClusterSync:
             workloads.sync_workloads(self.cluster_id)
         except ProviderError as error:  # the next change (or resync) tries again
             self.seen_log = -1
-            self._failed(error)
+            self._pass_failed(error)
 
     def refresh(self) -> None:
         """Reconcile every pool of the cluster, record what the watch sees, and run a workloads pass."""
@@ -244,7 +318,7 @@ class ClusterSync:
             try:
                 reconcile(pool_id)
             except ProviderError as error:  # the next change (or resync) tries again
-                self._failed(error)
+                self._pass_failed(error)
                 return
         nodes = self.watch.nodes
         outside = sorted(

@@ -53,8 +53,10 @@ def _access_holds(user_id: int, tenant_id: int | None, token_id: int | None) -> 
     the stream's token still hold."""
     users = get_user_model().objects.filter(pk=user_id, is_active=True)
     if tenant_id is None:
-        return users.filter(is_staff=True).exists()
-    if not users.filter(memberships__tenant_id=tenant_id).exists():
+        users = users.filter(is_staff=True)
+    else:
+        users = users.filter(memberships__tenant_id=tenant_id)
+    if not users.exists():
         return False
     if token_id is None:
         return True

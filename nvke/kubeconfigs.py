@@ -2,13 +2,23 @@
 Secret Cluster API writes for a new cluster), read within bounds (nvke.bounded_yaml) and checked node by
 node. Only what is inline is taken: a file path (`certificate-authority`, `client-certificate`,
 `tokenFile`) would have NVKE read its own disk, and `exec` / `auth-provider` would have it run a
-command, so the callers refuse them, naming the field. Messages name a place in the document and never
-quote it."""
+command, so the callers refuse them, naming the field. Settings that change how the server is reached
+or whom NVKE acts as and that NVKE does not honour are refused here, naming the field, rather than dropped
+(the connection would be other than the document says): `insecure-skip-tls-verify: true` (NVKE always
+verifies the server's certificate), `proxy-url` (NVKE calls the server directly, at an address the policy
+checked) and impersonation (`as`, `as-uid`, `as-groups`, `as-user-extra`: NVKE would act as the
+credentials' own identity). `tls-server-name` is handed to the caller, which honours or refuses it;
+`disable-compression`, `namespace` and `extensions` change nothing that matters here and are ignored.
+Fields as in kubernetes/kubernetes staging/src/k8s.io/client-go/tools/clientcmd/api/v1/types.go.
+Messages name a place in the document and never quote it."""
 
 import base64
 from dataclasses import dataclass, field
 
 from nvke import bounded_yaml
+
+# A user entry's impersonation fields: NVKE acts as its credentials' identity, never another.
+IMPERSONATION = ("as", "as-uid", "as-groups", "as-user-extra")
 
 
 class Refused(ValueError):
@@ -22,6 +32,7 @@ class Context:
     server: str
     ca_pem: str  # "" when the cluster entry embeds no CA: the system's CAs are used
     user: dict = field(repr=False)  # the user entry's mapping, as given: each caller takes what it can use
+    tls_server_name: str = ""  # the name to check the server's certificate for, when not the server's
 
 
 def current_context(text: str) -> Context:
@@ -45,7 +56,27 @@ def current_context(text: str) -> Context:
         raise Refused("The kubeconfig's context names a cluster that has no server.")
     if cluster.get("certificate-authority"):
         raise Refused("The kubeconfig points to a CA file on disk: embed it as certificate-authority-data.")
-    return Context(server, decoded(cluster, "certificate-authority-data", "a PEM bundle"), user)
+    if cluster.get("insecure-skip-tls-verify") not in (None, False):
+        raise Refused(
+            "The kubeconfig's cluster sets insecure-skip-tls-verify, which NVKE does not honour: it always "
+            "verifies the server's certificate. Embed the cluster's CA as certificate-authority-data."
+        )
+    if cluster.get("proxy-url"):
+        raise Refused(
+            "The kubeconfig's cluster sets proxy-url, which NVKE does not honour: it calls the server "
+            "directly, at an address the policy checked."
+        )
+    if used := [key for key in IMPERSONATION if key in user]:
+        raise Refused(
+            f"The kubeconfig's user sets {used[0]} (impersonation), which NVKE does not honour: it would act "
+            "as the credentials' own identity. Give credentials of the identity to act as."
+        )
+    return Context(
+        server,
+        decoded(cluster, "certificate-authority-data", "a PEM bundle"),
+        user,
+        string(cluster, "tls-server-name", "the cluster's tls-server-name"),
+    )
 
 
 def string(mapping: dict, key: str, what: str) -> str:

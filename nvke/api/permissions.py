@@ -1,7 +1,7 @@
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from nvke.tenancy.context import resolve_tenant
+from nvke.tenancy.context import acts_as_operator, resolve_tenant
 from nvke.tenancy.models import ApiToken
 from nvke.tenancy.roles import Action
 
@@ -20,13 +20,10 @@ def operator_token(request) -> bool:
 
 
 def operator_request(request) -> bool:
-    """A staff user signed in, or with an operator token. A tenant token acts in its tenant only,
-    whoever holds it: a staff user's tenant token does not open the fleet endpoints."""
-    user = request.user
-    if not (user and user.is_authenticated and user.is_staff):
-        return False
+    """A staff user signed in, or with an operator token (`acts_as_operator`, as the operators' stream
+    decides)."""
     auth = getattr(request, "auth", None)
-    return not isinstance(auth, ApiToken) or auth.operator
+    return acts_as_operator(request.user, auth if isinstance(auth, ApiToken) else None)
 
 
 class IsOperator(BasePermission):

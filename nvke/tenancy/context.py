@@ -37,6 +37,15 @@ def find_context(user, *, session=None, token: ApiToken | None = None) -> Tenant
     return TenantContext(membership.tenant, membership.role) if membership else None
 
 
+def acts_as_operator(user, token: ApiToken | None) -> bool:
+    """Whether a request or a socket acts for the platform's operators (in no tenant): a staff user
+    signed in, or with an operator token. A tenant token acts in its tenant only, whoever holds it: a
+    staff user's tenant token opens neither the fleet endpoints nor the operators' stream."""
+    if not (user and user.is_authenticated and user.is_staff):
+        return False
+    return token is None or token.operator
+
+
 def resolve_tenant(request) -> TenantContext | None:
     """The request's tenant context, computed once per request."""
     if not hasattr(request, "_nvke_tenant"):

@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from nodepools.services import reconcile
-from nvke.realtime import broadcast, flush
+from nvke.realtime import broadcast, broadcast_operators, flush
 from nvke.tenancy.context import TenantContext
 from nvke.tenancy.models import ApiToken, Membership
 from nvke.tenancy.services import remove_member
@@ -187,3 +187,17 @@ def test_a_token_offered_as_a_subprotocol_is_not_echoed(asgi_server, owner):
         assert ws.subprotocol == "nvke"
         assert ws.response.headers["Sec-WebSocket-Protocol"] == "nvke"
         assert json.loads(ws.recv(timeout=10))["type"] == "telemetry.hello"
+
+
+def test_the_operators_stream_takes_an_operator_token_never_a_staff_users_tenant_token(asgi_server, owner):
+    """As on the fleet endpoints: a tenant token acts in its tenant only, whoever holds it. A staff
+    user's tenant token opened the operators' stream, which spans every tenant."""
+    owner.is_staff = True
+    owner.save()
+    _, tenant_token = issue(owner)
+    _, operator_token = ApiToken.issue(tenant=None, user=owner, name="operator")
+    assert_refused(asgi_server, "/ws/events/?rollouts=1", token=tenant_token)
+    with token_socket(asgi_server, operator_token, "/ws/events/?rollouts=1") as operators:
+        broadcast_operators({"type": "test.ping"})
+        flush()
+        receive_until(operators, lambda event: event["type"] == "test.ping")

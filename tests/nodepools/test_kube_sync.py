@@ -2,7 +2,9 @@
 database connections, keep the pools of attached clusters current."""
 
 import contextlib
+import socket
 import threading
+from collections.abc import Iterator
 
 import kubernetes
 import pytest
@@ -14,7 +16,7 @@ from claims.models import Claim
 from clusters.models import Cluster
 from clusters.services import cluster_ref
 from nodepools import kube_sync
-from nodepools.models import Node
+from nodepools.models import Node, NodePool
 from nvke.providers.kubernetes import dra, streams
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch
@@ -402,3 +404,126 @@ def test_a_cluster_whose_token_does_not_decrypt_stops_only_itself(attach, gpu_cl
         stop.set()
         thread.join(15)
     assert not thread.is_alive()
+
+
+def test_a_tenant_at_its_cap_waits_while_other_tenants_jobs_run():
+    lane = kube_sync.Lane("capped", 4)
+    release, ran = threading.Event(), []
+
+    def job(name: str):
+        return lambda: (ran.append(name), release.wait(10))
+
+    for name in ("a1", "a2", "a3"):
+        lane.put(job(name), tenant=1)
+    lane.put(job("b1"), tenant=2)
+    lane.put(job("nvke"))  # no tenant: never capped
+    try:
+        wait_until(lambda: len(ran) == 4)
+        assert sorted(ran) == ["a1", "a2", "b1", "nvke"] and lane.running(1) == lane.cap == 2
+    finally:
+        release.set()
+    wait_until(lambda: "a3" in ran)  # a slot freed, the tenant's next job runs
+
+
+@contextlib.contextmanager
+def silent_listener() -> Iterator[str]:
+    """An endpoint that accepts connections and never answers; leaving closes them, so that what waited
+    on them fails at once."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:  # closed
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        listener.close()
+        thread.join(5)
+        for peer in held:
+            peer.close()
+
+
+def stalled_copies(cluster: Cluster, tenants: list, url: str) -> list[Cluster]:
+    """Rows as attach leaves them, one per tenant given, whose endpoint is `url`, each with a pool (whose
+    reconcile calls the cluster)."""
+    copies = []
+    for i, tenant in enumerate(tenants):
+        copy = Cluster.objects.get(pk=cluster.pk)
+        copy.pk, copy.name, copy.tenant, copy.endpoint = None, f"stalled-{i}", tenant, url
+        copy.save()
+        pool = NodePool.objects.get(cluster=cluster)
+        pool.pk, pool.tenant, pool.cluster = None, tenant, copy
+        pool.save()
+        copies.append(copy)
+    return copies
+
+
+def watching(cluster) -> bool:
+    """Whether the cluster's pass has recorded what its watch sees (Reachable: True)."""
+    cluster.refresh_from_db()
+    return "unpooled_nodes" in cluster.observed and reachable(cluster) == ("True", "Watching")
+
+
+def running(syncs) -> int:
+    return sum(not sync.settled() for sync in syncs)
+
+
+def test_one_tenants_stalled_clusters_hold_at_most_its_share_of_the_pass_threads(
+    attach, gpu_cluster, syncing, make_pool, make_member, monkeypatch
+):
+    monkeypatch.setattr(kube_sync, "PASS_DEADLINE_S", 20.0)  # the stall outlasts the test
+    healthy = attach(gpu_cluster, "healthy")
+    make_pool(healthy, 3)
+    other = make_member("other").memberships.get().tenant
+    with silent_listener() as url:
+        # PASS_WORKERS of them: with more, their lists would take all of streams.LISTS_AT_ONCE.
+        stalled = [syncing(c) for c in stalled_copies(healthy, [other] * kube_sync.PASS_WORKERS, url)]
+        for sync in stalled:  # due at once: they take the threads before the healthy cluster's first pass
+            sync.poke()
+        syncing(healthy)
+        wait_until(lambda: watching(healthy), timeout=5)  # it was 60 s: 4 threads held, 2 calls of 30 s
+        # Still stalled, all of them: the healthy cluster's pass did not wait for any to give up.
+        lane = kube_sync.passes().main
+        assert (
+            running(stalled) == len(stalled)
+            and lane.running(other.pk) == lane.cap == kube_sync.PASS_WORKERS // 2
+        )
+    # The listener gone, the passes fail at once: the syncs close without waiting out the deadline.
+
+
+def test_stalled_clusters_of_many_tenants_end_within_the_pass_deadline_then_run_in_the_slow_lane(
+    attach, gpu_cluster, syncing, make_pool, make_member, monkeypatch
+):
+    monkeypatch.setattr(kube_sync, "PASS_DEADLINE_S", 2.0)
+    healthy = attach(gpu_cluster, "healthy")
+    pool = make_pool(healthy, 4)
+    tenants = [make_member(f"t{i}").memberships.get().tenant for i in range(kube_sync.PASS_WORKERS)]
+    with silent_listener() as url:
+        stalled = [syncing(c) for c in stalled_copies(healthy, tenants, url)]
+        for sync in stalled:
+            sync.poke()
+        syncing(healthy)  # every thread is held: its pass waits, for the pass deadline at most
+        wait_until(lambda: watching(healthy), timeout=kube_sync.PASS_DEADLINE_S + 3)
+        wait_until(lambda: all(sync.slow for sync in stalled), timeout=5)
+        for cluster in Cluster.objects.filter(tenant__in=tenants):
+            status, reason = reachable(cluster)
+            assert status == "False" and reason in kube_sync.SLOW_REASONS
+
+        # Known bad now: their next passes stall the slow lane's threads, never the main ones.
+        monkeypatch.setattr(kube_sync, "PASS_DEADLINE_S", 20.0)
+        passes = kube_sync.passes()
+        for sync in stalled:
+            sync.poke()
+        wait_until(lambda: sum(passes.slow.running(t.pk) for t in tenants) == kube_sync.SLOW_WORKERS)
+        gpu_cluster.create(objects.gpu_node("gpu-d", count=8))
+        wait_until(lambda: pool_status(pool) == "ready", timeout=5)
+        assert running(stalled) == len(stalled), "still stalled: the healthy pass did not wait for them"
+        assert sum(passes.main.running(t.pk) for t in tenants) == 0

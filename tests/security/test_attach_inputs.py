@@ -54,3 +54,30 @@ def test_a_malformed_kubeconfig_is_a_400_naming_the_field(api, catalog, kubeconf
     body = response.json()
     assert (body["code"], body["details"]["field"]) == ("invalid_kubeconfig", "kubeconfig")
     assert words in body["message"] and len(body["message"]) < 300
+
+
+@pytest.mark.parametrize(
+    ("cluster", "user", "field"),
+    [
+        ("insecure-skip-tls-verify: true", "", "insecure-skip-tls-verify,"),
+        ("proxy-url: 'http://203.0.113.10:3128'", "", "proxy-url,"),
+        ("tls-server-name: api.internal", "", "tls-server-name,"),
+        ("", "as: system:admin", "as (impersonation)"),
+        ("", "as-groups: [system:masters]", "as-groups (impersonation)"),
+        ("", "as-uid: '0'", "as-uid (impersonation)"),
+        ("", "as-user-extra: {scopes: [all]}", "as-user-extra (impersonation)"),
+    ],
+)
+def test_a_setting_nvke_does_not_honour_is_a_400_naming_it_not_dropped(api, catalog, cluster, user, field):
+    """They were dropped: NVKE then verified a certificate the tenant told it to skip, bypassed the proxy
+    it named, or acted as the token's own identity rather than the one it impersonates."""
+    text = (
+        GOOD_CONTEXT
+        + f"clusters: [{{name: k, cluster: {{server: 'https://203.0.113.9', {cluster}}}}}]\n"
+        + f"users: [{{name: u, user: {{token: t, {user}}}}}]\n"
+    )
+    response = attach(api, text)
+    assert response.status_code == 400, response.content[:300]
+    body = response.json()
+    assert (body["code"], body["details"]["field"]) == ("invalid_kubeconfig", "kubeconfig")
+    assert f"sets {field}" in body["message"] and "which NVKE does not honour" in body["message"]

@@ -64,3 +64,14 @@ def test_staff_flag_taken_during_the_handshake_closes_the_operators_stream(monke
 
     end_access_after_resolving(monkeypatch, "/ws/events/", take_staff_flag)
     assert ws_outcome("/ws/events/?rollouts=1", owner) == "closed 4403"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_token_revoked_during_the_handshake_closes_the_operators_stream(monkeypatch, owner):
+    """The operators' stream checked only the staff flag once joined, not the token it was opened with."""
+    owner.is_staff = True
+    owner.save()
+    _, raw = ApiToken.issue(tenant=None, user=owner, name="operator")
+    assert ws_outcome("/ws/events/?rollouts=1", token=raw) == "open"
+    end_access_after_resolving(monkeypatch, "/ws/events/", lambda: revoke_token(ApiToken.objects.get()))
+    assert ws_outcome("/ws/events/?rollouts=1", token=raw) == "closed 4403"

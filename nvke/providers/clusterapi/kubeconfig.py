@@ -7,7 +7,8 @@ command as the server's user). A user is a bearer token, or an inline client cer
 the kubeadm control plane provider writes); exec, auth-provider, token files, file paths and basic auth
 are refused naming the field. The server must be an https URL the address policy admits (nvke.outbound),
 checked here and again on each new connection; the client has the Kubernetes provider's deadlines and
-retries (nvke.providers.kubernetes.client). insecure-skip-tls-verify is not honoured."""
+retries (nvke.providers.kubernetes.client). insecure-skip-tls-verify, proxy-url and impersonation are
+refused (nvke.kubeconfigs); tls-server-name is honoured, by the client and by the watches' streams."""
 
 import atexit
 import functools
@@ -42,6 +43,7 @@ class Credentials:
     token: str = field(repr=False)
     certificate_pem: str = field(repr=False)
     key_pem: str = field(repr=False)
+    tls_server_name: str = ""
 
 
 def parse(text: str) -> Credentials:
@@ -66,7 +68,7 @@ def parse(text: str) -> Credentials:
         raise ProviderError("InvalidKubeconfig", str(refused)) from None
     except outbound.AddressRefused as refused:
         raise ProviderError("InvalidKubeconfig", f"The kubeconfig's server: {refused}") from None
-    return Credentials(context.server, context.ca_pem, token, certificate, key)
+    return Credentials(context.server, context.ca_pem, token, certificate, key, context.tls_server_name)
 
 
 @functools.lru_cache(maxsize=32)
@@ -76,6 +78,7 @@ def api_client(kubeconfig: str) -> client.ApiClient:
     configuration = client.Configuration(
         host=credentials.server.rstrip("/"), ca_cert_data=credentials.ca_pem or None, retries=RETRIES
     )
+    configuration.tls_server_name = credentials.tls_server_name or None
     if credentials.token:
         configuration.api_key = {"BearerToken": credentials.token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}

@@ -4,9 +4,13 @@ are checked by their validators, and there is one."""
 import pytest
 import yaml
 from django.urls import reverse
+from kubernetes.client import VersionApi
 
 from audit.models import AuditEntry
+from nvke.providers.base import ProviderError
+from nvke.providers.clusterapi.kubeconfig import api_client as management_client
 from nvke.providers.clusterapi.models import ManagementCluster
+from nvke.providers.kubernetes.client import call
 from tests.kubeapi.capi_actors import kubeconfig
 
 
@@ -104,6 +108,10 @@ def test_an_exec_plugin_is_refused_and_never_run(operator, kubeapi, tmp_path):
         ({"username": "admin", "password": "pw"}, {}, "uses username"),
         ({}, {}, "neither a token nor client-certificate-data"),
         ({"token": "t"}, {"certificate-authority": "/etc/passwd"}, "CA file on disk"),
+        ({"token": "t"}, {"insecure-skip-tls-verify": True}, "sets insecure-skip-tls-verify"),
+        ({"token": "t"}, {"proxy-url": "http://203.0.113.10:3128"}, "sets proxy-url"),
+        ({"token": "t", "as": "system:admin"}, {}, "sets as (impersonation)"),
+        ({"token": "t", "as-groups": ["system:masters"]}, {}, "sets as-groups"),
         ({"token": "t"}, {"server": "https://169.254.169.254"}, "address is not one NVKE may call"),
         ({"token": "t"}, {"server": "http://203.0.113.7"}, "https:// URL"),
         (
@@ -128,3 +136,16 @@ def test_a_token_kubeconfig_is_taken(operator, kubeapi):
     response = operator.post(reverse("admin:clusterapi_managementcluster_add"), form(kubeconfig=text))
     assert response.status_code == 302
     assert ManagementCluster.objects.get().kubeconfig == text
+
+
+@pytest.mark.parametrize(("name", "answers"), [("localhost", True), ("nvke.invalid", False)])
+def test_tls_server_name_is_the_name_the_certificate_is_checked_for(kubeapi, name, answers):
+    """The stand-in's certificate holds 127.0.0.1 and localhost; its URL is by address. tls-server-name
+    was dropped: a name the certificate does not hold passed."""
+    text = management_kubeconfig(kubeapi, {"token": kubeapi.token}, **{"tls-server-name": name})
+    api = management_client(text)
+    try:
+        assert call(VersionApi(api).get_code).git_version
+        assert answers
+    except ProviderError as error:
+        assert (answers, error.reason) == (False, "TLSError")
