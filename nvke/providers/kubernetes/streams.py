@@ -3,7 +3,7 @@ process needs do not grow with the clusters it watches, and one connection per c
 lists and watches share one HTTP/2 connection (http2.py), as client-go's do (kube-apiserver offers
 HTTP/2 by ALPN and takes 100 concurrent streams per connection; a cluster needs at most 7), or, where a
 server does not agree to HTTP/2, one HTTP/1.1 connection (httpcore) per stream. A list runs within
-CALL_DEADLINE_S, at most LISTS_AT_ONCE at a time.
+CALL_DEADLINE_S, LISTS_PER_CLUSTER of a cluster at a time.
 
 A request is the one the official client would send: its own method builds the path, query and
 Authorization header against an ApiClient that hands the request back instead of sending it (`request`),
@@ -69,7 +69,8 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
         await self._anyio.sleep(seconds)
 
 
-LISTS_AT_ONCE = 32  # lists in flight per process: a restart of many clusters queues, not floods
+LISTS_AT_ONCE = 32  # list bodies read at once per process: a restart of many clusters queues, not floods
+LISTS_PER_CLUSTER = 2  # a cluster's lists in flight (its six watches list at start and after a 410)
 MAX_LINE_BYTES = 8 * 1024 * 1024  # one watch event (the API server stores objects up to ~1.5 MiB)
 ERROR_BODY_BYTES = 64 * 1024  # of a refusal's Status, for its message
 # A cluster's connections close once nothing has used them for IDLE_S (under kube-apiserver's own 90 s
@@ -158,6 +159,7 @@ class _Pool:
         self.connection: http2.Connection | None = None
         self.connecting = asyncio.Lock()
         self.http1: httpcore.AsyncConnectionPool | None = None  # once the server did not agree to h2
+        self.lists = asyncio.Semaphore(LISTS_PER_CLUSTER)
         self.in_flight = 0
         self.used_at = time.monotonic()
 
@@ -398,16 +400,18 @@ async def _open(list_fn: Callable, read_s: float, params: dict[str, Any]) -> Asy
 
 async def get_json(list_fn: Callable, **params: Any) -> dict:
     """A list as the API's JSON, within CALL_DEADLINE_S (connect, answer and body); no retry here: the
-    list-watch's backoff is the retry."""
-    async with hub().lists:
-        try:
-            async with asyncio.timeout(CALL_DEADLINE_S):
-                async with _open(list_fn, TIMEOUT[1], params) as response:
-                    body = b"".join([chunk async for chunk in response.chunks])
-        except TimeoutError:
-            raise ProviderError("Timeout", "The API server did not answer in time.") from None
-        except _TRANSPORT as error:
-            raise _transport(error) from None
+    list-watch's backoff is the retry. A cluster runs LISTS_PER_CLUSTER at a time; the process reads at
+    most LISTS_AT_ONCE bodies at a time, a slot taken once the answer has come, so clusters that never
+    answer hold none of them."""
+    pool = hub().pool(_method(list_fn)[0].__self__.api_client)
+    try:
+        async with pool.lists, asyncio.timeout(CALL_DEADLINE_S):
+            async with _open(list_fn, TIMEOUT[1], params) as response, hub().lists:
+                body = b"".join([chunk async for chunk in response.chunks])
+    except TimeoutError:
+        raise ProviderError("Timeout", "The API server did not answer in time.") from None
+    except _TRANSPORT as error:
+        raise _transport(error) from None
     if len(body) < PARSE_ON_LOOP_BYTES:
         return json.loads(body)
     return await asyncio.get_running_loop().run_in_executor(None, json.loads, body)

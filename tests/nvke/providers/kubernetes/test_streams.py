@@ -3,6 +3,7 @@ the test's own, for what the stand-in does not do (redirects, oversized lines, E
 and against the stand-in over HTTP/2."""
 
 import json
+import socket
 
 import pytest
 from aiohttp import web
@@ -13,7 +14,7 @@ from nvke.providers.kubernetes import streams
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import ClusterWatch
 from tests.kubeapi import objects
-from tests.kubeapi.fixtures import wait_until
+from tests.kubeapi.fixtures import client_configuration, wait_until
 
 
 @pytest.fixture
@@ -151,3 +152,25 @@ def test_an_event_on_any_of_a_clusters_watches_arrives_at_once(gpu_cluster):
             wait_until(lambda i=i: f"gpu-{i}" in seen, timeout=2)
     finally:
         watch.close(timeout=5)
+
+
+def test_clusters_that_never_answer_hold_no_one_elses_lists(gpu_cluster, monkeypatch):
+    """Eight clusters whose server accepts and never answers, six lists each (a watch's start): another
+    cluster's list still comes at once. Each of them waits out its own connect timeout (raised here to
+    20 s); the process's LISTS_AT_ONCE slots are taken only for reading an answer."""
+    monkeypatch.setattr(streams, "TIMEOUT", (20, 20))
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(128)  # the kernel completes the handshakes; nobody ever reads
+        host, port = silent.getsockname()
+        stalled = [
+            client.CoreV1Api(client.ApiClient(client.Configuration(host=f"https://{host}:{port}")))
+            for _ in range(8)
+        ]
+        waiting = streams.hub().spawn([streams.get_json(api.list_node) for api in stalled for _ in range(6)])
+        healthy = client.CoreV1Api(client.ApiClient(client_configuration(gpu_cluster)))
+        try:
+            assert streams.hub().call(streams.get_json(healthy.list_node), 3)["kind"] == "NodeList"
+            assert not any(task.done() for task in waiting), "the silent clusters' lists still wait"
+        finally:
+            streams.hub().cancel(waiting, 5)
