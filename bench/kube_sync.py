@@ -66,6 +66,7 @@ def serve(port: int, control: int, material: str) -> None:
         if nodes:
             watchers.setdefault(cluster, set()).add(queue)
         deadline = time.monotonic() + float(query.get("timeoutSeconds", 60))
+
         async def disconnected() -> None:  # past the (empty) request body: the client went away
             while (await receive())["type"] != "http.disconnect":
                 pass

@@ -13,8 +13,11 @@ running, records its control plane's availability; a MachineDeployment its pool'
 ready once its machines are).
 
 Clusters are sharded over processes by a stable hash of their id (`--shard 2/4`), so more clusters are
-served by more processes. A process's threads do not grow with its clusters: every watch is a task of one
-event loop (nvke/providers/kubernetes/streams.py) and every pass a job for PASS_WORKERS threads (`Passes`);
+served by more processes. A process watches its oldest NVKE_KUBE_SYNC_WATCHED_CLUSTERS clusters (one
+HTTP/2 connection each) and polls the rest of its shard every POLL_CLUSTER_S, so its connections stay
+bounded however many clusters it is given. A process's threads do not grow with its clusters: every
+watch is a task of one event loop (nvke/providers/kubernetes/streams.py) and every pass a job for
+PASS_WORKERS threads (`Passes`);
 a failing cluster's watches back off on their own. Bulkheads keep a tenant's stalled clusters from delaying
 everyone else's passes: a whole pass runs within PASS_DEADLINE_S (every call to the cluster in it); one
 tenant's passes hold at most TENANT_SHARE of the threads at once (the others' due passes run meanwhile);
@@ -71,6 +74,9 @@ SLOW_PASS_S = 10.0  # a pass longer than this sends its cluster's next passes to
 # it answered: its next passes go to the slow lane, as after a slow pass.
 SLOW_REASONS = frozenset({"Timeout", "Unreachable", "TLSError", "AddressRefused"})
 LOG_POLL_S = 0.5  # how often the allocation logs of every cluster served are looked at, in one query
+# A cluster past the process's watch budget (settings.NVKE_KUBE_SYNC_WATCHED_CLUSTERS) is polled: a full
+# pass this often, its calls on connections that close with the pass.
+POLL_CLUSTER_S = 30.0
 
 
 def shard_of(cluster_id: int, shards: int) -> int:
@@ -200,6 +206,7 @@ class ClusterSync:
         debounce_s: float = 1.0,
         resync_s: float = 300.0,
         watch_timeout_s: int = 60,
+        watched: bool = True,
     ):
         self.cluster_id, self.tenant_id, self.debounce_s = cluster.pk, cluster.tenant_id, debounce_s
         self.passes = passes()
@@ -215,7 +222,12 @@ class ClusterSync:
         self._idle = threading.Event()  # clear while a pass runs: `close` waits for it
         self._idle.set()
         self.seen_log: int | None = -1  # the allocation log's position the last workloads pass saw
-        self.watch = ClusterWatch(
+        self.watch: ClusterWatch | None = None  # None: polled, every POLL_CLUSTER_S
+        if watched:
+            self.watch = self._watch(cluster, resync_s, watch_timeout_s)
+
+    def _watch(self, cluster: Cluster, resync_s: float, watch_timeout_s: int) -> ClusterWatch:
+        return ClusterWatch(
             cluster_operations(cluster),
             changed=self.poke,
             drivers_changed=lambda: self.poke(drivers=True),
@@ -227,14 +239,24 @@ class ClusterSync:
         )
 
     def start(self) -> "ClusterSync":
-        self.watch.start()
+        if self.watch is not None:
+            self.watch.start()
+        else:
+            self._poll()
         self.passes.following.add(self)
         return self
+
+    def _poll(self) -> None:
+        """A polled cluster's full pass now, and the next look in POLL_CLUSTER_S."""
+        if not self.closed:
+            self.poke()
+            self._put(self._poll, time.monotonic() + POLL_CLUSTER_S)
 
     def close(self, timeout: float | None = None) -> None:
         self.closed = True
         self.passes.following.discard(self)
-        self.watch.close(timeout)
+        if self.watch is not None:
+            self.watch.close(timeout)
         self._idle.wait(timeout)
 
     def poke(self, *, drivers: bool = False, allocations: bool = False) -> None:
@@ -320,7 +342,16 @@ class ClusterSync:
             except ProviderError as error:  # the next change (or resync) tries again
                 self._pass_failed(error)
                 return
-        nodes = self.watch.nodes
+        if self.watch is not None:
+            nodes, how = self.watch.nodes, ("Watching", "Watching")
+        else:
+            try:
+                listed = cluster_operations(Cluster.objects.get(pk=self.cluster_id)).nodes(gpus.PRODUCT)
+            except ProviderError as error:
+                self._pass_failed(error)
+                return
+            nodes = {node["metadata"]["name"]: node for node in listed}
+            how = ("Polling", f"Every {POLL_CLUSTER_S:g} s (past this kube_sync's watch budget), polling")
         outside = sorted(
             name
             for name, node in nodes.items()
@@ -329,8 +360,8 @@ class ClusterSync:
         record_observation(
             self.cluster_id,
             reachable=True,
-            reason="Watching",
-            message=f"Watching {len(nodes)} GPU nodes.",
+            reason=how[0],
+            message=f"{how[1]} {len(nodes)} GPU nodes.",
             gpu_nodes=len(nodes),
             unpooled_nodes=outside,
         )
@@ -442,11 +473,14 @@ def _management_sync(shard: int, shards: int, options: dict) -> ManagementSync |
 
 class Supervisor:
     """Serves this shard's attached clusters (`syncs`, by cluster id) until `stop`: a cluster attached or
-    detached is picked up within `poll_s`; a cluster whose endpoint or token changed gets fresh watches."""
+    detached is picked up within `poll_s`; a cluster whose endpoint or token changed gets fresh watches.
+    The oldest NVKE_KUBE_SYNC_WATCHED_CLUSTERS are watched (a connection each), the rest polled (passes'
+    connections only), so a process's connections stay bounded however many clusters its shard has."""
 
     def __init__(self, *, shard: int = 0, shards: int = 1, poll_s: float = 30.0, **options):
         self.shard, self.shards, self.poll_s, self.options = shard, shards, poll_s, options
         self.syncs: dict[int, tuple[tuple, ClusterSync]] = {}
+        self.polled = 0  # clusters past the watch budget
 
     def run(self, stop: threading.Event) -> None:
         capi = None
@@ -467,14 +501,24 @@ class Supervisor:
                 capi.close(CLOSE_S)
 
     def _serve(self, wanted: dict[int, Cluster]) -> None:
-        for pk, cluster in wanted.items():
-            key = (cluster.endpoint, cluster.admin_token, cluster.ca_bundle)
+        budget = settings.NVKE_KUBE_SYNC_WATCHED_CLUSTERS
+        watched = set(sorted(wanted)[:budget])  # the oldest clusters: a new one never unseats a watch
+        if len(wanted) > budget and len(wanted) - budget != self.polled:
+            log.warning(
+                "kube_sync: %d clusters past the watch budget of %d are polled every %g s; add a shard",
+                len(wanted) - budget,
+                budget,
+                POLL_CLUSTER_S,
+            )
+        self.polled = max(0, len(wanted) - budget)
+        for pk, cluster in sorted(wanted.items()):
+            key = (cluster.endpoint, cluster.admin_token, cluster.ca_bundle, pk in watched)
             if pk in self.syncs and self.syncs[pk][0] == key:
                 continue
             if pk in self.syncs:
                 self._drop(pk)
             try:
-                sync = ClusterSync(cluster, **self.options)
+                sync = ClusterSync(cluster, watched=pk in watched, **self.options)
             except (
                 ProviderError
             ) as error:  # this cluster only (a token that no longer decrypts): try next poll
@@ -483,7 +527,9 @@ class Supervisor:
                 )
                 continue
             self.syncs[pk] = (key, sync.start())
-            log.info("kube_sync: watching cluster %s (%s)", cluster.name, pk)
+            log.info(
+                "kube_sync: %s cluster %s (%s)", "watching" if pk in watched else "polling", cluster.name, pk
+            )
         for pk in set(self.syncs) - set(wanted):
             self._drop(pk)
 

@@ -406,6 +406,8 @@ for _network in NVKE_OUTBOUND_ALLOWED_NETWORKS:
         raise ImproperlyConfigured(f"NVKE_OUTBOUND_ALLOWED_NETWORKS: {error}") from None
 _attached_cap = os.environ.get("NVKE_MAX_ATTACHED_CLUSTERS", "20").strip()
 NVKE_MAX_ATTACHED_CLUSTERS = int(_attached_cap) if _attached_cap else None
+# Clusters one kube_sync process watches (one HTTP/2 connection each); the rest of its shard are polled.
+NVKE_KUBE_SYNC_WATCHED_CLUSTERS = int(os.environ.get("NVKE_KUBE_SYNC_WATCHED_CLUSTERS", "1000"))
 
 # Telemetry (telemetry/): frame interval of the live streams, rescaling and health rules. A busy view's
 # newest rows wait up to one interval for their frame, so the interval is the floor of sample-to-screen

@@ -21,6 +21,7 @@ from nvke.providers.kubernetes import dra, streams
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import Backoff, ListWatch
 from nvke.tenancy.context import TenantContext
+from tests.conftest import install_nvke_policies
 from tests.kubeapi import http2, objects
 from tests.kubeapi.fixtures import client_configuration, wait_until
 from tests.kubeapi.server import FakeKubeApi
@@ -228,6 +229,43 @@ def test_the_supervisor_serves_its_shards_clusters_and_drops_detached_ones(attac
     assert not thread.is_alive()
 
 
+def test_clusters_past_the_watch_budget_are_polled_and_take_a_watch_when_one_frees(
+    attach, gpu_cluster, make_pool, settings, monkeypatch
+):
+    """A process watches its oldest NVKE_KUBE_SYNC_WATCHED_CLUSTERS clusters (a connection each) and polls
+    the rest, whose pools still follow their nodes; a watched cluster detached lets the next one in."""
+    settings.NVKE_KUBE_SYNC_WATCHED_CLUSTERS = 1
+    monkeypatch.setattr(kube_sync, "POLL_CLUSTER_S", 0.5)
+    first = attach(gpu_cluster)
+    with FakeKubeApi() as other:
+        objects.gpu_operator(other)
+        install_nvke_policies(other)
+        for name in ("gpu-a", "gpu-b", "gpu-c"):
+            other.create(objects.gpu_node(name, count=8))
+        second = attach(other, "second")
+        pool = make_pool(second, 4)
+        stop = threading.Event()
+        supervisor = kube_sync.Supervisor(poll_s=0.2, **FAST)
+        thread = threading.Thread(target=supervisor.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: second.pk in supervisor.syncs, timeout=15)
+            assert supervisor.syncs[first.pk][1].watch is not None
+            assert supervisor.syncs[second.pk][1].watch is None
+            other.create(objects.gpu_node("gpu-p", count=8))  # seen by a poll: no watch is open on it
+            wait_until(lambda: pool_status(pool) == "ready", timeout=15)
+            wait_until(lambda: reachable(second) == ("True", "Polling"), timeout=5)
+            assert not other.open_connections().get("h2")
+            wait_until(lambda: gpu_cluster.open_connections().get("h2") == 1, timeout=5)
+
+            Cluster.objects.filter(pk=first.pk).update(status=Cluster.Status.DELETING)
+            wait_until(lambda: other.open_connections().get("h2") == 1, timeout=15)
+            wait_until(lambda: reachable(second) == ("True", "Watching"), timeout=15)
+        finally:
+            stop.set()
+            thread.join(15)
+
+
 def test_claims_reach_their_resource_claims_while_kube_sync_runs(attach, gpu_cluster, syncing, make_pool):
     gpu_cluster.create(objects.namespace("ml", {dra.MANAGED: "true"}))
     cluster = attach(gpu_cluster)
@@ -370,6 +408,9 @@ def test_threads_stay_the_same_as_clusters_are_attached(attach, gpu_cluster, syn
         # Every cluster's lists and watches on one HTTP/2 connection (the passes' calls are the
         # blocking client's, on HTTP/1.1).
         assert [server.open_connections().get("h2") for server in stand_ins] == [1] * 20
+        # and, once the passes are done, at most the one their shared client keeps alive (operations.py)
+        wait_until(lambda: all(sync.settled() for sync in syncs), timeout=30)
+        assert all(server.open_connections().get("http/1.1", 0) <= 1 for server in stand_ins)
         for sync in syncs:
             sync.close(timeout=10)
         # A cluster no longer watched lets go of its connection at once.
