@@ -92,6 +92,7 @@ class Connection:
             with self.changed:
                 self.closed = True
                 self.changed.notify_all()
+            self._flush_quietly()  # a GOAWAY queued by `goaway`
             self._wake_r.close()
             self._wake_w.close()
 
@@ -160,6 +161,16 @@ class Connection:
             if not self.gone(stream):
                 self.h2.end_stream(stream.id)
             self.streams.pop(stream.id, None)
+        self._wake()
+
+    def goaway(self) -> None:
+        """Send a GOAWAY and close, as kube-apiserver's --goaway-chance does to rebalance clients
+        (staging/src/k8s.io/apiserver/pkg/server/filters/goaway.go; the h2 library cannot go on serving
+        the streams it had, which Go's server does: a client must resume its watches either way)."""
+        with self.changed:
+            self.h2.close_connection()
+            self.closed = True
+            self.changed.notify_all()
         self._wake()
 
     def drop(self) -> None:

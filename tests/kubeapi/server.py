@@ -106,6 +106,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, api: FakeKubeApi, tls: ssl.SSLContext) -> None:
         self.api, self.tls = api, tls
         self.connections: set[ssl.SSLSocket] = set()
+        self.multiplexed: set[http2.Connection] = set()  # the HTTP/2 ones, by their protocol state
         self.connections_lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
 
@@ -138,7 +139,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle(self) -> None:
         if self.request.selected_alpn_protocol() == "h2":
-            http2.Connection(self.request, self._serve_stream).serve()
+            multiplexed = http2.Connection(self.request, self._serve_stream)
+            with self.server.connections_lock:
+                self.server.multiplexed.add(multiplexed)
+            try:
+                multiplexed.serve()
+            finally:
+                with self.server.connections_lock:
+                    self.server.multiplexed.discard(multiplexed)
         else:
             super().handle()
 
@@ -580,6 +588,13 @@ class FakeKubeApi:
         with self._server.connections_lock:
             protocols = [c.selected_alpn_protocol() or "http/1.1" for c in self._server.connections]
         return {protocol: protocols.count(protocol) for protocol in set(protocols)}
+
+    def goaway(self) -> None:
+        """Every HTTP/2 connection gets a GOAWAY and is closed (http2.Connection.goaway)."""
+        with self._server.connections_lock:
+            multiplexed = list(self._server.multiplexed)
+        for connection in multiplexed:
+            connection.goaway()
 
     def stop(self) -> None:
         if self._server is None:

@@ -28,6 +28,13 @@ class Closed(ConnectionError):
     """The connection or the stream ended without a whole answer (EOF, GOAWAY, RST_STREAM, bad frames)."""
 
 
+class GoneAway(Closed):
+    """The server sent GOAWAY without an error (kube-apiserver's --goaway-chance rebalancing clients, a
+    server shutting down): not a failure of the cluster. A watch cut by it carries on from its
+    resourceVersion on a new connection (the h2 library ends every stream of a connection on a GOAWAY,
+    even those the server would have finished)."""
+
+
 class Stream:
     """One request's answer: `status` once `response()` returns, then the body's `chunks`."""
 
@@ -157,7 +164,9 @@ class Connection:
 
     def _dispatch(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.ConnectionTerminated):
-            raise Closed("the server ended the connection (GOAWAY)")
+            if event.error_code == h2.errors.ErrorCodes.NO_ERROR:
+                raise GoneAway("the server ended the connection (GOAWAY)")
+            raise Closed(f"the server ended the connection (GOAWAY, {event.error_code!r})")
         stream_id = getattr(event, "stream_id", None)
         stream = self.streams.get(stream_id) if stream_id else None
         if stream is not None and isinstance(

@@ -432,6 +432,8 @@ async def watch_events(list_fn: Callable, read_s: float, **params: Any) -> Async
                         yield _event(json.loads(line))
                 if len(buffer) > MAX_LINE_BYTES:
                     raise ProviderError("WatchFailed", "A watch event was larger than NVKE accepts.")
+    except http2.GoneAway:
+        return  # the watch ends as if the server had ended it: the list-watch resumes at once
     except _TRANSPORT as error:
         raise _transport(error) from None
 

@@ -174,3 +174,28 @@ def test_clusters_that_never_answer_hold_no_one_elses_lists(gpu_cluster, monkeyp
             assert not any(task.done() for task in waiting), "the silent clusters' lists still wait"
         finally:
             streams.hub().cancel(waiting, 5)
+
+
+def test_a_goaway_is_no_failure_the_watches_resume_on_a_new_connection(gpu_cluster):
+    """kube-apiserver's --goaway-chance sends GOAWAY to move clients to another server: the cluster's
+    watches carry on from their resourceVersion on a new connection, with no failure reported (which
+    would mark the cluster unreachable) and no event lost."""
+    kubeapi = gpu_cluster
+    seen: list[str] = []
+    failures: list[ProviderError] = []
+    ref = ClusterRef(name="c", endpoint=kubeapi.url, token=kubeapi.token, ca_bundle=kubeapi.ca_bundle)
+    watch = ClusterWatch(
+        KubernetesOperations(ref), changed=lambda: seen.extend(watch.nodes), failed=failures.append, dra=True
+    ).start()
+    try:
+        wait_until(lambda: all(w.resource_version for w in watch.watches), timeout=10)
+        first = next(iter(kubeapi._server.multiplexed))
+        kubeapi.goaway()
+        kubeapi.create(objects.gpu_node("gpu-after"))  # while no watch is open, maybe: from its version
+        wait_until(lambda: "gpu-after" in seen, timeout=5)
+        wait_until(
+            lambda: kubeapi._server.multiplexed and first not in kubeapi._server.multiplexed, timeout=5
+        )
+        assert failures == []
+    finally:
+        watch.close(timeout=5)
