@@ -10,6 +10,7 @@ reset (RST_STREAM), so the server stops sending it; data on it still opens the c
 
 import asyncio
 import ssl
+import time
 from collections.abc import AsyncIterator
 
 import h2.config
@@ -22,6 +23,12 @@ import h2.settings
 # Receive windows, per stream and for the connection: a large list streams without waiting on us.
 RECEIVE_WINDOW = 16 * 1024 * 1024
 READ_BYTES = 64 * 1024
+# The health check client-go's HTTP/2 connections make (k8s.io/apimachinery pkg/util/net/http.go:
+# ReadIdleTimeout, PingTimeout): a connection silent this long is sent a PING, and one that does not
+# answer it in time is closed, so a connection lost without a FIN (a NAT or a load balancer forgetting
+# it) is replaced instead of holding the cluster's watches until their own timeouts.
+READ_IDLE_S = 30.0
+PING_TIMEOUT_S = 15.0
 
 
 class Closed(ConnectionError):
@@ -99,8 +106,12 @@ class Connection:
         self.streams: dict[int, Stream] = {}
         self.room = asyncio.Condition()  # a stream ended: one more may start
         self.failure: Closed | None = None
+        self.read_at = time.monotonic()
+        self.pong = asyncio.Event()
         self._flush()
-        self.reading = asyncio.get_running_loop().create_task(self._read())
+        loop = asyncio.get_running_loop()
+        self.reading = loop.create_task(self._read())
+        self.checking = loop.create_task(self._check_health())
 
     @property
     def usable(self) -> bool:
@@ -154,6 +165,7 @@ class Connection:
                 data = await self.reader.read(READ_BYTES)
                 if not data:
                     raise Closed("the server closed the connection")
+                self.read_at = time.monotonic()
                 for event in self.h2.receive_data(data):
                     self._dispatch(event)
                 self._flush()
@@ -162,7 +174,24 @@ class Connection:
         finally:
             self.writer.close()
 
+    async def _check_health(self) -> None:
+        while self.failure is None:
+            await asyncio.sleep(max(0.0, self.read_at + READ_IDLE_S - time.monotonic()))
+            if time.monotonic() - self.read_at < READ_IDLE_S:
+                continue  # frames came meanwhile
+            self.pong.clear()
+            self.h2.ping(b"nvke-hc!")
+            self._flush()
+            try:
+                async with asyncio.timeout(PING_TIMEOUT_S):
+                    await self.pong.wait()
+            except TimeoutError:
+                self._fail(Closed("the server did not answer a PING"))
+                self.writer.close()
+
     def _dispatch(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.PingAckReceived):
+            self.pong.set()
         if isinstance(event, h2.events.ConnectionTerminated):
             if event.error_code == h2.errors.ErrorCodes.NO_ERROR:
                 raise GoneAway("the server ended the connection (GOAWAY)")
@@ -181,7 +210,10 @@ class Connection:
             self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
 
     def _fail(self, failure: Closed) -> None:
+        if self.failure is not None:
+            return
         self.failure = failure
+        self.checking.cancel()
         for stream in self.streams.values():
             stream.events.put_nowait(failure)
         asyncio.get_running_loop().create_task(self._notify())
@@ -190,5 +222,6 @@ class Connection:
         if self.usable:
             self.h2.close_connection()
             self._flush()
+        self._fail(Closed("the connection was closed"))
         self.reading.cancel()
         self.writer.close()

@@ -4,13 +4,15 @@ and against the stand-in over HTTP/2."""
 
 import json
 import socket
+import threading
+import time
 
 import pytest
 from aiohttp import web
 from kubernetes import client
 
 from nvke.providers.base import ClusterRef, ProviderError
-from nvke.providers.kubernetes import streams
+from nvke.providers.kubernetes import http2, streams
 from nvke.providers.kubernetes.operations import KubernetesOperations
 from nvke.providers.kubernetes.watch import ClusterWatch
 from tests.kubeapi import objects
@@ -199,3 +201,75 @@ def test_a_goaway_is_no_failure_the_watches_resume_on_a_new_connection(gpu_clust
         assert failures == []
     finally:
         watch.close(timeout=5)
+
+
+class Relay:
+    """A TCP relay to a server that can go silent on the connections it has (a NAT or load balancer that
+    forgot them: no FIN, no RST), while new connections pass."""
+
+    def __init__(self, port: int):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.target, self.silent, self.sockets = port, set(), []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near = self.listener.accept()[0]
+            except OSError:
+                return
+            far = socket.create_connection(("127.0.0.1", self.target))
+            self.sockets += [near, far]
+            pair = (near, far)
+            for source, sink in (pair, pair[::-1]):
+                threading.Thread(target=self._pump, args=(pair, source, sink), daemon=True).start()
+
+    def _pump(self, pair, source, sink) -> None:
+        source.settimeout(0.05)
+        while True:
+            if pair in self.silent:
+                time.sleep(0.05)  # nothing read, nothing passed on: the connection is just gone quiet
+                continue
+            try:
+                data = source.recv(65536)
+                if not data:
+                    return
+                if pair not in self.silent:  # read as it went silent: lost on the way
+                    sink.sendall(data)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def go_silent(self) -> None:
+        self.silent.update(zip(self.sockets[::2], self.sockets[1::2], strict=True))
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def test_a_connection_gone_silent_is_found_by_ping_and_replaced(gpu_cluster, monkeypatch):
+    """A connection lost without a FIN: the PING client-go's connections send after a silence (here
+    after 0.5 s, answered within 0.5 s) finds it, and the watches carry on on a new one; without it they
+    would wait out their own read timeout (70 s)."""
+    monkeypatch.setattr(http2, "READ_IDLE_S", 0.5)
+    monkeypatch.setattr(http2, "PING_TIMEOUT_S", 0.5)
+    kubeapi = gpu_cluster
+    relay = Relay(int(kubeapi.url.rsplit(":", 1)[1]))
+    seen: list[str] = []
+    endpoint = f"https://127.0.0.1:{relay.port}"
+    ref = ClusterRef(name="c", endpoint=endpoint, token=kubeapi.token, ca_bundle=kubeapi.ca_bundle)
+    watch = ClusterWatch(
+        KubernetesOperations(ref), changed=lambda: seen.extend(watch.nodes), failed=lambda e: None, dra=True
+    ).start()
+    try:
+        wait_until(lambda: all(w.resource_version for w in watch.watches), timeout=10)
+        relay.go_silent()
+        kubeapi.create(objects.gpu_node("gpu-after"))
+        wait_until(lambda: "gpu-after" in seen, timeout=10)
+    finally:
+        watch.close(timeout=5)
+        relay.close()
