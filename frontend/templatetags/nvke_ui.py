@@ -66,11 +66,22 @@ def milli_percent(milli: int | None) -> str:
 @register.filter
 def claim_kind(claim: Claim) -> str:
     """The KIND column: 'fraction', 'whole ×4', 'mig 3g.40gb'."""
-    if claim.kind == Claim.Kind.WHOLE:
-        return f"whole ×{claim.gpus}"
-    if claim.kind == Claim.Kind.MIG:
-        return f"mig {claim.mig_profile}"
-    return claim.kind
+    return _kind_label(claim.kind, claim.gpus, claim.mig_profile)
+
+
+@register.filter
+def released_kind(changes: dict) -> str:
+    """The KIND column of a released claim, from its delete entry in the audit log ({field: [was, now]})."""
+    was = {field: (values or [None])[0] for field, values in changes.items()}
+    return _kind_label(was.get("kind") or "", was.get("gpus"), was.get("mig_profile"))
+
+
+def _kind_label(kind: str, gpus: int | None, mig_profile: str | None) -> str:
+    if kind == Claim.Kind.WHOLE and gpus:
+        return f"whole ×{gpus}"
+    if kind == Claim.Kind.MIG and mig_profile:
+        return f"mig {mig_profile}"
+    return kind
 
 
 @register.inclusion_tag("frontend/_gpu_bar.html")

@@ -60,12 +60,18 @@ def test_released_claims_stay_reachable_through_a_filter(ui, pool, tenant):
     claim = create_claim(
         context=owner_context(tenant), cluster=pool.cluster, name="gone", kind="fraction", compute_percent=10
     )
+    whole = create_claim(
+        context=owner_context(tenant), cluster=pool.cluster, name="pair", kind="whole", gpus=2
+    )
     release_claim(claim)
+    release_claim(whole)
     listing = text(ui.get(f"/clusters/{pool.cluster_id}/claims/"))
     assert 'value="released"' in listing and "data-released-claim" not in listing
     page = text(ui.get(f"/clusters/{pool.cluster_id}/claims/", {"status": "released"}))
     row = re.search(rf'<tr data-released-claim="{claim.pk}">(.*?)</tr>', page, re.S)
     assert row and "gone" in row[1] and "fraction" in row[1]
+    row = re.search(rf'<tr data-released-claim="{whole.pk}">(.*?)</tr>', page, re.S)
+    assert row and "whole ×2" in row[1]  # as the live list words it, not the stored value
 
 
 def test_usage_always_has_a_cost_column_and_says_where_prices_are_set(ui, tenant, catalog):
