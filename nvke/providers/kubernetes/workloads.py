@@ -430,9 +430,11 @@ class WorkloadSync:
                 continue
             if not all(self._reserve(pod, name) for name in names):
                 continue  # a claim changed or went meanwhile: the next pass decides again
-            if self._ungate(pod, gates, held(namespace, names, claims)):
-                holds = "; ".join(f"{name}: {holding(claims[(namespace, name)])}" for name in names)
-                self._say(pod, "Normal", "Allocated", f"NVKE allocated its GPU claims ({holds}).")
+            holds = "; ".join(f"{name}: {holding(claims[(namespace, name)])}" for name in names)
+            said = ("Allocated", f"NVKE allocated its GPU claims ({holds}).")
+            # What NVKE said goes in with the ungating patch: one patch a pod, not two.
+            if self._ungate(pod, gates, {**held(namespace, names, claims), REASON: ": ".join(said)}):
+                record_event(self.core, pod, "Normal", *said)
 
     def _ungate(self, pod: dict, gates: list[dict], annotations: dict[str, str]) -> bool:
         """Remove NVKE's gate from the pod (and add `annotations`) under its resourceVersion; False where

@@ -14,6 +14,7 @@ from claims.workloads import sync_workloads
 from nodepools.models import Gpu
 from nodepools.nodes import fail_gpu
 from nvke.providers.kubernetes import dra, records
+from nvke.providers.kubernetes.workloads import REASON
 from nvke.quantity import parse_mib
 from nvke.tenancy.models import Quota
 from tests.kubeapi import objects
@@ -165,6 +166,10 @@ def test_four_claims_share_one_a10_through_consumable_shares(kubeapi, a10_pool, 
         ((reason, message),) = events(kubeapi, f"{name}-pod")
         assert reason == "Allocated" and message.startswith(f"NVKE allocated its GPU claims ({name}: GPU-")
         assert f"{held['nvke.io/gpu-memory']} of GPU memory" in message and "on node a10-0" in message
+        # One patch ungates the pod and says what NVKE said (so that the next pass does not say it again)
+        assert held[REASON] == f"{reason}: {message}"
+        patches = [r for r in kubeapi.requests if r[0] == "PATCH" and r[1].endswith(f"/pods/{name}-pod")]
+        assert len(patches) == 1
     assert {c.workload["state"] for c in Claim.objects.all()} == {"allocated"}
     assert all("consumable shares" in c.workload["message"] for c in Claim.objects.all())
 
