@@ -13,7 +13,8 @@ import yaml
 from kubernetes.dynamic.exceptions import DynamicApiError
 
 from nvke.providers.base import ClusterRef, DeviceShare, WorkloadClaim
-from nvke.providers.kubernetes import admission, attach, dra, rbac, scheduler
+from nvke.providers.kubernetes import admission, attach, dra, rbac, scheduler, streams
+from nvke.providers.kubernetes.watch import ClusterWatch
 from tests.kubeapi import objects
 from tests.kubeapi.server import FakeKubeApi
 
@@ -265,3 +266,30 @@ def test_a_shared_gpu_pod_is_sent_to_nvkes_scheduler_and_bound_by_it(target, scr
         assert bound["spec"]["nodeName"] == node
         assert bound["metadata"]["annotations"][scheduler.ANNOTATIONS["uuids"]] == share.uuid
     assert refused_to_nvke(server) == set()
+
+
+def test_a_clusters_watches_share_one_http2_connection_and_see_a_change(target, scratch):
+    """kube_sync's list-watches of a cluster (as its service account) go over one HTTP/2 connection, as
+    kube-apiserver offers it by ALPN, and a change reaches them: here the scratch namespace becoming one
+    NVKE manages."""
+    server, _ = target
+    ops = ops_for(server)
+    changes: list[int] = []
+    failures: list = []
+    watch = ClusterWatch(
+        ops,
+        changed=lambda: None,
+        workloads_changed=lambda: changes.append(1),
+        failed=failures.append,
+        dra=server.serves("resource.k8s.io/v1", "ResourceSlice"),
+    ).start()
+    try:
+        eventually(server, lambda: all(w.resource_version for w in watch.watches), timeout=30)
+        pool = streams.hub().pools[id(ops.core.api_client)]
+        assert pool.http1 is None and pool.connection is not None and pool.connection.usable
+        seen = len(changes)
+        manage(server, scratch)
+        eventually(server, lambda: len(changes) > seen, timeout=30)
+        assert failures == []
+    finally:
+        watch.close(timeout=5)
