@@ -6,7 +6,8 @@ NVKE's service account lifts the gate; a shared-GPU pod is sent to NVKE's schedu
 and bound by it; NVKE allocates as that account at each minor, and attach refuses a
 role older than NVKE's, naming the missing rule; kube-scheduler and NVKE on DRA: a pod that
 does not tolerate the pool keeps its gate and NVKE its allocation, a pod that slipped past the gate is
-left to kube-scheduler. A difference between the targets means the stand-in is wrong."""
+left to kube-scheduler; kube_sync's watches share one HTTP/2 connection. A difference between the
+targets means the stand-in is wrong."""
 
 import pytest
 import yaml
