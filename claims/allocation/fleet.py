@@ -17,6 +17,8 @@ Policies (all prefer an NVLink-connected set for multi-GPU claims, even when not
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import heapq
 from collections import Counter
 from collections.abc import Hashable, Iterable
@@ -321,7 +323,10 @@ class _View:
 
 class Fleet:
     """Nodes plus an index by state. Mutate them through `apply`/`release` (or call `refresh` after
-    changing a node by hand), otherwise the index goes stale."""
+    changing a node by hand), otherwise the index goes stale; `lift`/`put_back` change the index alone,
+    for weighing victims."""
+
+    LIFTS_KEPT = 1 << 17  # states `lift` and `put_back` lead to, kept (some 30 MB at most)
 
     def __init__(self, nodes: Iterable[NodeState], cache: PlacementCache | None = None) -> None:
         self.nodes = list(nodes)
@@ -337,6 +342,9 @@ class Fleet:
         self._dormant: dict[int, dict[int, int | tuple]] = {}
         self._views: dict[int, _View] = {}
         self._moves: list[tuple[InternedNode, InternedNode]] = []  # (old state, new state) of each change
+        self._lifted: dict[int, list[Placement]] = {}  # by node position: lifted, not yet put back
+        # (state, perm, placement[, put back]) -> the state lifting (putting back) leads to
+        self._lifts: dict[tuple, tuple[InternedNode, tuple[int, ...]]] = {}
         self._free_by_model: Counter[str] = Counter()  # free milli-GPUs
         self._free_total = 0
         # milli-CPU per milli-GPU of the whole fleet (fgd.FragModel's `cpu_bound`)
@@ -471,10 +479,20 @@ class Fleet:
             view.counts = Counter()
             for group in self._groups.values():
                 view.counts[self._reason(group.info, rid, request)] += len(group.members)
-        else:
+        elif request.kind == MIG_SLICE:  # asking a state may intern GPU states (ids order the GPUs)
             for old, new in self._moves[view.moved :]:
                 view.counts[self._reason(old, rid, request)] -= 1
                 view.counts[self._reason(new, rid, request)] += 1
+        else:
+            # Only the net change per state: weighing victims takes and gives back thousands of claims
+            # between two failures, and those moves cancel out; the counts add up the same.
+            net: dict[InternedNode, int] = {}
+            for old, new in self._moves[view.moved :]:
+                net[old] = net.get(old, 0) - 1
+                net[new] = net.get(new, 0) + 1
+            for info, n in net.items():
+                if n:
+                    view.counts[self._reason(info, rid, request)] += n
         view.moved = len(self._moves)
         return unplaceable({REASONS[r]: n for r, n in view.counts.items() if n}, len(self.nodes))
 
@@ -541,9 +559,13 @@ class Fleet:
     def apply(self, placement: Placement) -> None:
         position = self._position[placement.node_id]
         apply_to_node(placement, self.nodes[position])
+        self._reindex(position, self._advanced(position, placement))
+
+    def _advanced(self, position: int, placement: Placement) -> tuple[InternedNode, tuple[int, ...]]:
+        """The node's new interned state from its old one and what the placement took, not by reading
+        the whole node again: a process applies every other process's placements too (the allocation
+        log)."""
         p, request = placement, placement.request
-        # The node's new interned state from its old one and what the placement took, not by reading the
-        # whole node again: a process applies every other process's placements too (the allocation log).
         info, perm = self._state[position]
         positions = tuple(perm.index(index) for index in p.gpu_indexes)
         if request.kind == WHOLE:
@@ -552,15 +574,62 @@ class Fleet:
             part = (MIG_SLICE, p.mig_slice, p.memory_mib, p.compute_milli)
         else:  # a fraction (a CPU-only claim takes no GPU: no positions, and the part is not read)
             part = (FRACTION, p.memory_mib, p.guaranteed_milli, p.compute_milli)
-        state = self.cache.interner.advance(
+        return self.cache.interner.advance(
             info, perm, positions, part, request.cpu_milli, request.host_memory_mib
         )
-        self._reindex(position, state)
 
     def release(self, placement: Placement) -> None:
         position = self._position[placement.node_id]
         release_from_node(placement, self.nodes[position])
         self._reindex(position)
+
+    def lift(self, placement: Placement) -> None:
+        """`release` as the index sees it, for weighing victims: the node's record (`node()`) keeps the
+        placement until `put_back`, which must come before any other change to the node. The fleet
+        then decides exactly as after `release` and `apply` (the same states, in the same order), but a
+        node lifted from again in the same state is not read afresh: preemption lifts and puts back
+        thousands of claims a decision, mostly the same ones on the same nodes as the last time."""
+        position = self._position[placement.node_id]
+        lifted = self._lifted.setdefault(position, [])
+        key = (*self._state[position], placement)
+        state = self._lifts.get(key)
+        if state is None:
+            # The node as `release` would leave it: a copy, with what is lifted from it released.
+            node = self.nodes[position]
+            touched = {i for p in (*lifted, placement) for i in p.gpu_indexes}
+            scratch = copy.copy(node)
+            scratch.gpus = [
+                dataclasses.replace(g, mig_used=list(g.mig_used)) if i in touched else g
+                for i, g in enumerate(node.gpus)
+            ]
+            for p in (*lifted, placement):
+                release_from_node(p, scratch)
+            state = self._keep(key, self.cache.interner.signature(scratch))
+        lifted.append(placement)
+        self._reindex(position, state)
+
+    def put_back(self, placement: Placement) -> None:
+        """Undo `lift(placement)`, as `apply` would."""
+        position = self._position[placement.node_id]
+        lifted = self._lifted[position]
+        lifted.remove(placement)
+        if not lifted:
+            del self._lifted[position]
+        key = (*self._state[position], placement, True)
+        state = self._lifts.get(key)
+        if state is None:
+            state = self._keep(key, self._advanced(position, placement))
+        self._reindex(position, state)
+
+    def _keep(
+        self, key: tuple, state: tuple[InternedNode, tuple[int, ...]]
+    ) -> tuple[InternedNode, tuple[int, ...]]:
+        """Keep where lifting or putting back leads: the answer never changes, and a state it leads to
+        is interned already, so an answer kept interns nothing that the way without it would have."""
+        if len(self._lifts) >= self.LIFTS_KEPT:
+            self._lifts.clear()
+        self._lifts[key] = state
+        return state
 
     def refresh(self, node_id: Hashable) -> None:
         """Re-read a node changed outside `apply`/`release` (health, cordon, usage)."""
