@@ -84,6 +84,32 @@ def bench_cluster(tenant, control_plane_nodes: int = 3):
     return cluster
 
 
+def bench_pool(name: str, gpu_model: str, gpus_per_node: int, nodes: int):
+    """A fresh catalog, tenant "bench", its cluster (`bench_cluster`) and a pool of `nodes` nodes up to
+    `nodes`, on driver 580.105.08, reconciled: (tenant, cluster, pool)."""
+    from catalog.models import DriverRelease, GpuModel
+    from nodepools.models import NodePool
+    from nodepools.services import reconcile
+    from nvke.tenancy.models import Tenant
+
+    fresh_catalog()
+    tenant = Tenant.objects.create(name="Bench", slug="bench")
+    cluster = bench_cluster(tenant)
+    pool = NodePool.objects.create(
+        tenant=tenant,
+        cluster=cluster,
+        name=name,
+        gpu_model=GpuModel.objects.get(name=gpu_model),
+        gpus_per_node=gpus_per_node,
+        node_count=nodes,
+        min_nodes=0,
+        max_nodes=nodes,
+        driver_release=DriverRelease.objects.get(version="580.105.08"),
+    )
+    reconcile(pool.pk)
+    return tenant, cluster, pool
+
+
 def scale_fleet(tenant, nodes: int, claims: int):
     """The fleet of the scale benchmarks: one cluster, half its `nodes` 8-GPU fractional L4 nodes, half
     8-GPU MIG H100 nodes (the simulator's, through the pools' reconcile), and `claims` placed claims:

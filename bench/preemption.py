@@ -44,31 +44,13 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from bench_db import bench_cluster, fresh_catalog
+    from bench_db import bench_pool
 
-    from catalog.models import DriverRelease, GpuModel
     from claims.allocator import create_claim, preemption, release_claim, service
     from claims.models import Claim
-    from nodepools.models import NodePool
-    from nodepools.services import reconcile
     from nvke.tenancy.context import TenantContext
-    from nvke.tenancy.models import Tenant
 
-    fresh_catalog()
-    tenant = Tenant.objects.create(name="Bench", slug="bench")
-    cluster = bench_cluster(tenant)
-    pool = NodePool.objects.create(
-        tenant=tenant,
-        cluster=cluster,
-        name="h100",
-        gpu_model=GpuModel.objects.get(name="h100-sxm5-80gb"),
-        gpus_per_node=8,
-        node_count=args.nodes,
-        min_nodes=0,
-        max_nodes=args.nodes,
-        driver_release=DriverRelease.objects.get(version="580.105.08"),
-    )
-    reconcile(pool.pk)
+    tenant, cluster, pool = bench_pool("h100", "h100-sxm5-80gb", 8, args.nodes)
     context = TenantContext(tenant, "owner")
     for i in range(args.nodes * 8):
         create_claim(context=context, cluster=cluster, name=f"fill-{i}", kind="whole", gpus=1)

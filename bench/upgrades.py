@@ -56,7 +56,7 @@ def makespan(nodes: int, percent: int) -> dict:
 
 
 def database_ticks(nodes: int, percent: int) -> dict:
-    from bench_db import bench_cluster, ensure_database, fresh_catalog
+    from bench_db import bench_pool, ensure_database
 
     os.environ.pop("REDIS_URL", None)  # in-memory channel layer: measure the tick, not Redis
     os.environ["NVKE_SIM_UPGRADE_STEP_S"] = ""
@@ -65,11 +65,8 @@ def database_ticks(nodes: int, percent: int) -> dict:
 
     django.setup()
 
-    from catalog.models import DriverRelease, GpuModel
-    from nodepools.models import NodePool
-    from nodepools.services import reconcile
+    from catalog.models import DriverRelease
     from nvke.tenancy.context import TenantContext
-    from nvke.tenancy.models import Tenant
     from upgrades import services
     from upgrades.controller import tick
     from upgrades.models import UpgradeRun
@@ -79,21 +76,7 @@ def database_ticks(nodes: int, percent: int) -> dict:
     # would start on commit, races it for the first tick.
     services.schedule_tick = lambda *args, **kwargs: None
 
-    fresh_catalog()
-    tenant = Tenant.objects.create(name="Bench", slug="bench")
-    cluster = bench_cluster(tenant)
-    pool = NodePool.objects.create(
-        tenant=tenant,
-        cluster=cluster,
-        name="l4",
-        gpu_model=GpuModel.objects.get(name="l4"),
-        gpus_per_node=1,
-        node_count=nodes,
-        min_nodes=0,
-        max_nodes=nodes,
-        driver_release=DriverRelease.objects.get(version="580.105.08"),
-    )
-    reconcile(pool.pk)
+    tenant, _, pool = bench_pool("l4", "l4", 1, nodes)
     run = create_run(
         context=TenantContext(tenant, "owner"),
         pool=pool,
